@@ -1,0 +1,230 @@
+//! What the user typed, as clap sees it.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// tierfs: one namespace over a fast directory and a slow one, keeping each
+/// file on the tier where it pays most.
+#[derive(Parser, Debug)]
+#[command(name = "tierfs", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Mount SSD_DIR and HDD_DIR as one file system on MOUNTPOINT.
+    Mount(MountArgs),
+    /// Unmount a tierfs mount and wait for its daemon to finish.
+    Umount(UmountArgs),
+    /// Mount two fresh directories under a demo folder, write and read
+    /// files through the mount, show where they are, unmount.
+    Demo(DemoArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum IoModeArg {
+    /// Passthrough when the kernel and privileges allow it, else userspace.
+    Auto,
+    /// Kernel FUSE passthrough: reads and writes bypass the daemon.
+    Passthrough,
+    /// Every read and write goes through the daemon.
+    Userspace,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TierArg {
+    Ssd,
+    Hdd,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct MountArgs {
+    /// The fast directory (SSD tier).
+    pub ssd_dir: PathBuf,
+    /// The big slow directory (HDD tier).
+    pub hdd_dir: PathBuf,
+    /// Where to mount; must be an empty directory.
+    pub mountpoint: PathBuf,
+    /// Where the state database lives [default: SSD_DIR/.tierfs/state].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// How file data moves: passthrough is near-native speed, userspace
+    /// sees (and counts) every request.
+    #[arg(long, value_enum, default_value_t = IoModeArg::Auto)]
+    pub io_mode: IoModeArg,
+    /// Tier for new files.
+    #[arg(long, value_enum, default_value_t = TierArg::Hdd)]
+    pub placement: TierArg,
+    /// Threads handling requests.
+    #[arg(long, default_value_t = 8)]
+    pub threads: usize,
+    /// Let other users use the mount (default: on when run as root).
+    #[arg(long, overrides_with = "no_allow_other")]
+    pub allow_other: bool,
+    /// Only the mounting user may use the mount.
+    #[arg(long)]
+    pub no_allow_other: bool,
+    /// Detach and run in the background once mounted.
+    #[arg(long)]
+    pub daemon: bool,
+    /// Log file (default: stderr in the foreground, STATE_DIR/tierfs.log as a daemon).
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
+    /// More logging (-v debug, -vv trace).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Mount options, comma-separated, as in /etc/fstab: key=value for any
+    /// long option above (io_mode=userspace), flags by name (allow_other);
+    /// generic mount options (rw, nofail, x-systemd.*, ...) are ignored.
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    pub options: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct UmountArgs {
+    /// The mount point.
+    pub mountpoint: PathBuf,
+    /// Seconds to wait for the daemon to finish.
+    #[arg(long, default_value_t = 30)]
+    pub timeout: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Folder for the demo (created; its ssd/, hdd/ and mnt/ are reset).
+    #[arg(long, default_value = "tierfs-demo")]
+    pub dir: PathBuf,
+}
+
+/// Options mount(8) and fstab pass that concern the kernel or mount(8), not tierfs.
+const GENERIC: &[&str] = &[
+    "rw",
+    "ro",
+    "dev",
+    "nodev",
+    "suid",
+    "nosuid",
+    "exec",
+    "noexec",
+    "auto",
+    "noauto",
+    "user",
+    "users",
+    "nouser",
+    "owner",
+    "group",
+    "nofail",
+    "_netdev",
+    "defaults",
+    "atime",
+    "noatime",
+    "relatime",
+    "norelatime",
+    "strictatime",
+    "diratime",
+    "nodiratime",
+    "sync",
+    "async",
+    "dirsync",
+    "default_permissions",
+    "allow_root",
+    "auto_unmount",
+    "fsname",
+    "subtype",
+];
+
+/// Rewrites `-o a=b,c` into `--a b --c` (dashes for underscores), dropping
+/// generic mount options. `allow_other` becomes `--allow-other`.
+pub fn expand_options(opts: &[String]) -> Result<Vec<OsString>, String> {
+    let mut out = Vec::new();
+    for o in opts.iter().flat_map(|s| s.split(',')) {
+        let o = o.trim();
+        if o.is_empty() {
+            continue;
+        }
+        let (k, v) = match o.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (o, None),
+        };
+        if GENERIC.contains(&k) || k.starts_with("x-") || k.starts_with("comment=") {
+            continue;
+        }
+        if k.is_empty() {
+            return Err(format!("bad mount option {o:?}"));
+        }
+        out.push(OsString::from(format!("--{}", k.replace('_', "-"))));
+        if let Some(v) = v {
+            out.push(OsString::from(v));
+        }
+    }
+    Ok(out)
+}
+
+/// Replaces every `-o OPTS` (or `-oOPTS`) in argv by its expansion.
+pub fn expand_in_argv(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
+    let mut out = Vec::with_capacity(argv.len());
+    let mut it = argv.into_iter();
+    while let Some(a) = it.next() {
+        let s = a.to_string_lossy();
+        if s == "-o" {
+            let v = it.next().ok_or("-o needs a value")?;
+            out.extend(expand_options(&[v.to_string_lossy().into_owned()])?);
+        } else if let Some(v) = s.strip_prefix("-o") {
+            out.extend(expand_options(&[v.to_string()])?);
+        } else {
+            out.push(a);
+        }
+    }
+    Ok(out)
+}
+
+/// `mount -t fuse.tierfs SSD:HDD MNT -o opts` runs `tierfs SSD:HDD MNT -o
+/// opts` (through mount.fuse3), or argv[0] is `mount.tierfs`. Turns that
+/// into `tierfs mount SSD HDD MNT --daemon -o opts`.
+pub fn helper_form(argv: Vec<OsString>) -> Vec<OsString> {
+    let prog = argv.first().and_then(|a| std::path::Path::new(a).file_name()).map(|n| n.to_os_string());
+    let is_helper_name = prog.as_ref().is_some_and(|p| p.to_string_lossy().starts_with("mount."));
+    let first = argv.get(1).map(|a| a.to_string_lossy().into_owned()).unwrap_or_default();
+    let known = ["mount", "umount", "demo", "help", "-h", "--help", "-V", "--version"];
+    if !is_helper_name && (known.contains(&first.as_str()) || !first.contains(':')) {
+        return argv;
+    }
+    let Some((ssd, hdd)) = first.split_once(':') else { return argv };
+    let mut out = vec![OsString::from("tierfs"), "mount".into(), ssd.into(), hdd.into()];
+    let mut foreground = false;
+    for a in argv.into_iter().skip(2) {
+        if a == "-f" {
+            foreground = true;
+        } else {
+            out.push(a);
+        }
+    }
+    if !foreground {
+        out.push("--daemon".into());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fstab_options_become_flags() {
+        let o = expand_options(&["rw,allow_other,io_mode=userspace,x-systemd.automount,placement=ssd".into()]).unwrap();
+        let o: Vec<_> = o.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+        assert_eq!(o, ["--allow-other", "--io-mode", "userspace", "--placement", "ssd"]);
+    }
+
+    #[test]
+    fn helper_form_is_rewritten() {
+        let a: Vec<OsString> = ["/sbin/tierfs", "/s:/h", "/mnt", "-o", "rw"].iter().map(OsString::from).collect();
+        let b: Vec<_> = helper_form(a).iter().map(|s| s.to_string_lossy().into_owned()).collect();
+        assert_eq!(b, ["tierfs", "mount", "/s", "/h", "/mnt", "-o", "rw", "--daemon"]);
+        let a: Vec<OsString> = ["tierfs", "mount", "a", "b", "c"].iter().map(OsString::from).collect();
+        assert_eq!(helper_form(a.clone()), a);
+    }
+}

@@ -1,0 +1,44 @@
+//! The `tierfs` command line. Parsing (clap) and validation are separate
+//! steps: `args` holds what the user typed, `mount_cmd::validate` turns it
+//! into a checked `MountConfig`.
+
+mod args;
+mod demo;
+mod mount_cmd;
+mod mounts;
+mod umount;
+
+use clap::Parser;
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+/// Runs the command line and returns the process exit code.
+pub fn main() -> ExitCode {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let argv = match args::expand_in_argv(args::helper_form(argv)) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("tierfs: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = match args::Cli::try_parse_from(&argv) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+    };
+    let r = match cli.command {
+        args::Command::Mount(m) => mount_cmd::run(m),
+        args::Command::Umount(u) => umount::run(&u),
+        args::Command::Demo(d) => demo::run(&d),
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tierfs: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! `tierfs mount`: validation, daemonizing, logging, then serving.
+
+use crate::args::{IoModeArg, MountArgs, TierArg};
+use anyhow::{bail, Result};
+use std::ffi::CString;
+use std::io::{BufRead, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use tierfs_core::tier::Tier;
+use tierfs_core::vfs::IoMode;
+use tierfs_fuse::mount::{serve, MountConfig};
+use tierfs_fuse::runtime;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn access_ok(p: &Path, mode: i32) -> bool {
+    let Ok(c) = CString::new(p.as_os_str().as_bytes()) else { return false };
+    // SAFETY: valid NUL-terminated path.
+    unsafe { libc::access(c.as_ptr(), mode) == 0 }
+}
+
+/// A backing directory: exists, is a directory, readable and writable.
+fn backing_dir(what: &str, p: &Path) -> Result<PathBuf> {
+    let md = match std::fs::metadata(p) {
+        Ok(m) => m,
+        Err(e) => bail!("{what} directory {}: {e}", p.display()),
+    };
+    if !md.is_dir() {
+        bail!("{what} directory {} is not a directory", p.display());
+    }
+    if !access_ok(p, libc::R_OK | libc::W_OK | libc::X_OK) {
+        bail!("{what} directory {} is not readable and writable by this user", p.display());
+    }
+    Ok(std::fs::canonicalize(p)?)
+}
+
+fn inside(a: &Path, b: &Path) -> bool {
+    a != b && a.starts_with(b)
+}
+
+/// Checks every input and builds the configuration. Nothing is created or
+/// mounted before all of it passed.
+pub fn validate(a: &MountArgs) -> Result<MountConfig> {
+    let ssd = backing_dir("SSD", &a.ssd_dir)?;
+    let hdd = backing_dir("HDD", &a.hdd_dir)?;
+    let (ms, mh) = (std::fs::metadata(&ssd)?, std::fs::metadata(&hdd)?);
+    if ssd == hdd || (ms.dev(), ms.ino()) == (mh.dev(), mh.ino()) {
+        bail!("the SSD and HDD directories are the same directory ({})", ssd.display());
+    }
+    if inside(&ssd, &hdd) || inside(&hdd, &ssd) {
+        bail!("one backing directory is inside the other ({} and {})", ssd.display(), hdd.display());
+    }
+    let mnt_abs = runtime::absolute(&a.mountpoint);
+    let mnt_md = match std::fs::metadata(&mnt_abs) {
+        Ok(m) => m,
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            bail!("mountpoint {} is a dead FUSE mount; run: fusermount3 -u {}", mnt_abs.display(), mnt_abs.display())
+        }
+        Err(e) => bail!("mountpoint {}: {e}", mnt_abs.display()),
+    };
+    if !mnt_md.is_dir() {
+        bail!("mountpoint {} is not a directory", mnt_abs.display());
+    }
+    if crate::mounts::mounted_at(&mnt_abs).is_some_and(|t| t.starts_with("fuse")) {
+        bail!("{} is already a FUSE mount point", mnt_abs.display());
+    }
+    let mnt = std::fs::canonicalize(&mnt_abs)?;
+    if std::fs::read_dir(&mnt)?.next().is_some() {
+        bail!("mountpoint {} is not empty", mnt.display());
+    }
+    for (what, d) in [("SSD", &ssd), ("HDD", &hdd)] {
+        if d == &mnt || inside(d, &mnt) {
+            bail!("the {what} directory {} is inside the mountpoint {}", d.display(), mnt.display());
+        }
+        if inside(&mnt, d) {
+            bail!("the mountpoint {} is inside the {what} directory {}", mnt.display(), d.display());
+        }
+    }
+    let state_dir = match &a.state_dir {
+        Some(s) => {
+            let abs = runtime::absolute(s);
+            if abs.starts_with(&mnt) {
+                bail!("the state directory {} is inside the mountpoint", abs.display());
+            }
+            abs
+        }
+        None => ssd.join(".tierfs").join("state"),
+    };
+    let passthrough_possible = is_root();
+    let io_mode = match a.io_mode {
+        IoModeArg::Userspace => IoMode::Userspace,
+        IoModeArg::Passthrough if !passthrough_possible => {
+            bail!("--io-mode passthrough needs root (the kernel grants backing files to CAP_SYS_ADMIN only)")
+        }
+        IoModeArg::Passthrough => IoMode::Passthrough,
+        IoModeArg::Auto if passthrough_possible => IoMode::Passthrough,
+        IoModeArg::Auto => IoMode::Userspace,
+    };
+    if a.threads == 0 || a.threads > 256 {
+        bail!("--threads must be between 1 and 256");
+    }
+    let allow_other = if a.no_allow_other { false } else { a.allow_other || is_root() };
+    Ok(MountConfig {
+        ssd,
+        hdd,
+        mountpoint: mnt,
+        state_dir,
+        io_mode,
+        placement: match a.placement {
+            TierArg::Ssd => Tier::Ssd,
+            TierArg::Hdd => Tier::Hdd,
+        },
+        threads: a.threads,
+        allow_other,
+    })
+}
+
+fn init_logging(verbose: u8, file: Option<&Path>) -> Result<()> {
+    let level = match verbose {
+        0 => tracing::Level::INFO,
+        1 => tracing::Level::DEBUG,
+        _ => tracing::Level::TRACE,
+    };
+    let b = tracing_subscriber::fmt().with_max_level(level).with_target(false);
+    match file {
+        Some(p) => {
+            if let Some(d) = p.parent() {
+                std::fs::create_dir_all(d)?;
+            }
+            let f = std::fs::OpenOptions::new().create(true).append(true).open(p)?;
+            b.with_ansi(false).with_writer(std::sync::Mutex::new(f)).init();
+        }
+        None => b.with_writer(std::io::stderr).init(),
+    }
+    Ok(())
+}
+
+pub fn run(a: MountArgs) -> Result<ExitCode> {
+    let cfg = validate(&a)?;
+    if !a.daemon {
+        init_logging(a.verbose, a.log_file.as_deref())?;
+        serve(cfg, |_| {})?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let log = a.log_file.clone().unwrap_or_else(|| cfg.state_dir.join("tierfs.log"));
+    daemonize(cfg, a.verbose, &log)
+}
+
+/// Forks; the child detaches and serves; the parent waits until the mount
+/// is live (exit 0) or failed (its message, exit 1).
+fn daemonize(cfg: MountConfig, verbose: u8, log: &Path) -> Result<ExitCode> {
+    let mut fds = [0; 2];
+    // SAFETY: valid array of two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned here.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: no other thread exists yet in this process.
+    match unsafe { libc::fork() } {
+        -1 => bail!("fork: {}", std::io::Error::last_os_error()),
+        0 => {
+            drop(rd);
+            let mut wr = std::fs::File::from(wr);
+            // SAFETY: plain system calls in the fresh child.
+            unsafe {
+                libc::setsid();
+                let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+                if null >= 0 {
+                    libc::dup2(null, 0);
+                    libc::dup2(null, 1);
+                    libc::dup2(null, 2);
+                }
+            }
+            let _ = std::env::set_current_dir("/");
+            if let Err(e) = init_logging(verbose, Some(log)) {
+                let _ = writeln!(wr, "ERR cannot open log file {}: {e}", log.display());
+                std::process::exit(1);
+            }
+            let r = serve(cfg, |r| {
+                let msg = match r {
+                    Ok(()) => "OK".to_string(),
+                    Err(e) => format!("ERR {e}"),
+                };
+                let _ = writeln!(wr, "{msg}");
+            });
+            std::process::exit(if r.is_ok() { 0 } else { 1 });
+        }
+        _child => {
+            drop(wr);
+            let mut s = String::new();
+            let _ = std::io::BufReader::new(std::fs::File::from(rd)).read_line(&mut s);
+            match s.lines().next() {
+                Some("OK") => Ok(ExitCode::SUCCESS),
+                Some(l) if l.starts_with("ERR ") => bail!("{}", &l[4..]),
+                _ => bail!("the daemon exited before mounting (see {})", log.display()),
+            }
+        }
+    }
+}

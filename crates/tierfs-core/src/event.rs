@@ -1,0 +1,99 @@
+//! Access events: what the file system tells the statistics and the
+//! tiering engine. Produced on the request path, consumed off it.
+
+use crate::clock::Timestamp;
+use crate::state::ns::Ino;
+use crate::tier::{Placement, Tier};
+
+/// One thing that happened to a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// The file.
+    pub ino: Ino,
+    /// When.
+    pub time: Timestamp,
+    /// What.
+    pub kind: EventKind,
+}
+
+/// See [`Event`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// Bytes read, served by `tier`.
+    Read {
+        /// Offset.
+        off: u64,
+        /// Bytes returned.
+        len: u64,
+        /// Tier that served it.
+        tier: Tier,
+    },
+    /// Bytes written to `tier` (the primary; a cached copy is updated too).
+    Write {
+        /// Offset.
+        off: u64,
+        /// Bytes written.
+        len: u64,
+        /// Tier of the primary copy.
+        tier: Tier,
+        /// File size after the write.
+        size: u64,
+    },
+    /// An open. In passthrough I/O mode reads and writes never reach the
+    /// daemon, so an open counts as one access to the whole file.
+    Open {
+        /// Opened for writing.
+        write: bool,
+        /// Tier reads will be served from.
+        tier: Tier,
+        /// Size at open.
+        size: u64,
+        /// The kernel does the I/O (passthrough).
+        passthrough: bool,
+    },
+    /// The last handle was closed.
+    Close {
+        /// Size at close.
+        size: u64,
+    },
+    /// A new file.
+    Create {
+        /// Where it was placed.
+        placement: Placement,
+        /// Its parent directory.
+        parent: Ino,
+        /// Its size (0 unless adopted).
+        size: u64,
+    },
+    /// The size changed by truncate or fallocate.
+    Resize {
+        /// New size.
+        size: u64,
+    },
+    /// The file was moved or copied between tiers (by a migration).
+    Placed {
+        /// New placement.
+        placement: Placement,
+    },
+    /// The file's last name is gone.
+    Remove,
+    /// The file got a new parent directory (renamed).
+    Moved {
+        /// New parent.
+        parent: Ino,
+    },
+}
+
+/// Where events go. Must be cheap and must not block.
+pub trait EventSink: Send + Sync {
+    /// Takes one event.
+    fn record(&self, ev: Event);
+}
+
+/// Throws events away (statistics off).
+#[derive(Debug, Default)]
+pub struct NoEvents;
+
+impl EventSink for NoEvents {
+    fn record(&self, _ev: Event) {}
+}

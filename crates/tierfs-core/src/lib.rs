@@ -1,0 +1,20 @@
+//! tierfs-core: everything tierfs is made of except the FUSE adapter.
+//!
+//! - [`store`]: the tier trait and its implementations (real directory,
+//!   in-memory with crash simulation).
+//! - [`state`]: the state database (sled, or in memory) and its schema.
+//! - [`vfs`]: the file system operations over two stores and the state.
+//! - [`migrate`]: the migration protocol and recovery.
+//! - [`event`]: access events from the file system to the statistics.
+#![warn(missing_docs)]
+
+pub mod clock;
+pub mod error;
+pub mod event;
+pub mod migrate;
+pub mod state;
+pub mod store;
+pub mod tier;
+pub mod vfs;
+
+pub use error::{Error, Result};

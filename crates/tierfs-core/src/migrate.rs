@@ -1,0 +1,579 @@
+//! The migration protocol: moving a file between tiers, adding and dropping
+//! the SSD copy of a cached file, and recovery of half-done migrations.
+//!
+//! A move or copy runs in this fixed order; each [`Step`] is a point where
+//! tests simulate a crash:
+//!
+//! 1. copy data, xattrs, mode, owner and times to a temporary file in the
+//!    target tier's `.tierfs/staging` ([`Step::Copied`]);
+//! 2. check the source did not change while copying, else retry up to
+//!    [`MAX_ATTEMPTS`] times ([`Step::Verified`]);
+//! 3. fsync the copy ([`Step::Synced`]);
+//! 4. switch-over, with I/O on the file and changes to its directories
+//!    blocked: check again, write a `Prepared` journal entry and flush the
+//!    state ([`Step::Journaled`]); link the copy under every name of the file
+//!    and remove the temporary name ([`Step::Linked`]); fsync the target
+//!    directories ([`Step::DirSynced`]); commit the new placement with the
+//!    journal entry turned `Committed`, and flush ([`Step::Committed`]); point
+//!    open handles at the new copy;
+//! 5. remove the source names and fsync their directories
+//!    ([`Step::SourceRemoved`]); drop the journal entry ([`Step::Done`]).
+//!
+//! Recovery at mount rolls `Prepared` entries back (removes the target
+//! names) and `Committed` ones forward (removes the source names), then
+//! empties the staging directories. After an unclean shutdown it also drops
+//! every cached SSD copy, since a write-through may have reached only one
+//! of the two copies.
+
+use crate::error::{Error, Result};
+use crate::event::EventKind;
+use crate::state::ns::{CtimeFix, Ino, JournalEntry, JournalOp, JournalState};
+use crate::store::{read_full, write_full, FileKind, SetTime, Stat, Store, Target};
+use crate::tier::{Placement, Tier};
+use crate::vfs::tiers::STAGING;
+use crate::vfs::Volume;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// How often a migration retries when the source keeps changing.
+pub const MAX_ATTEMPTS: u32 = 3;
+const CHUNK: usize = 1 << 20;
+
+/// What to do with a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Move {
+    /// Move the only copy to the SSD.
+    Promote,
+    /// Move the only copy to the HDD, or drop the SSD copy of a cached file.
+    Demote,
+    /// Add a clean SSD copy of an HDD file.
+    Copy,
+    /// Drop the SSD copy of a cached file.
+    DropCopy,
+}
+
+/// Named points of the protocol (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// The temporary copy is complete.
+    Copied,
+    /// The source was found unchanged.
+    Verified,
+    /// The temporary copy is durable.
+    Synced,
+    /// The `Prepared` journal entry is durable.
+    Journaled,
+    /// The copy has every name on the target tier.
+    Linked,
+    /// The target directories are durable.
+    DirSynced,
+    /// The new placement is durable.
+    Committed,
+    /// The source names are gone.
+    SourceRemoved,
+    /// The journal entry is gone.
+    Done,
+}
+
+impl Step {
+    /// Every step, in protocol order.
+    pub const ALL: [Step; 9] = [
+        Step::Copied,
+        Step::Verified,
+        Step::Synced,
+        Step::Journaled,
+        Step::Linked,
+        Step::DirSynced,
+        Step::Committed,
+        Step::SourceRemoved,
+        Step::Done,
+    ];
+    /// The step's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::Copied => "copied",
+            Step::Verified => "verified",
+            Step::Synced => "synced",
+            Step::Journaled => "journaled",
+            Step::Linked => "linked",
+            Step::DirSynced => "dir-synced",
+            Step::Committed => "committed",
+            Step::SourceRemoved => "source-removed",
+            Step::Done => "done",
+        }
+    }
+}
+
+/// What a migration may be told from outside: a crash point for tests and
+/// a pace for the rate limit.
+pub trait Control: Sync {
+    /// Called at each step; an error stops the migration there, as a crash.
+    fn at(&self, _step: Step) -> Result<()> {
+        Ok(())
+    }
+    /// Called before copying `bytes`; may sleep to keep a rate.
+    fn pace(&self, _bytes: u64) {}
+}
+
+/// No crash, no pacing.
+#[derive(Debug, Default)]
+pub struct NoCrash;
+impl Control for NoCrash {}
+
+/// Crashes at one step.
+#[derive(Debug)]
+pub struct CrashAt(pub Step);
+impl Control for CrashAt {
+    fn at(&self, step: Step) -> Result<()> {
+        if step == self.0 {
+            Err(Error::SimulatedCrash(step.name()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Why a migration did nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Skip {
+    /// The file no longer exists.
+    Gone,
+    /// Not a regular file.
+    NotRegular,
+    /// It is already where it should go.
+    AlreadyThere,
+    /// It kept changing while being copied.
+    Busy,
+    /// It has passthrough handles open; it moves after the last close.
+    Deferred,
+    /// No SSD room under the configured capacity.
+    NoSpace,
+}
+
+/// The result of one migration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Done; bytes copied.
+    Done(u64),
+    /// Not done, and why.
+    Skipped(Skip),
+}
+
+/// What recovery did at mount.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Recovery {
+    /// Half-done migrations rolled back.
+    pub rolled_back: u32,
+    /// Half-done migrations finished.
+    pub rolled_forward: u32,
+    /// Stray temporary files removed.
+    pub strays: u32,
+    /// Cached copies dropped after an unclean shutdown.
+    pub copies_dropped: u32,
+    /// The previous shutdown was unclean.
+    pub unclean: bool,
+}
+
+fn identity(st: &Stat) -> (u64, crate::store::TimeSpec, crate::store::TimeSpec) {
+    (st.size, st.mtime, st.ctime)
+}
+
+impl<S: Store> Volume<S> {
+    /// Runs one migration (see the module documentation).
+    pub fn migrate(&self, ino: Ino, mv: Move, ctl: &dyn Control) -> Result<Outcome> {
+        let Some(rec) = self.ns.record(ino)? else { return Ok(Outcome::Skipped(Skip::Gone)) };
+        if rec.kind != FileKind::File {
+            return Ok(Outcome::Skipped(Skip::NotRegular));
+        }
+        let op = match (mv, rec.placement) {
+            (Move::Promote, Placement::On(Tier::Hdd)) => JournalOp::Move { from: Tier::Hdd, to: Tier::Ssd },
+            (Move::Demote, Placement::On(Tier::Ssd)) => JournalOp::Move { from: Tier::Ssd, to: Tier::Hdd },
+            (Move::Demote | Move::DropCopy, Placement::Cached) => JournalOp::DropCopy,
+            (Move::Copy, Placement::On(Tier::Hdd)) => JournalOp::Copy,
+            _ => return Ok(Outcome::Skipped(Skip::AlreadyThere)),
+        };
+        if let Some(oi) = self.open_inode(ino) {
+            if oi.handle_counts().1 > 0 {
+                return Ok(Outcome::Skipped(Skip::Deferred));
+            }
+        }
+        if op == JournalOp::DropCopy {
+            return self.drop_copy(ino, ctl);
+        }
+        let (from, to) = match op {
+            JournalOp::Move { from, to } => (from, to),
+            _ => (Tier::Hdd, Tier::Ssd),
+        };
+        let (p, n) = match self.ns.first_link(ino)? {
+            Some(l) => l,
+            None => return Ok(Outcome::Skipped(Skip::Gone)),
+        };
+        let size = self.stat_on(p, &n, from)?.size;
+        let hooks = self.hooks();
+        if to == Tier::Ssd && !hooks.reserve_ssd(ino, size) {
+            return Ok(Outcome::Skipped(Skip::NoSpace));
+        }
+        let r = self.move_or_copy(ino, op, from, to, ctl);
+        match &r {
+            Ok(Outcome::Done(_)) => {
+                if from == Tier::Ssd {
+                    hooks.release_ssd(size);
+                }
+            }
+            _ => {
+                if to == Tier::Ssd {
+                    hooks.release_ssd(size);
+                }
+            }
+        }
+        r
+    }
+
+    fn move_or_copy(&self, ino: Ino, op: JournalOp, from: Tier, to: Tier, ctl: &dyn Control) -> Result<Outcome> {
+        let sf = self.tiers.store(from);
+        let st = self.tiers.store(to);
+        let staging = self.tiers.staging(to)?;
+        for attempt in 0..MAX_ATTEMPTS {
+            let tmp = OsString::from(format!("{ino}.{attempt}"));
+            let _ = st.unlink(&staging, &tmp);
+            let Some((p, n)) = self.ns.first_link(ino)? else { return Ok(Outcome::Skipped(Skip::Gone)) };
+            let v0 = self.open_inode(ino).map(|o| o.version.load(Ordering::Acquire));
+            let sd = self.tiers.dir(p, from, false)?;
+            let src = match sf.open(&sd, &n, libc::O_RDONLY | libc::O_NOATIME, 0) {
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => sf.open(&sd, &n, libc::O_RDONLY, 0)?,
+                r => r?,
+            };
+            let st0 = sf.fstat(&src)?;
+            let dst = st.open(&staging, &tmp, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o600)?;
+            let copied = self.copy_contents((sf, &src, &sd, &n), (st, &dst, &staging, &tmp), &st0, ctl);
+            if let Err(e) = copied {
+                let _ = st.unlink(&staging, &tmp);
+                return Err(e);
+            }
+            ctl.at(Step::Copied)?;
+            let unchanged = |now: &Stat| {
+                identity(now) == identity(&st0) && v0 == self.open_inode(ino).map(|o| o.version.load(Ordering::Acquire))
+            };
+            if !unchanged(&sf.fstat(&src)?) {
+                let _ = st.unlink(&staging, &tmp);
+                continue;
+            }
+            ctl.at(Step::Verified)?;
+            st.fsync(&dst, false)?;
+            drop(dst);
+            ctl.at(Step::Synced)?;
+            match self.switch_over(ino, op, from, to, &staging, &tmp, &st0, v0, ctl)? {
+                Some(out) => return Ok(out),
+                None => {
+                    let _ = st.unlink(&staging, &tmp);
+                    continue;
+                }
+            }
+        }
+        Ok(Outcome::Skipped(Skip::Busy))
+    }
+
+    /// Copies data (sparse-aware: holes stay holes), xattrs, owner, mode
+    /// and times.
+    fn copy_contents(
+        &self,
+        (sf, src, sd, name): (&S, &S::File, &S::Dir, &OsStr),
+        (st, dst, staging, tmp): (&S, &S::File, &S::Dir, &OsStr),
+        st0: &Stat,
+        ctl: &dyn Control,
+    ) -> Result<()> {
+        let mut buf = vec![0u8; CHUNK];
+        let mut off = 0u64;
+        while off < st0.size {
+            // Skip holes where the store can tell.
+            match sf.seek(src, off as i64, libc::SEEK_DATA) {
+                Ok(d) if d as u64 >= st0.size => break,
+                Ok(d) => off = d as u64,
+                Err(e) if e.raw_os_error() == Some(libc::ENXIO) => break,
+                Err(_) => {}
+            }
+            let want = ((st0.size - off) as usize).min(CHUNK);
+            ctl.pace(want as u64);
+            let n = read_full(sf, src, &mut buf[..want], off)?;
+            if n == 0 {
+                break;
+            }
+            write_full(st, dst, &buf[..n], off)?;
+            off += n as u64;
+        }
+        st.set_len(dst, st0.size)?;
+        if let Ok(list) = sf.listxattr(Target::Entry(sd, name)) {
+            for raw in list.split(|b| *b == 0).filter(|x| !x.is_empty()) {
+                let key = OsStr::from_bytes(raw);
+                if let Ok(v) = sf.getxattr(Target::Entry(sd, name), key) {
+                    st.setxattr(Target::Entry(staging, tmp), key, &v, 0)?;
+                }
+            }
+        }
+        if self.cfg.can_chown {
+            st.file_chown(dst, Some(st0.uid), Some(st0.gid))?;
+        }
+        st.file_chmod(dst, st0.mode & 0o7777)?;
+        st.file_utimens(dst, SetTime::At(st0.atime), SetTime::At(st0.mtime))?;
+        Ok(())
+    }
+
+    /// The switch-over (step 4 and 5). `None`: the source changed, retry.
+    #[allow(clippy::too_many_arguments)]
+    fn switch_over(
+        &self,
+        ino: Ino,
+        op: JournalOp,
+        from: Tier,
+        to: Tier,
+        staging: &S::Dir,
+        tmp: &OsStr,
+        st0: &Stat,
+        v0: Option<u64>,
+        ctl: &dyn Control,
+    ) -> Result<Option<Outcome>> {
+        let sf = self.tiers.store(from);
+        let st = self.tiers.store(to);
+        let links = self.ns.links(ino)?;
+        if links.is_empty() {
+            return Ok(Some(Outcome::Skipped(Skip::Gone)));
+        }
+        let parents: Vec<Ino> = links.iter().map(|l| l.0).collect();
+        let _dirs = self.locks.lock(&parents);
+        let _ilock = self.ilocks.get(ino).write();
+        if self.ns.links(ino)? != links {
+            return Ok(None);
+        }
+        let oi = self.open_inode(ino);
+        let mut io = oi.as_ref().map(|o| o.io.write());
+        if let Some(io) = &io {
+            if io.passthrough > 0 {
+                return Ok(Some(Outcome::Skipped(Skip::Deferred)));
+            }
+        }
+        if v0 != oi.as_ref().map(|o| o.version.load(Ordering::Acquire)) {
+            return Ok(None);
+        }
+        let (p0, n0) = &links[0];
+        let now = self.stat_on(*p0, n0, from)?;
+        if identity(&now) != identity(st0) {
+            return Ok(None);
+        }
+        let mut j = JournalEntry { ino, op, state: JournalState::Prepared, links: links.clone() };
+        let mut b = self.ns.batch();
+        b.put_journal(&j);
+        self.ns.commit(b, true)?;
+        ctl.at(Step::Journaled)?;
+        for (p, n) in &links {
+            let d = self.tiers.dir(*p, to, true)?;
+            remove_stray(st, &d, n)?;
+            st.link(staging, tmp, &d, n)?;
+        }
+        st.unlink(staging, tmp)?;
+        ctl.at(Step::Linked)?;
+        let mut target_dirs = Vec::new();
+        for (p, _) in &links {
+            if !target_dirs.contains(p) {
+                st.sync_dir(&*self.tiers.dir(*p, to, false)?)?;
+                target_dirs.push(*p);
+            }
+        }
+        st.sync_dir(staging)?;
+        ctl.at(Step::DirSynced)?;
+        let mut rec = self.record(ino)?;
+        let (placement, new_primary_tier) = match op {
+            JournalOp::Move { .. } => (Placement::On(to), to),
+            _ => (Placement::Cached, Tier::Hdd),
+        };
+        if let JournalOp::Move { .. } = op {
+            let moved = self.stat_on(*p0, n0, to)?;
+            let logical = match rec.ctime_fix {
+                Some(f) if f.backing == st0.ctime => f.logical,
+                _ => st0.ctime,
+            };
+            rec.ctime_fix = Some(CtimeFix { backing: moved.ctime, logical });
+        }
+        rec.placement = placement;
+        j.state = JournalState::Committed;
+        let mut b = self.ns.batch();
+        b.put_record(ino, &rec).put_journal(&j);
+        self.ns.commit(b, true)?;
+        ctl.at(Step::Committed)?;
+        if let Some(io) = io.as_mut() {
+            let d = self.tiers.dir(*p0, to, false)?;
+            let f = Arc::new(st.open(&d, n0, if io.writable { libc::O_RDWR } else { libc::O_RDONLY }, 0)?);
+            match op {
+                JournalOp::Move { .. } => io.primary = f,
+                _ => io.copy = Some(f),
+            }
+            io.placement = placement;
+        }
+        drop(io);
+        drop(_ilock);
+        drop(_dirs);
+        let _ = new_primary_tier;
+        if let JournalOp::Move { .. } = op {
+            self.remove_names(from, &links)?;
+        }
+        ctl.at(Step::SourceRemoved)?;
+        let mut b = self.ns.batch();
+        b.del_journal(ino);
+        self.ns.commit(b, false)?;
+        ctl.at(Step::Done)?;
+        let _ = sf;
+        self.emit(ino, EventKind::Placed { placement });
+        Ok(Some(Outcome::Done(st0.size)))
+    }
+
+    /// Removes every name of a file on one tier and syncs the directories.
+    fn remove_names(&self, t: Tier, links: &[(Ino, OsString)]) -> Result<()> {
+        let s = self.tiers.store(t);
+        let mut dirs = Vec::new();
+        for (p, n) in links {
+            let d = match self.tiers.dir(*p, t, false) {
+                Ok(d) => d,
+                Err(e) if e.is(libc::ENOENT) => continue,
+                Err(e) => return Err(e),
+            };
+            match s.unlink(&d, n) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
+            if !dirs.contains(p) {
+                s.sync_dir(&d)?;
+                dirs.push(*p);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the SSD copy of a cached file: commit first, then unlink.
+    fn drop_copy(&self, ino: Ino, ctl: &dyn Control) -> Result<Outcome> {
+        let links = self.ns.links(ino)?;
+        let parents: Vec<Ino> = links.iter().map(|l| l.0).collect();
+        let size = {
+            let _dirs = self.locks.lock(&parents);
+            let _ilock = self.ilocks.get(ino).write();
+            let mut rec = match self.ns.record(ino)? {
+                Some(r) if r.placement == Placement::Cached => r,
+                Some(_) => return Ok(Outcome::Skipped(Skip::AlreadyThere)),
+                None => return Ok(Outcome::Skipped(Skip::Gone)),
+            };
+            let oi = self.open_inode(ino);
+            let mut io = oi.as_ref().map(|o| o.io.write());
+            if io.as_ref().is_some_and(|io| io.passthrough > 0) {
+                return Ok(Outcome::Skipped(Skip::Deferred));
+            }
+            let size = match links.first() {
+                Some((p, n)) => self.stat_on(*p, n, Tier::Ssd).map(|s| s.size).unwrap_or(0),
+                None => 0,
+            };
+            rec.placement = Placement::On(Tier::Hdd);
+            let j = JournalEntry { ino, op: JournalOp::DropCopy, state: JournalState::Committed, links: links.clone() };
+            let mut b = self.ns.batch();
+            b.put_record(ino, &rec).put_journal(&j);
+            self.ns.commit(b, true)?;
+            ctl.at(Step::Committed)?;
+            if let Some(io) = io.as_mut() {
+                io.copy = None;
+                io.placement = Placement::On(Tier::Hdd);
+            }
+            size
+        };
+        self.remove_names(Tier::Ssd, &links)?;
+        ctl.at(Step::SourceRemoved)?;
+        let mut b = self.ns.batch();
+        b.del_journal(ino);
+        self.ns.commit(b, false)?;
+        ctl.at(Step::Done)?;
+        self.hooks().release_ssd(size);
+        self.emit(ino, EventKind::Placed { placement: Placement::On(Tier::Hdd) });
+        Ok(Outcome::Done(0))
+    }
+
+    /// Finishes or rolls back half-done migrations, removes stray temporary
+    /// files, and after an unclean shutdown drops every cached copy. Runs
+    /// at mount, before any request is served.
+    pub fn recover(&self) -> Result<Recovery> {
+        let mut rep = Recovery { unclean: self.ns.meta("clean")?.as_deref() == Some(&[0]), ..Recovery::default() };
+        for j in self.ns.journal()? {
+            match (j.state, j.op) {
+                (JournalState::Prepared, JournalOp::Move { to, .. }) => {
+                    self.remove_names(to, &j.links)?;
+                    rep.rolled_back += 1;
+                }
+                (JournalState::Prepared, JournalOp::Copy) => {
+                    self.remove_names(Tier::Ssd, &j.links)?;
+                    rep.rolled_back += 1;
+                }
+                (JournalState::Committed, JournalOp::Move { from, .. }) => {
+                    self.remove_names(from, &j.links)?;
+                    rep.rolled_forward += 1;
+                }
+                (JournalState::Committed, JournalOp::DropCopy) | (JournalState::Prepared, JournalOp::DropCopy) => {
+                    self.remove_names(Tier::Ssd, &j.links)?;
+                    rep.rolled_forward += 1;
+                }
+                (JournalState::Committed, JournalOp::Copy) => rep.rolled_forward += 1,
+            }
+            let mut b = self.ns.batch();
+            b.del_journal(j.ino);
+            self.ns.commit(b, false)?;
+        }
+        for t in Tier::ALL {
+            let s = self.tiers.store(t);
+            let Ok(staging) = self.tiers.staging(t) else { continue };
+            for e in s.list(&staging)? {
+                let _ = s.unlink(&staging, &e.name);
+                rep.strays += 1;
+            }
+            s.sync_dir(&staging)?;
+        }
+        if rep.unclean {
+            for ino in self.ns.cached()? {
+                let links = self.ns.links(ino)?;
+                self.remove_names(Tier::Ssd, &links)?;
+                if let Some(mut rec) = self.ns.record(ino)? {
+                    rec.placement = Placement::On(Tier::Hdd);
+                    let mut b = self.ns.batch();
+                    b.put_record(ino, &rec);
+                    self.ns.commit(b, false)?;
+                }
+                rep.copies_dropped += 1;
+            }
+        }
+        let mut b = self.ns.batch();
+        b.put_meta("clean", vec![0]);
+        self.ns.commit(b, true)?;
+        if rep != Recovery::default() {
+            tracing::info!(?rep, "recovery at mount");
+        }
+        Ok(rep)
+    }
+
+    /// Marks a clean shutdown (after everything else is flushed).
+    pub fn mark_clean(&self) -> Result<()> {
+        let mut b = self.ns.batch();
+        b.put_meta("clean", vec![1]);
+        self.ns.commit(b, true)
+    }
+}
+
+/// By the placement invariant nothing of a file's name lives on the tier
+/// it moves to; anything found there is left over from a crash.
+fn remove_stray<S: Store>(s: &S, d: &S::Dir, n: &OsStr) -> Result<()> {
+    match s.stat(Target::Entry(d, n)) {
+        Ok(st) if st.kind() == Some(FileKind::Dir) => Ok(s.rmdir(d, n)?),
+        Ok(_) => Ok(s.unlink(d, n)?),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Name of the staging directory, for documentation and tests.
+pub const STAGING_DIR: &str = STAGING;

@@ -1,0 +1,557 @@
+//! The namespace as stored in the state database.
+//!
+//! Keys of the `Ns` tree (all integers big-endian so that keys sort):
+//!
+//! | key | value | meaning |
+//! |---|---|---|
+//! | `d` parent name | child, kind | directory entry |
+//! | `b` child parent name | – | back reference: the names of an inode |
+//! | `i` ino | [`InodeRecord`] | kind, placement, subdirectory count |
+//! | `j` ino | [`JournalEntry`] | a migration in progress |
+//! | `c` ino | – | the inode has a cached SSD copy |
+//! | `s` ino | JSON | per-directory (or per-file) settings |
+//! | `m` name | bytes | schema version, clean-shutdown flag |
+//!
+//! Every value starts with a format version byte.
+
+use super::{prefix_end, Kv, Op, TreeId};
+use crate::error::{Error, Result};
+use crate::store::{FileKind, TimeSpec};
+use crate::tier::{Placement, Tier};
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::sync::Arc;
+
+/// A tierfs inode number. Stable across remounts, renames and migrations.
+pub type Ino = u64;
+/// The root directory.
+pub const ROOT_INO: Ino = 1;
+/// Version of the state schema written by this build.
+pub const SCHEMA_VERSION: u32 = 1;
+const REC_V1: u8 = 1;
+
+/// What the state database knows about one inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InodeRecord {
+    /// File type.
+    pub kind: FileKind,
+    /// Where a non-directory's data lives (directories: unused).
+    pub placement: Placement,
+    /// For directories: how many subdirectories it has (nlink = 2 + this).
+    pub subdirs: u32,
+    /// After a migration the backing file has a new ctime; until the file is
+    /// changed again tierfs reports the ctime it had before.
+    pub ctime_fix: Option<CtimeFix>,
+}
+
+/// See [`InodeRecord::ctime_fix`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CtimeFix {
+    /// The backing file's ctime right after the migration.
+    pub backing: TimeSpec,
+    /// The ctime to report while the backing ctime is still `backing`.
+    pub logical: TimeSpec,
+}
+
+impl InodeRecord {
+    /// A record for a new inode.
+    pub fn new(kind: FileKind, placement: Placement) -> Self {
+        InodeRecord { kind, placement, subdirs: 0, ctime_fix: None }
+    }
+}
+
+/// What a journaled migration does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JournalOp {
+    /// Move the only copy from one tier to the other.
+    Move {
+        /// Source tier.
+        from: Tier,
+        /// Destination tier.
+        to: Tier,
+    },
+    /// Add a clean SSD copy of an HDD file.
+    Copy,
+    /// Remove the SSD copy of a cached file.
+    DropCopy,
+}
+
+/// How far a journaled migration got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JournalState {
+    /// The target names may exist; the placement is not committed. Recovery
+    /// rolls back: it removes the target names.
+    Prepared,
+    /// The placement is committed; the source names may still exist.
+    /// Recovery rolls forward: it removes the source names.
+    Committed,
+}
+
+/// One migration in progress, written before the first name appears on
+/// the target tier and removed after the source is gone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JournalEntry {
+    /// The inode moving.
+    pub ino: Ino,
+    /// What is done.
+    pub op: JournalOp,
+    /// How far it got.
+    pub state: JournalState,
+    /// Every name of the inode: (parent directory, name).
+    pub links: Vec<(Ino, OsString)>,
+}
+
+struct Enc(Vec<u8>);
+impl Enc {
+    fn new() -> Self {
+        Enc(vec![REC_V1])
+    }
+    fn u8(&mut self, v: u8) -> &mut Self {
+        self.0.push(v);
+        self
+    }
+    fn u32(&mut self, v: u32) -> &mut Self {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+    fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+    fn ts(&mut self, t: TimeSpec) -> &mut Self {
+        self.u64(t.sec as u64).u64(t.nsec as u64)
+    }
+    fn bytes(&mut self, b: &[u8]) -> &mut Self {
+        self.u32(b.len() as u32);
+        self.0.extend_from_slice(b);
+        self
+    }
+}
+
+/// A cursor over a stored value.
+pub(crate) struct Dec<'a> {
+    b: &'a [u8],
+    what: &'static str,
+}
+impl<'a> Dec<'a> {
+    pub(crate) fn new(b: &'a [u8], what: &'static str) -> Result<Self> {
+        match b.split_first() {
+            Some((&REC_V1, rest)) => Ok(Dec { b: rest, what }),
+            Some((v, _)) => Err(Error::Corrupt(format!("{what}: unknown format version {v}"))),
+            None => Err(Error::Corrupt(format!("{what}: empty value"))),
+        }
+    }
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.b.len() < n {
+            return Err(Error::Corrupt(format!("{}: truncated value", self.what)));
+        }
+        let (h, t) = self.b.split_at(n);
+        self.b = t;
+        Ok(h)
+    }
+    pub(crate) fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    pub(crate) fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_be_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+    pub(crate) fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_be_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    fn ts(&mut self) -> Result<TimeSpec> {
+        Ok(TimeSpec { sec: self.u64()? as i64, nsec: self.u64()? as i64 })
+    }
+    fn bytes(&mut self) -> Result<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    fn bad(&self, what: &str) -> Error {
+        Error::Corrupt(format!("{}: bad {what}", self.what))
+    }
+}
+
+fn encode_record(r: &InodeRecord) -> Vec<u8> {
+    let mut e = Enc::new();
+    e.u8(r.kind.encode()).u8(r.placement.encode()).u32(r.subdirs);
+    match r.ctime_fix {
+        None => {
+            e.u8(0);
+        }
+        Some(f) => {
+            e.u8(1).ts(f.backing).ts(f.logical);
+        }
+    }
+    e.0
+}
+
+fn decode_record(b: &[u8]) -> Result<InodeRecord> {
+    let mut d = Dec::new(b, "inode record")?;
+    let kind = FileKind::decode(d.u8()?).ok_or_else(|| d.bad("kind"))?;
+    let placement = Placement::decode(d.u8()?).ok_or_else(|| d.bad("placement"))?;
+    let subdirs = d.u32()?;
+    let ctime_fix = match d.u8()? {
+        0 => None,
+        _ => Some(CtimeFix { backing: d.ts()?, logical: d.ts()? }),
+    };
+    Ok(InodeRecord { kind, placement, subdirs, ctime_fix })
+}
+
+fn encode_tier(t: Tier) -> u8 {
+    t as u8
+}
+fn decode_tier(v: u8) -> Option<Tier> {
+    match v {
+        0 => Some(Tier::Ssd),
+        1 => Some(Tier::Hdd),
+        _ => None,
+    }
+}
+
+fn encode_journal(j: &JournalEntry) -> Vec<u8> {
+    let mut e = Enc::new();
+    match j.op {
+        JournalOp::Move { from, to } => {
+            e.u8(0).u8(encode_tier(from)).u8(encode_tier(to));
+        }
+        JournalOp::Copy => {
+            e.u8(1);
+        }
+        JournalOp::DropCopy => {
+            e.u8(2);
+        }
+    }
+    e.u8(match j.state {
+        JournalState::Prepared => 0,
+        JournalState::Committed => 1,
+    });
+    e.u32(j.links.len() as u32);
+    for (p, n) in &j.links {
+        e.u64(*p).bytes(n.as_bytes());
+    }
+    e.0
+}
+
+fn decode_journal(ino: Ino, b: &[u8]) -> Result<JournalEntry> {
+    let mut d = Dec::new(b, "journal entry")?;
+    let op = match d.u8()? {
+        0 => {
+            let from = decode_tier(d.u8()?).ok_or_else(|| d.bad("tier"))?;
+            let to = decode_tier(d.u8()?).ok_or_else(|| d.bad("tier"))?;
+            JournalOp::Move { from, to }
+        }
+        1 => JournalOp::Copy,
+        2 => JournalOp::DropCopy,
+        _ => return Err(d.bad("operation")),
+    };
+    let state = match d.u8()? {
+        0 => JournalState::Prepared,
+        1 => JournalState::Committed,
+        _ => return Err(d.bad("state")),
+    };
+    let n = d.u32()?;
+    let mut links = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let p = d.u64()?;
+        links.push((p, OsString::from_vec(d.bytes()?.to_vec())));
+    }
+    Ok(JournalEntry { ino, op, state, links })
+}
+
+fn key(tag: u8, ino: Ino) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9);
+    k.push(tag);
+    k.extend_from_slice(&ino.to_be_bytes());
+    k
+}
+
+fn dentry_key(parent: Ino, name: &OsStr) -> Vec<u8> {
+    let mut k = key(b'd', parent);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+fn backref_key(child: Ino, parent: Ino, name: &OsStr) -> Vec<u8> {
+    let mut k = key(b'b', child);
+    k.extend_from_slice(&parent.to_be_bytes());
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+fn ino_at(b: &[u8], at: usize) -> Result<Ino> {
+    b.get(at..at + 8)
+        .map(|s| u64::from_be_bytes(s.try_into().expect("8 bytes")))
+        .ok_or_else(|| Error::Corrupt("short key or value".into()))
+}
+
+/// One entry of a directory, as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dentry {
+    /// Entry name.
+    pub name: OsString,
+    /// Inode it names.
+    pub ino: Ino,
+    /// Its kind.
+    pub kind: FileKind,
+}
+
+/// Typed access to the namespace tree.
+#[derive(Clone)]
+pub struct Namespace {
+    kv: Arc<dyn Kv>,
+}
+
+impl std::fmt::Debug for Namespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Namespace")
+    }
+}
+
+impl Namespace {
+    /// Wraps a key-value store.
+    pub fn new(kv: Arc<dyn Kv>) -> Self {
+        Namespace { kv }
+    }
+
+    /// The underlying store.
+    pub fn kv(&self) -> &Arc<dyn Kv> {
+        &self.kv
+    }
+
+    /// Looks up a directory entry.
+    pub fn lookup(&self, parent: Ino, name: &OsStr) -> Result<Option<(Ino, FileKind)>> {
+        match self.kv.get(TreeId::Ns, &dentry_key(parent, name))? {
+            None => Ok(None),
+            Some(v) => {
+                let ino = ino_at(&v, 0)?;
+                let kind = v
+                    .get(8)
+                    .and_then(|k| FileKind::decode(*k))
+                    .ok_or_else(|| Error::Corrupt("directory entry kind".into()))?;
+                Ok(Some((ino, kind)))
+            }
+        }
+    }
+
+    /// Reads an inode record.
+    pub fn record(&self, ino: Ino) -> Result<Option<InodeRecord>> {
+        self.kv.get(TreeId::Ns, &key(b'i', ino))?.map(|v| decode_record(&v)).transpose()
+    }
+
+    /// The entries of a directory, sorted by name.
+    pub fn children(&self, parent: Ino) -> Result<Vec<Dentry>> {
+        let prefix = key(b'd', parent);
+        let mut out = Vec::new();
+        for (k, v) in self.kv.scan(TreeId::Ns, &prefix)? {
+            let kind = v
+                .get(8)
+                .and_then(|k| FileKind::decode(*k))
+                .ok_or_else(|| Error::Corrupt("directory entry kind".into()))?;
+            out.push(Dentry { name: OsString::from_vec(k[9..].to_vec()), ino: ino_at(&v, 0)?, kind });
+        }
+        Ok(out)
+    }
+
+    /// True if the directory has any entry.
+    pub fn has_children(&self, parent: Ino) -> Result<bool> {
+        self.kv.any_with_prefix(TreeId::Ns, &key(b'd', parent))
+    }
+
+    /// Every (parent, name) naming `ino`.
+    pub fn links(&self, ino: Ino) -> Result<Vec<(Ino, OsString)>> {
+        let prefix = key(b'b', ino);
+        self.kv
+            .scan(TreeId::Ns, &prefix)?
+            .into_iter()
+            .map(|(k, _)| Ok((ino_at(&k, 9)?, OsString::from_vec(k[17..].to_vec()))))
+            .collect()
+    }
+
+    /// One (parent, name) naming `ino`, if any.
+    pub fn first_link(&self, ino: Ino) -> Result<Option<(Ino, OsString)>> {
+        let prefix = key(b'b', ino);
+        let r = self.kv.range(TreeId::Ns, &prefix, &prefix_end(&prefix), 1)?;
+        r.into_iter().next().map(|(k, _)| Ok((ino_at(&k, 9)?, OsString::from_vec(k[17..].to_vec())))).transpose()
+    }
+
+    /// All journal entries.
+    pub fn journal(&self) -> Result<Vec<JournalEntry>> {
+        self.kv.scan(TreeId::Ns, b"j")?.into_iter().map(|(k, v)| decode_journal(ino_at(&k, 1)?, &v)).collect()
+    }
+
+    /// The journal entry of one inode.
+    pub fn journal_of(&self, ino: Ino) -> Result<Option<JournalEntry>> {
+        self.kv.get(TreeId::Ns, &key(b'j', ino))?.map(|v| decode_journal(ino, &v)).transpose()
+    }
+
+    /// Every inode with a cached SSD copy.
+    pub fn cached(&self) -> Result<Vec<Ino>> {
+        self.kv.scan(TreeId::Ns, b"c")?.into_iter().map(|(k, _)| ino_at(&k, 1)).collect()
+    }
+
+    /// Every inode record (for audits and the first-mount accounting).
+    pub fn all_records(&self) -> Result<Vec<(Ino, InodeRecord)>> {
+        self.kv.scan(TreeId::Ns, b"i")?.into_iter().map(|(k, v)| Ok((ino_at(&k, 1)?, decode_record(&v)?))).collect()
+    }
+
+    /// Raw settings stored for an inode.
+    pub fn settings(&self, ino: Ino) -> Result<Option<Vec<u8>>> {
+        self.kv.get(TreeId::Ns, &key(b's', ino))
+    }
+
+    /// Every inode with settings.
+    pub fn all_settings(&self) -> Result<Vec<(Ino, Vec<u8>)>> {
+        self.kv.scan(TreeId::Ns, b"s")?.into_iter().map(|(k, v)| Ok((ino_at(&k, 1)?, v))).collect()
+    }
+
+    /// A metadata value.
+    pub fn meta(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let mut k = vec![b'm'];
+        k.extend_from_slice(name.as_bytes());
+        self.kv.get(TreeId::Ns, &k)
+    }
+
+    /// A fresh inode number.
+    pub fn alloc_ino(&self) -> Result<Ino> {
+        // sled's ids start at 0; 0 and 1 (root) are reserved.
+        Ok(self.kv.next_id()? + 2)
+    }
+
+    /// Starts an atomic batch.
+    pub fn batch(&self) -> Batch {
+        Batch { ops: Vec::new() }
+    }
+
+    /// Applies a batch atomically; with `durable`, also flushes.
+    pub fn commit(&self, b: Batch, durable: bool) -> Result<()> {
+        if !b.ops.is_empty() {
+            self.kv.apply(TreeId::Ns, b.ops)?;
+        }
+        if durable {
+            self.kv.flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes that are applied together by [`Namespace::commit`].
+#[derive(Debug, Default)]
+pub struct Batch {
+    ops: Vec<Op>,
+}
+
+impl Batch {
+    /// Adds a directory entry and its back reference.
+    pub fn link(&mut self, parent: Ino, name: &OsStr, child: Ino, kind: FileKind) -> &mut Self {
+        let mut v = child.to_be_bytes().to_vec();
+        v.push(kind.encode());
+        self.ops.push(Op::Put(dentry_key(parent, name), v));
+        self.ops.push(Op::Put(backref_key(child, parent, name), Vec::new()));
+        self
+    }
+    /// Removes a directory entry and its back reference.
+    pub fn unlink(&mut self, parent: Ino, name: &OsStr, child: Ino) -> &mut Self {
+        self.ops.push(Op::Del(dentry_key(parent, name)));
+        self.ops.push(Op::Del(backref_key(child, parent, name)));
+        self
+    }
+    /// Writes an inode record (and keeps the cached-copy index in step).
+    pub fn put_record(&mut self, ino: Ino, r: &InodeRecord) -> &mut Self {
+        self.ops.push(Op::Put(key(b'i', ino), encode_record(r)));
+        if r.placement == Placement::Cached && r.kind != FileKind::Dir {
+            self.ops.push(Op::Put(key(b'c', ino), Vec::new()));
+        } else {
+            self.ops.push(Op::Del(key(b'c', ino)));
+        }
+        self
+    }
+    /// Removes an inode record and its settings.
+    pub fn del_record(&mut self, ino: Ino) -> &mut Self {
+        self.ops.push(Op::Del(key(b'i', ino)));
+        self.ops.push(Op::Del(key(b'c', ino)));
+        self.ops.push(Op::Del(key(b's', ino)));
+        self
+    }
+    /// Writes a journal entry.
+    pub fn put_journal(&mut self, j: &JournalEntry) -> &mut Self {
+        self.ops.push(Op::Put(key(b'j', j.ino), encode_journal(j)));
+        self
+    }
+    /// Removes a journal entry.
+    pub fn del_journal(&mut self, ino: Ino) -> &mut Self {
+        self.ops.push(Op::Del(key(b'j', ino)));
+        self
+    }
+    /// Writes settings.
+    pub fn put_settings(&mut self, ino: Ino, v: Vec<u8>) -> &mut Self {
+        self.ops.push(Op::Put(key(b's', ino), v));
+        self
+    }
+    /// Removes settings.
+    pub fn del_settings(&mut self, ino: Ino) -> &mut Self {
+        self.ops.push(Op::Del(key(b's', ino)));
+        self
+    }
+    /// Writes a metadata value.
+    pub fn put_meta(&mut self, name: &str, v: Vec<u8>) -> &mut Self {
+        let mut k = vec![b'm'];
+        k.extend_from_slice(name.as_bytes());
+        self.ops.push(Op::Put(k, v));
+        self
+    }
+    /// True if nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::MemKv;
+
+    fn ns() -> Namespace {
+        Namespace::new(Arc::new(MemKv::new()))
+    }
+
+    #[test]
+    fn entries_backrefs_and_records() {
+        let ns = ns();
+        let mut b = ns.batch();
+        b.link(ROOT_INO, OsStr::new("a"), 5, FileKind::File)
+            .link(ROOT_INO, OsStr::new("b"), 5, FileKind::File)
+            .put_record(5, &InodeRecord::new(FileKind::File, Placement::Cached));
+        ns.commit(b, false).unwrap();
+        assert_eq!(ns.lookup(ROOT_INO, OsStr::new("a")).unwrap(), Some((5, FileKind::File)));
+        assert_eq!(ns.links(5).unwrap().len(), 2);
+        assert_eq!(ns.cached().unwrap(), vec![5]);
+        assert_eq!(ns.children(ROOT_INO).unwrap().len(), 2);
+        let mut b = ns.batch();
+        b.unlink(ROOT_INO, OsStr::new("a"), 5)
+            .put_record(5, &InodeRecord::new(FileKind::File, Placement::On(Tier::Ssd)));
+        ns.commit(b, false).unwrap();
+        assert_eq!(ns.first_link(5).unwrap(), Some((ROOT_INO, OsString::from("b"))));
+        assert!(ns.cached().unwrap().is_empty());
+        assert!(ns.has_children(ROOT_INO).unwrap());
+        assert!(!ns.has_children(5).unwrap());
+    }
+
+    #[test]
+    fn records_and_journal_roundtrip() {
+        let r = InodeRecord {
+            kind: FileKind::Dir,
+            placement: Placement::On(Tier::Hdd),
+            subdirs: 7,
+            ctime_fix: Some(CtimeFix { backing: TimeSpec { sec: 5, nsec: 6 }, logical: TimeSpec { sec: 1, nsec: 2 } }),
+        };
+        assert_eq!(decode_record(&encode_record(&r)).unwrap(), r);
+        let j = JournalEntry {
+            ino: 9,
+            op: JournalOp::Move { from: Tier::Hdd, to: Tier::Ssd },
+            state: JournalState::Committed,
+            links: vec![(1, OsString::from("x")), (4, OsString::from("y z"))],
+        };
+        assert_eq!(decode_journal(9, &encode_journal(&j)).unwrap(), j);
+        assert!(decode_record(&[9, 1, 2]).is_err());
+        assert!(decode_record(&[REC_V1, 1]).is_err());
+    }
+}

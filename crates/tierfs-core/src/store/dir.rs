@@ -1,0 +1,530 @@
+//! [`DirStore`]: a tier that is a real directory, used through `*at` system
+//! calls relative to directory file descriptors.
+
+use super::{DirEntry, FileKind, FsStats, SetTime, Stat, Store, Target, TimeSpec};
+use std::ffi::{CStr, CString, OsStr, OsString};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+/// A real directory as a tier.
+#[derive(Debug)]
+pub struct DirStore {
+    root: PathBuf,
+}
+
+/// An open directory of a [`DirStore`].
+#[derive(Debug)]
+pub struct Dir(OwnedFd);
+
+/// An open file of a [`DirStore`].
+#[derive(Debug)]
+pub struct File(OwnedFd);
+
+impl Dir {
+    /// The raw descriptor.
+    pub fn fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+impl File {
+    /// Wraps an owned descriptor.
+    pub fn from_fd(fd: OwnedFd) -> Self {
+        File(fd)
+    }
+}
+
+fn cstr(name: &OsStr) -> io::Result<CString> {
+    CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn check(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn check_size(r: libc::ssize_t) -> io::Result<usize> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+fn retry<T>(mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    loop {
+        match f() {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+fn owned(fd: libc::c_int) -> OwnedFd {
+    // SAFETY: `fd` was just returned by a successful open and is owned by no one else.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// Converts a `libc::stat64`.
+pub fn stat_from(st: &libc::stat64) -> Stat {
+    Stat {
+        dev: st.st_dev,
+        ino: st.st_ino,
+        mode: st.st_mode,
+        nlink: st.st_nlink,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        rdev: st.st_rdev,
+        size: st.st_size as u64,
+        blocks: st.st_blocks as u64,
+        blksize: st.st_blksize as u32,
+        atime: TimeSpec { sec: st.st_atime, nsec: st.st_atime_nsec },
+        mtime: TimeSpec { sec: st.st_mtime, nsec: st.st_mtime_nsec },
+        ctime: TimeSpec { sec: st.st_ctime, nsec: st.st_ctime_nsec },
+    }
+}
+
+fn fstatat(dirfd: RawFd, name: &CStr, flags: libc::c_int) -> io::Result<Stat> {
+    let mut st = std::mem::MaybeUninit::<libc::stat64>::uninit();
+    // SAFETY: `st` is a valid out pointer; `name` is NUL-terminated.
+    check(unsafe { libc::fstatat64(dirfd, name.as_ptr(), st.as_mut_ptr(), flags) })?;
+    // SAFETY: fstatat succeeded, so it filled `st`.
+    Ok(stat_from(unsafe { &st.assume_init() }))
+}
+
+fn timespec(t: SetTime) -> libc::timespec {
+    match t {
+        SetTime::Omit => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
+        SetTime::Now => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_NOW },
+        SetTime::At(t) => libc::timespec { tv_sec: t.sec, tv_nsec: t.nsec },
+    }
+}
+
+/// The path through /proc that names `name` inside the directory `fd`,
+/// for the calls (xattrs) that have no `*at` form. `name` is at most 255
+/// bytes, so the path stays short whatever the depth.
+fn proc_path(fd: RawFd, name: Option<&OsStr>) -> io::Result<CString> {
+    let mut p = format!("/proc/self/fd/{fd}").into_bytes();
+    if let Some(n) = name {
+        p.push(b'/');
+        p.extend_from_slice(n.as_bytes());
+    }
+    CString::new(p).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// Reads into a growing buffer with the "size 0 asks for the length" xattr
+/// convention.
+fn xattr_buf(mut call: impl FnMut(*mut libc::c_void, usize) -> libc::ssize_t) -> io::Result<Vec<u8>> {
+    loop {
+        let len = check_size(call(std::ptr::null_mut(), 0))?;
+        let mut buf = vec![0u8; len.max(1)];
+        match check_size(call(buf.as_mut_ptr().cast(), buf.len())) {
+            Ok(n) => {
+                buf.truncate(n);
+                return Ok(buf);
+            }
+            // It grew between the two calls: ask again.
+            Err(e) if e.raw_os_error() == Some(libc::ERANGE) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+impl DirStore {
+    /// A store rooted at `root`, which must be an existing directory.
+    pub fn new(root: impl AsRef<Path>) -> io::Result<Self> {
+        let root = root.as_ref().to_path_buf();
+        let md = std::fs::metadata(&root)?;
+        if !md.is_dir() {
+            return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+        }
+        Ok(DirStore { root })
+    }
+
+    /// The root path.
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    fn open_raw(dirfd: RawFd, name: &CStr, flags: libc::c_int, mode: u32) -> io::Result<OwnedFd> {
+        retry(|| {
+            // SAFETY: `name` is NUL-terminated; the mode is passed as the variadic argument.
+            check(unsafe { libc::openat(dirfd, name.as_ptr(), flags | libc::O_CLOEXEC, mode) }).map(owned)
+        })
+    }
+}
+
+impl Store for DirStore {
+    type Dir = Dir;
+    type File = File;
+
+    fn root(&self) -> io::Result<Dir> {
+        let p =
+            CString::new(self.root.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        Self::open_raw(libc::AT_FDCWD, &p, libc::O_RDONLY | libc::O_DIRECTORY, 0).map(Dir)
+    }
+
+    fn open_dir(&self, parent: &Dir, name: &OsStr) -> io::Result<Dir> {
+        let n = cstr(name)?;
+        Self::open_raw(parent.fd(), &n, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0).map(Dir)
+    }
+
+    fn stat(&self, t: Target<'_, Dir>) -> io::Result<Stat> {
+        match t {
+            Target::This(d) => fstatat(d.fd(), c"", libc::AT_EMPTY_PATH),
+            Target::Entry(d, n) => fstatat(d.fd(), &cstr(n)?, libc::AT_SYMLINK_NOFOLLOW),
+        }
+    }
+
+    fn list(&self, dir: &Dir) -> io::Result<Vec<DirEntry>> {
+        let fd = Self::open_raw(dir.fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+        let raw = fd.as_raw_fd();
+        // SAFETY: `raw` is an open directory descriptor; on success the DIR
+        // stream owns it, so we forget our OwnedFd.
+        let dp = unsafe { libc::fdopendir(raw) };
+        if dp.is_null() {
+            return Err(io::Error::last_os_error());
+        }
+        std::mem::forget(fd);
+        let mut out = Vec::new();
+        let result = loop {
+            // SAFETY: errno is thread-local; readdir64 needs it cleared to tell
+            // end of stream from failure.
+            unsafe { *libc::__errno_location() = 0 };
+            // SAFETY: `dp` is a valid open DIR stream.
+            let ent = unsafe { libc::readdir64(dp) };
+            if ent.is_null() {
+                let e = io::Error::last_os_error();
+                break if e.raw_os_error().unwrap_or(0) == 0 { Ok(()) } else { Err(e) };
+            }
+            // SAFETY: readdir64 returned a valid entry with a NUL-terminated name.
+            let (name, dtype) = unsafe { (CStr::from_ptr((*ent).d_name.as_ptr()), (*ent).d_type) };
+            let bytes = name.to_bytes();
+            if bytes == b"." || bytes == b".." {
+                continue;
+            }
+            let kind = match dtype {
+                libc::DT_DIR => Some(FileKind::Dir),
+                libc::DT_REG => Some(FileKind::File),
+                libc::DT_LNK => Some(FileKind::Symlink),
+                libc::DT_FIFO => Some(FileKind::Fifo),
+                libc::DT_SOCK => Some(FileKind::Socket),
+                libc::DT_CHR => Some(FileKind::CharDev),
+                libc::DT_BLK => Some(FileKind::BlockDev),
+                _ => None,
+            };
+            out.push(DirEntry { name: OsString::from_vec(bytes.to_vec()), kind });
+        };
+        // SAFETY: `dp` is valid and closed exactly once.
+        unsafe { libc::closedir(dp) };
+        result.map(|_| out)
+    }
+
+    fn sync_dir(&self, dir: &Dir) -> io::Result<()> {
+        retry(|| check(unsafe { libc::fsync(dir.fd()) }).map(drop))
+    }
+
+    fn mkdir(&self, parent: &Dir, name: &OsStr, mode: u32) -> io::Result<()> {
+        let n = cstr(name)?;
+        // SAFETY: valid descriptor and NUL-terminated name.
+        check(unsafe { libc::mkdirat(parent.fd(), n.as_ptr(), mode) }).map(drop)
+    }
+
+    fn mknod(&self, parent: &Dir, name: &OsStr, mode: u32, rdev: u64) -> io::Result<()> {
+        let n = cstr(name)?;
+        // SAFETY: valid descriptor and NUL-terminated name.
+        check(unsafe { libc::mknodat(parent.fd(), n.as_ptr(), mode, rdev) }).map(drop)
+    }
+
+    fn symlink(&self, target: &OsStr, parent: &Dir, name: &OsStr) -> io::Result<()> {
+        let (t, n) = (cstr(target)?, cstr(name)?);
+        // SAFETY: valid descriptor and NUL-terminated strings.
+        check(unsafe { libc::symlinkat(t.as_ptr(), parent.fd(), n.as_ptr()) }).map(drop)
+    }
+
+    fn readlink(&self, parent: &Dir, name: &OsStr) -> io::Result<OsString> {
+        let n = cstr(name)?;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
+        // SAFETY: `buf` is writable for its length.
+        let len = check_size(unsafe { libc::readlinkat(parent.fd(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) })?;
+        buf.truncate(len);
+        Ok(OsString::from_vec(buf))
+    }
+
+    fn link(&self, op: &Dir, on: &OsStr, np: &Dir, nn: &OsStr) -> io::Result<()> {
+        let (o, n) = (cstr(on)?, cstr(nn)?);
+        // SAFETY: valid descriptors and NUL-terminated names.
+        check(unsafe { libc::linkat(op.fd(), o.as_ptr(), np.fd(), n.as_ptr(), 0) }).map(drop)
+    }
+
+    fn unlink(&self, parent: &Dir, name: &OsStr) -> io::Result<()> {
+        let n = cstr(name)?;
+        // SAFETY: valid descriptor and NUL-terminated name.
+        check(unsafe { libc::unlinkat(parent.fd(), n.as_ptr(), 0) }).map(drop)
+    }
+
+    fn rmdir(&self, parent: &Dir, name: &OsStr) -> io::Result<()> {
+        let n = cstr(name)?;
+        // SAFETY: valid descriptor and NUL-terminated name.
+        check(unsafe { libc::unlinkat(parent.fd(), n.as_ptr(), libc::AT_REMOVEDIR) }).map(drop)
+    }
+
+    fn rename(&self, op: &Dir, on: &OsStr, np: &Dir, nn: &OsStr, flags: u32) -> io::Result<()> {
+        let (o, n) = (cstr(on)?, cstr(nn)?);
+        // SAFETY: valid descriptors and NUL-terminated names.
+        check(unsafe { libc::renameat2(op.fd(), o.as_ptr(), np.fd(), n.as_ptr(), flags) }).map(drop)
+    }
+
+    fn chmod(&self, t: Target<'_, Dir>, mode: u32) -> io::Result<()> {
+        match t {
+            // SAFETY: valid descriptor.
+            Target::This(d) => check(unsafe { libc::fchmod(d.fd(), mode) }).map(drop),
+            Target::Entry(d, n) => {
+                let n = cstr(n)?;
+                // SAFETY: valid descriptor and NUL-terminated name.
+                check(unsafe { libc::fchmodat(d.fd(), n.as_ptr(), mode, 0) }).map(drop)
+            }
+        }
+    }
+
+    fn chown(&self, t: Target<'_, Dir>, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+        let u = uid.unwrap_or(u32::MAX);
+        let g = gid.unwrap_or(u32::MAX);
+        match t {
+            // SAFETY: valid descriptor; -1 leaves an id unchanged.
+            Target::This(d) => check(unsafe { libc::fchown(d.fd(), u, g) }).map(drop),
+            Target::Entry(d, n) => {
+                let n = cstr(n)?;
+                // SAFETY: valid descriptor and NUL-terminated name.
+                check(unsafe { libc::fchownat(d.fd(), n.as_ptr(), u, g, libc::AT_SYMLINK_NOFOLLOW) }).map(drop)
+            }
+        }
+    }
+
+    fn utimens(&self, t: Target<'_, Dir>, atime: SetTime, mtime: SetTime) -> io::Result<()> {
+        let ts = [timespec(atime), timespec(mtime)];
+        match t {
+            // SAFETY: valid descriptor and a two-element array.
+            Target::This(d) => check(unsafe { libc::futimens(d.fd(), ts.as_ptr()) }).map(drop),
+            Target::Entry(d, n) => {
+                let n = cstr(n)?;
+                // SAFETY: valid descriptor, NUL-terminated name, two-element array.
+                check(unsafe { libc::utimensat(d.fd(), n.as_ptr(), ts.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) }).map(drop)
+            }
+        }
+    }
+
+    fn getxattr(&self, t: Target<'_, Dir>, name: &OsStr) -> io::Result<Vec<u8>> {
+        let n = cstr(name)?;
+        match t {
+            // SAFETY (both arms): the buffer pointer/length pair comes from xattr_buf.
+            Target::This(d) => xattr_buf(|p, l| unsafe { libc::fgetxattr(d.fd(), n.as_ptr(), p, l) }),
+            Target::Entry(d, e) => {
+                let path = proc_path(d.fd(), Some(e))?;
+                xattr_buf(|p, l| unsafe { libc::lgetxattr(path.as_ptr(), n.as_ptr(), p, l) })
+            }
+        }
+    }
+
+    fn setxattr(&self, t: Target<'_, Dir>, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
+        let n = cstr(name)?;
+        let (v, l) = (value.as_ptr().cast(), value.len());
+        match t {
+            // SAFETY: valid descriptor, name and value buffer.
+            Target::This(d) => check(unsafe { libc::fsetxattr(d.fd(), n.as_ptr(), v, l, flags) }).map(drop),
+            Target::Entry(d, e) => {
+                let path = proc_path(d.fd(), Some(e))?;
+                // SAFETY: valid path, name and value buffer.
+                check(unsafe { libc::lsetxattr(path.as_ptr(), n.as_ptr(), v, l, flags) }).map(drop)
+            }
+        }
+    }
+
+    fn listxattr(&self, t: Target<'_, Dir>) -> io::Result<Vec<u8>> {
+        match t {
+            // SAFETY (both arms): the buffer pointer/length pair comes from xattr_buf.
+            Target::This(d) => xattr_buf(|p, l| unsafe { libc::flistxattr(d.fd(), p.cast(), l) }),
+            Target::Entry(d, e) => {
+                let path = proc_path(d.fd(), Some(e))?;
+                xattr_buf(|p, l| unsafe { libc::llistxattr(path.as_ptr(), p.cast(), l) })
+            }
+        }
+    }
+
+    fn removexattr(&self, t: Target<'_, Dir>, name: &OsStr) -> io::Result<()> {
+        let n = cstr(name)?;
+        match t {
+            // SAFETY: valid descriptor and name.
+            Target::This(d) => check(unsafe { libc::fremovexattr(d.fd(), n.as_ptr()) }).map(drop),
+            Target::Entry(d, e) => {
+                let path = proc_path(d.fd(), Some(e))?;
+                // SAFETY: valid path and name.
+                check(unsafe { libc::lremovexattr(path.as_ptr(), n.as_ptr()) }).map(drop)
+            }
+        }
+    }
+
+    fn statfs(&self) -> io::Result<FsStats> {
+        let p =
+            CString::new(self.root.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let mut s = std::mem::MaybeUninit::<libc::statvfs64>::uninit();
+        // SAFETY: valid path and out pointer.
+        check(unsafe { libc::statvfs64(p.as_ptr(), s.as_mut_ptr()) })?;
+        // SAFETY: statvfs succeeded.
+        let s = unsafe { s.assume_init() };
+        let fr = s.f_frsize;
+        Ok(FsStats {
+            total: s.f_blocks * fr,
+            free: s.f_bfree * fr,
+            avail: s.f_bavail * fr,
+            files: s.f_files,
+            ffree: s.f_ffree,
+            namelen: s.f_namemax as u32,
+        })
+    }
+
+    fn open(&self, parent: &Dir, name: &OsStr, flags: i32, mode: u32) -> io::Result<File> {
+        let n = cstr(name)?;
+        Self::open_raw(parent.fd(), &n, flags | libc::O_NOFOLLOW, mode).map(File)
+    }
+
+    fn read_at(&self, f: &File, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        retry(|| {
+            // SAFETY: `buf` is writable for its length.
+            check_size(unsafe { libc::pread64(f.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), off as i64) })
+        })
+    }
+
+    fn write_at(&self, f: &File, data: &[u8], off: u64) -> io::Result<usize> {
+        retry(|| {
+            // SAFETY: `data` is readable for its length.
+            check_size(unsafe { libc::pwrite64(f.0.as_raw_fd(), data.as_ptr().cast(), data.len(), off as i64) })
+        })
+    }
+
+    fn fstat(&self, f: &File) -> io::Result<Stat> {
+        fstatat(f.0.as_raw_fd(), c"", libc::AT_EMPTY_PATH)
+    }
+
+    fn fsync(&self, f: &File, datasync: bool) -> io::Result<()> {
+        let fd = f.0.as_raw_fd();
+        retry(|| {
+            // SAFETY: valid descriptor.
+            check(unsafe {
+                if datasync {
+                    libc::fdatasync(fd)
+                } else {
+                    libc::fsync(fd)
+                }
+            })
+            .map(drop)
+        })
+    }
+
+    fn set_len(&self, f: &File, size: u64) -> io::Result<()> {
+        retry(|| check(unsafe { libc::ftruncate64(f.0.as_raw_fd(), size as i64) }).map(drop))
+    }
+
+    fn fallocate(&self, f: &File, mode: i32, off: u64, len: u64) -> io::Result<()> {
+        retry(|| {
+            // SAFETY: valid descriptor.
+            check(unsafe { libc::fallocate64(f.0.as_raw_fd(), mode, off as i64, len as i64) }).map(drop)
+        })
+    }
+
+    fn seek(&self, f: &File, off: i64, whence: i32) -> io::Result<i64> {
+        // SAFETY: valid descriptor. The descriptor may be shared, but only
+        // SEEK_DATA / SEEK_HOLE / SEEK_END answers are used, never its position.
+        let r = unsafe { libc::lseek64(f.0.as_raw_fd(), off, whence) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r)
+        }
+    }
+
+    fn copy_range(&self, src: &File, so: u64, dst: &File, d_o: u64, len: u64) -> io::Result<usize> {
+        let mut s = so as i64;
+        let mut d = d_o as i64;
+        retry(|| {
+            // SAFETY: valid descriptors and offset pointers.
+            check_size(unsafe {
+                libc::copy_file_range(src.0.as_raw_fd(), &mut s, dst.0.as_raw_fd(), &mut d, len as usize, 0)
+            })
+        })
+    }
+
+    fn file_chmod(&self, f: &File, mode: u32) -> io::Result<()> {
+        // SAFETY: valid descriptor.
+        check(unsafe { libc::fchmod(f.0.as_raw_fd(), mode) }).map(drop)
+    }
+
+    fn file_chown(&self, f: &File, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+        let (u, g) = (uid.unwrap_or(u32::MAX), gid.unwrap_or(u32::MAX));
+        // SAFETY: valid descriptor; -1 leaves an id unchanged.
+        check(unsafe { libc::fchown(f.0.as_raw_fd(), u, g) }).map(drop)
+    }
+
+    fn file_utimens(&self, f: &File, atime: SetTime, mtime: SetTime) -> io::Result<()> {
+        let ts = [timespec(atime), timespec(mtime)];
+        // SAFETY: valid descriptor and a two-element array.
+        check(unsafe { libc::futimens(f.0.as_raw_fd(), ts.as_ptr()) }).map(drop)
+    }
+
+    fn raw_fd<'a>(&self, f: &'a File) -> Option<BorrowedFd<'a>> {
+        Some(f.0.as_fd())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_ops_on_a_real_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = DirStore::new(tmp.path()).unwrap();
+        let root = s.root().unwrap();
+        s.mkdir(&root, OsStr::new("d"), 0o755).unwrap();
+        let d = s.open_dir(&root, OsStr::new("d")).unwrap();
+        let f = s.open(&d, OsStr::new("f"), libc::O_CREAT | libc::O_RDWR | libc::O_EXCL, 0o644).unwrap();
+        s.write_at(&f, b"hello", 0).unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(s.read_at(&f, &mut buf, 1).unwrap(), 4);
+        assert_eq!(&buf[..4], b"ello");
+        assert_eq!(s.fstat(&f).unwrap().size, 5);
+        let names: Vec<_> = s.list(&d).unwrap().into_iter().map(|e| e.name).collect();
+        assert_eq!(names, vec![OsString::from("f")]);
+        s.rename(&d, OsStr::new("f"), &root, OsStr::new("g"), 0).unwrap();
+        assert_eq!(s.stat(Target::Entry(&root, OsStr::new("g"))).unwrap().size, 5);
+        let e = s.stat(Target::Entry(&d, OsStr::new("f"))).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+        s.symlink(OsStr::new("g"), &root, OsStr::new("l")).unwrap();
+        assert_eq!(s.readlink(&root, OsStr::new("l")).unwrap(), OsString::from("g"));
+        s.unlink(&root, OsStr::new("l")).unwrap();
+        s.rmdir(&root, OsStr::new("d")).unwrap();
+    }
+
+    #[test]
+    fn xattrs_through_proc_paths() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = DirStore::new(tmp.path()).unwrap();
+        let root = s.root().unwrap();
+        drop(s.open(&root, OsStr::new("f"), libc::O_CREAT | libc::O_WRONLY, 0o644).unwrap());
+        let t = Target::Entry(&root, OsStr::new("f"));
+        match s.setxattr(t, OsStr::new("user.k"), b"v", 0) {
+            Ok(()) => {
+                assert_eq!(s.getxattr(t, OsStr::new("user.k")).unwrap(), b"v");
+                assert!(s.listxattr(t).unwrap().windows(7).any(|w| w == b"user.k\0"));
+                s.removexattr(t, OsStr::new("user.k")).unwrap();
+            }
+            // Some file systems used for /tmp have no user xattrs.
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP)),
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! lookup, mknod, mkdir, symlink, link, unlink, rmdir and the creation of
+//! new non-directories shared with create.
+
+use super::{check_name, is_reserved, Attr, Ctx, Volume};
+use crate::error::{err, Error, Result};
+use crate::event::EventKind;
+use crate::state::ns::{Ino, InodeRecord};
+use crate::store::{FileKind, Store, Target};
+use crate::tier::{Placement, Tier};
+use std::ffi::OsStr;
+use std::io;
+
+impl<S: Store> Volume<S> {
+    /// Looks up `name` in `parent`.
+    pub fn lookup(&self, parent: Ino, name: &OsStr) -> Result<Attr> {
+        check_name(name)?;
+        if is_reserved(parent, name) {
+            return err(libc::ENOENT);
+        }
+        for attempt in 0..2 {
+            match self.ns.lookup(parent, name)? {
+                Some((ino, _)) => match self.getattr(ino) {
+                    Ok(a) => return Ok(a),
+                    // The backing copy went away behind our back: look again.
+                    Err(e) if e.is(libc::ENOENT) && attempt == 0 => self.reconcile(parent, true)?,
+                    Err(e) => return Err(e),
+                },
+                None if attempt == 0 && !self.is_verified(parent) => self.reconcile(parent, false)?,
+                None => return err(libc::ENOENT),
+            }
+        }
+        err(libc::ENOENT)
+    }
+
+    fn parent_dir_record(&self, parent: Ino) -> Result<InodeRecord> {
+        let r = self.record(parent)?;
+        if r.kind != FileKind::Dir {
+            return err(libc::ENOTDIR);
+        }
+        Ok(r)
+    }
+
+    /// Owner of a new object: the caller, and the caller's group unless the
+    /// parent directory is set-group-ID (then the backing file system has
+    /// already given it the parent's group).
+    fn give_to_caller(&self, ctx: &Ctx, s: &S, pd: &S::Dir, name: &OsStr) -> io::Result<()> {
+        if !self.cfg.can_chown || (ctx.uid == 0 && ctx.gid == 0) {
+            return Ok(());
+        }
+        let setgid = s.stat(Target::This(pd))?.mode & libc::S_ISGID != 0;
+        let gid = if setgid { None } else { Some(ctx.gid) };
+        s.chown(Target::Entry(pd, name), Some(ctx.uid), gid)
+    }
+
+    /// Creates a non-directory with `make` on the tier chosen for new files
+    /// (falling back to the HDD when the SSD is full) and records it.
+    pub(crate) fn create_node<T>(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &OsStr,
+        kind: FileKind,
+        make: impl Fn(&S, &S::Dir) -> io::Result<T>,
+    ) -> Result<(Ino, Tier, T)> {
+        check_name(name)?;
+        if is_reserved(parent, name) {
+            return err(libc::EPERM);
+        }
+        self.reconcile(parent, false)?;
+        let _g = self.locks.lock(&[parent]);
+        self.parent_dir_record(parent)?;
+        if self.ns.lookup(parent, name)?.is_some() {
+            return err(libc::EEXIST);
+        }
+        let first = self.hooks().initial_tier(parent).unwrap_or(self.cfg.default_tier);
+        let mut result = None;
+        for t in [first, first.other()] {
+            let pd = self.tiers.dir(parent, t, true)?;
+            let s = self.tiers.store(t);
+            match make(s, &pd) {
+                Ok(x) => {
+                    if let Err(e) = self.give_to_caller(ctx, s, &pd, name) {
+                        let _ = s.unlink(&pd, name);
+                        return Err(e.into());
+                    }
+                    result = Some((t, x));
+                    break;
+                }
+                // No ENOSPC while the HDD has room.
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && t == Tier::Ssd => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let (t, x) = result.ok_or_else(|| Error::errno(libc::ENOSPC))?;
+        let ino = self.ns.alloc_ino()?;
+        let mut b = self.ns.batch();
+        b.link(parent, name, ino, kind).put_record(ino, &InodeRecord::new(kind, Placement::On(t)));
+        self.ns.commit(b, false)?;
+        self.touch_dir(parent, t);
+        if kind == FileKind::File {
+            self.emit(ino, EventKind::Create { placement: Placement::On(t), parent, size: 0 });
+        }
+        Ok((ino, t, x))
+    }
+
+    /// Creates a special file (fifo, socket, device) or an empty regular file.
+    pub fn mknod(&self, ctx: &Ctx, parent: Ino, name: &OsStr, mode: u32, umask: u32, rdev: u64) -> Result<Attr> {
+        let kind = FileKind::from_mode(mode).ok_or_else(|| Error::errno(libc::EINVAL))?;
+        if kind == FileKind::Dir || kind == FileKind::Symlink {
+            return err(libc::EINVAL);
+        }
+        let perm = mode & 0o7777 & !umask;
+        let (ino, _, _) =
+            self.create_node(ctx, parent, name, kind, |s, pd| s.mknod(pd, name, kind.mode_bits() | perm, rdev))?;
+        self.getattr(ino)
+    }
+
+    /// Creates a symbolic link.
+    pub fn symlink(&self, ctx: &Ctx, parent: Ino, name: &OsStr, target: &OsStr) -> Result<Attr> {
+        if target.len() >= libc::PATH_MAX as usize {
+            return err(libc::ENAMETOOLONG);
+        }
+        let (ino, _, _) =
+            self.create_node(ctx, parent, name, FileKind::Symlink, |s, pd| s.symlink(target, pd, name))?;
+        self.getattr(ino)
+    }
+
+    /// Creates a directory on the meta tier.
+    pub fn mkdir(&self, ctx: &Ctx, parent: Ino, name: &OsStr, mode: u32, umask: u32) -> Result<Attr> {
+        check_name(name)?;
+        if is_reserved(parent, name) {
+            return err(libc::EEXIST);
+        }
+        self.reconcile(parent, false)?;
+        let _g = self.locks.lock(&[parent]);
+        let mut prec = self.parent_dir_record(parent)?;
+        if self.ns.lookup(parent, name)?.is_some() {
+            return err(libc::EEXIST);
+        }
+        let meta = self.tiers.meta;
+        let pd = self.meta_dir(parent)?;
+        let s = self.tiers.store(meta);
+        s.mkdir(&pd, name, mode & 0o7777 & !umask)?;
+        if let Err(e) = self.give_to_caller(ctx, s, &pd, name) {
+            let _ = s.rmdir(&pd, name);
+            return Err(e.into());
+        }
+        let ino = self.ns.alloc_ino()?;
+        prec.subdirs += 1;
+        let mut b = self.ns.batch();
+        b.link(parent, name, ino, FileKind::Dir)
+            .put_record(ino, &InodeRecord::new(FileKind::Dir, Placement::On(meta)))
+            .put_record(parent, &prec);
+        self.ns.commit(b, false)?;
+        self.mark_verified(ino);
+        self.getattr(ino)
+    }
+
+    /// Adds the name `new_name` in `new_parent` for `ino`, on every tier
+    /// holding the file.
+    pub fn link(&self, ino: Ino, new_parent: Ino, new_name: &OsStr) -> Result<Attr> {
+        check_name(new_name)?;
+        if is_reserved(new_parent, new_name) {
+            return err(libc::EPERM);
+        }
+        self.reconcile(new_parent, false)?;
+        let rec = self.record(ino)?;
+        if rec.kind == FileKind::Dir {
+            return err(libc::EPERM);
+        }
+        let (p, n) = self.link_of(ino)?;
+        let _g = self.locks.lock(&[p, new_parent]);
+        self.parent_dir_record(new_parent)?;
+        if self.ns.lookup(new_parent, new_name)?.is_some() {
+            return err(libc::EEXIST);
+        }
+        let mut done = Vec::new();
+        for &t in rec.placement.tiers() {
+            let r = (|| -> Result<()> {
+                let src = self.tiers.dir(p, t, false)?;
+                let dst = self.tiers.dir(new_parent, t, true)?;
+                self.tiers.store(t).link(&src, &n, &dst, new_name)?;
+                Ok(())
+            })();
+            if let Err(e) = r {
+                for t in done {
+                    if let Ok(d) = self.tiers.dir(new_parent, t, false) {
+                        let _ = self.tiers.store(t).unlink(&d, new_name);
+                    }
+                }
+                return Err(e);
+            }
+            done.push(t);
+        }
+        let mut b = self.ns.batch();
+        b.link(new_parent, new_name, ino, rec.kind);
+        self.ns.commit(b, false)?;
+        self.touch_dir(new_parent, rec.placement.primary());
+        self.getattr(ino)
+    }
+
+    /// Removes a non-directory name.
+    pub fn unlink(&self, parent: Ino, name: &OsStr) -> Result<()> {
+        check_name(name)?;
+        let (ino, kind) = self.find(parent, name)?;
+        let _g = self.locks.lock(&[parent]);
+        if self.ns.lookup(parent, name)? != Some((ino, kind)) {
+            return err(libc::ENOENT);
+        }
+        if kind == FileKind::Dir {
+            return err(libc::EISDIR);
+        }
+        let rec = self.record(ino)?;
+        let primary = rec.placement.primary();
+        for &t in rec.placement.tiers() {
+            let d = match self.tiers.dir(parent, t, false) {
+                Ok(d) => d,
+                Err(e) if e.is(libc::ENOENT) && t != primary => continue,
+                Err(e) => return Err(e),
+            };
+            match self.tiers.store(t).unlink(&d, name) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && t != primary => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let last = self.ns.links(ino)?.len() <= 1;
+        let mut b = self.ns.batch();
+        b.unlink(parent, name, ino);
+        if last {
+            b.del_record(ino);
+        }
+        self.ns.commit(b, false)?;
+        self.touch_dir(parent, primary);
+        if last {
+            self.emit(ino, EventKind::Remove);
+        }
+        Ok(())
+    }
+
+    /// Removes an empty directory from every tier.
+    pub fn rmdir(&self, parent: Ino, name: &OsStr) -> Result<()> {
+        check_name(name)?;
+        if name == "." {
+            return err(libc::EINVAL);
+        }
+        let (ino, kind) = self.find(parent, name)?;
+        if kind != FileKind::Dir {
+            return err(libc::ENOTDIR);
+        }
+        self.reconcile(ino, false)?;
+        let _g = self.locks.lock(&[parent, ino]);
+        if self.ns.has_children(ino)? {
+            return err(libc::ENOTEMPTY);
+        }
+        let meta = self.tiers.meta;
+        // The other copy first, so a failure leaves the directory whole.
+        for t in [meta.other(), meta] {
+            let d = match self.tiers.dir(parent, t, false) {
+                Ok(d) => d,
+                Err(e) if e.is(libc::ENOENT) && t != meta => continue,
+                Err(e) => return Err(e),
+            };
+            match self.tiers.store(t).rmdir(&d, name) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && t != meta => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut prec = self.parent_dir_record(parent)?;
+        prec.subdirs = prec.subdirs.saturating_sub(1);
+        let mut b = self.ns.batch();
+        b.unlink(parent, name, ino).del_record(ino).put_record(parent, &prec);
+        self.ns.commit(b, false)?;
+        self.forget_dir(ino);
+        Ok(())
+    }
+
+    /// The entry `name` of `parent`, reconciling the directory first if a
+    /// miss could be a backing entry not seen yet.
+    pub(crate) fn find(&self, parent: Ino, name: &OsStr) -> Result<(Ino, FileKind)> {
+        if is_reserved(parent, name) {
+            return err(libc::ENOENT);
+        }
+        if let Some(x) = self.ns.lookup(parent, name)? {
+            return Ok(x);
+        }
+        if !self.is_verified(parent) {
+            self.reconcile(parent, false)?;
+            if let Some(x) = self.ns.lookup(parent, name)? {
+                return Ok(x);
+            }
+        }
+        err(libc::ENOENT)
+    }
+}

@@ -1,0 +1,530 @@
+//! open, create, read, write, flush, release, fsync, fallocate, lseek and
+//! copy_file_range.
+//!
+//! All handles of one inode share its [`OpenInode`]: one backing
+//! descriptor on the primary tier (opened read-write when possible) and,
+//! for a cached file, one on its SSD copy. A migration swaps them under the
+//! inode's I/O lock, so handles follow the file to its new tier.
+
+use super::{Attr, Ctx, IoMode, IoState, OpenInode, Volume};
+use crate::error::{err, Error, Result};
+use crate::event::EventKind;
+use crate::state::ns::Ino;
+use crate::store::{read_full, write_full, FileKind, SetTime, Store};
+use crate::tier::{Placement, Tier};
+use parking_lot::{Mutex, RwLock};
+use std::ffi::OsStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Attribute changes requested by setattr.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SetAttr {
+    /// New permission bits.
+    pub mode: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New size.
+    pub size: Option<u64>,
+    /// New access time.
+    pub atime: Option<SetTime>,
+    /// New modification time.
+    pub mtime: Option<SetTime>,
+}
+
+/// One open file handle.
+pub(crate) struct Handle<S: Store> {
+    pub ino: Ino,
+    pub oi: Arc<OpenInode<S>>,
+    pub write: bool,
+    pub append: bool,
+    pub sync: bool,
+    pub passthrough: bool,
+}
+
+/// The answer to open and create.
+pub struct Opened<S: Store> {
+    /// The handle number.
+    pub fh: u64,
+    /// For passthrough: the backing file the kernel should use, and its tier.
+    pub backing: Option<(Tier, Arc<S::File>)>,
+}
+
+impl<S: Store> std::fmt::Debug for Opened<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Opened(fh={}, passthrough={})", self.fh, self.backing.is_some())
+    }
+}
+
+const RDWR_FALLBACK: [i32; 4] = [libc::EACCES, libc::EPERM, libc::EROFS, libc::ETXTBSY];
+
+impl<S: Store> Volume<S> {
+    pub(crate) fn handle(&self, fh: u64) -> Result<Arc<Handle<S>>> {
+        self.handles.read().get(&fh).cloned().ok_or_else(|| Error::errno(libc::EBADF))
+    }
+
+    /// Opens the backing copies of a file: the primary read-write if
+    /// possible (else with the access the caller asked for), and the SSD
+    /// copy of a cached file.
+    fn open_backing(
+        &self,
+        ino: Ino,
+        placement: Placement,
+        want_write: bool,
+    ) -> Result<(Arc<S::File>, bool, Option<Arc<S::File>>)> {
+        let (p, n) = self.link_of(ino)?;
+        let t = placement.primary();
+        let d = self.tiers.dir(p, t, false)?;
+        let s = self.tiers.store(t);
+        let (primary, writable) = match s.open(&d, &n, libc::O_RDWR, 0) {
+            Ok(f) => (f, true),
+            Err(e) if RDWR_FALLBACK.contains(&e.raw_os_error().unwrap_or(0)) => {
+                let acc = if want_write { libc::O_WRONLY } else { libc::O_RDONLY };
+                (s.open(&d, &n, acc, 0)?, want_write)
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let copy = if placement == Placement::Cached {
+            let r = self
+                .tiers
+                .dir(p, Tier::Ssd, false)
+                .and_then(|d| Ok(self.tiers.store(Tier::Ssd).open(&d, &n, libc::O_RDWR, 0)?));
+            match r {
+                Ok(f) => Some(Arc::new(f)),
+                Err(e) => {
+                    tracing::warn!(ino, error = %e, "cached copy cannot be opened; dropping it");
+                    self.hooks().copy_failed(ino);
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Ok((Arc::new(primary), writable, copy))
+    }
+
+    /// The open state of `ino`, creating it (and one handle count) if needed.
+    fn acquire(&self, ino: Ino, want_write: bool, created: Option<(Tier, S::File)>) -> Result<Arc<OpenInode<S>>> {
+        let _pl = self.ilocks.get(ino).read();
+        if let Some(oi) = self.open.lock().get(&ino).cloned() {
+            let mut io = oi.io.write();
+            if want_write && !io.writable {
+                return err(libc::EACCES);
+            }
+            io.handles += 1;
+            drop(io);
+            return Ok(oi);
+        }
+        let (placement, primary, writable, copy) = match created {
+            Some((t, f)) => (Placement::On(t), Arc::new(f), true, None),
+            None => {
+                let rec = self.record(ino)?;
+                if rec.kind != FileKind::File {
+                    return err(if rec.kind == FileKind::Dir { libc::EISDIR } else { libc::EINVAL });
+                }
+                let (p, w, c) = self.open_backing(ino, rec.placement, want_write)?;
+                let placement = if rec.placement == Placement::Cached && c.is_none() {
+                    Placement::On(Tier::Hdd)
+                } else {
+                    rec.placement
+                };
+                (placement, p, w, c)
+            }
+        };
+        let size = self.tiers.store(placement.primary()).fstat(&primary)?.size;
+        let oi = Arc::new(OpenInode {
+            ino,
+            io: RwLock::new(IoState { placement, primary, copy, writable, handles: 0, passthrough: 0 }),
+            append: Mutex::new(()),
+            size: AtomicU64::new(size),
+            version: AtomicU64::new(0),
+        });
+        let mut map = self.open.lock();
+        let oi = map.entry(ino).or_insert(oi).clone();
+        oi.io.write().handles += 1;
+        Ok(oi)
+    }
+
+    /// Registers a handle on an acquired inode and decides passthrough.
+    fn register(&self, ino: Ino, oi: Arc<OpenInode<S>>, flags: i32) -> Opened<S> {
+        let acc = flags & libc::O_ACCMODE;
+        let write = acc != libc::O_RDONLY;
+        let mut backing = None;
+        let (read_tier, size) = {
+            let mut io = oi.io.write();
+            if self.io_mode() == IoMode::Passthrough {
+                backing = if !write {
+                    match &io.copy {
+                        Some(c) => Some((Tier::Ssd, c.clone())),
+                        None => Some((io.placement.primary(), io.primary.clone())),
+                    }
+                } else {
+                    match io.placement {
+                        Placement::On(t)
+                            if io.writable && (t == Tier::Hdd || self.hooks().passthrough_write_ok(ino)) =>
+                        {
+                            Some((t, io.primary.clone()))
+                        }
+                        _ => None,
+                    }
+                };
+                if let Some((t, f)) = &backing {
+                    if self.tiers.store(*t).raw_fd(f).is_none() {
+                        backing = None;
+                    }
+                }
+                if backing.is_some() {
+                    io.passthrough += 1;
+                }
+            }
+            (io.placement.read_tier(), oi.size.load(Ordering::Acquire))
+        };
+        let h = Handle {
+            ino,
+            oi,
+            write,
+            append: flags & libc::O_APPEND != 0,
+            sync: flags & (libc::O_SYNC | libc::O_DSYNC) != 0,
+            passthrough: backing.is_some(),
+        };
+        let fh = self.new_fh();
+        self.handles.write().insert(fh, Arc::new(h));
+        self.emit(ino, EventKind::Open { write, tier: read_tier, size, passthrough: backing.is_some() });
+        Opened { fh, backing }
+    }
+
+    /// The kernel refused passthrough for a handle: count it as userspace.
+    pub fn unpassthrough(&self, fh: u64) {
+        let mut hs = self.handles.write();
+        if let Some(h) = hs.get(&fh).cloned() {
+            if h.passthrough {
+                let mut io = h.oi.io.write();
+                io.passthrough = io.passthrough.saturating_sub(1);
+                drop(io);
+                let nh = Handle {
+                    ino: h.ino,
+                    oi: h.oi.clone(),
+                    write: h.write,
+                    append: h.append,
+                    sync: h.sync,
+                    passthrough: false,
+                };
+                hs.insert(fh, Arc::new(nh));
+            }
+        }
+    }
+
+    /// Opens a regular file.
+    pub fn open(&self, ino: Ino, flags: i32) -> Result<Opened<S>> {
+        let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let oi = self.acquire(ino, write, None)?;
+        Ok(self.register(ino, oi, flags))
+    }
+
+    /// Creates and opens a regular file.
+    pub fn create(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Result<(Attr, Opened<S>)> {
+        let perm = mode & 0o7777 & !umask;
+        let (ino, t, f) = self.create_node(ctx, parent, name, FileKind::File, |s, pd| {
+            s.open(pd, name, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, perm)
+        })?;
+        let oi = self.acquire(ino, true, Some((t, f)))?;
+        let opened = self.register(ino, oi, flags);
+        match self.getattr(ino) {
+            Ok(a) => Ok((a, opened)),
+            Err(e) => {
+                let _ = self.release(opened.fh);
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads up to `size` bytes at `off`.
+    pub fn read(&self, fh: u64, off: u64, size: u32) -> Result<Vec<u8>> {
+        let h = self.handle(fh)?;
+        let mut buf = vec![0u8; size as usize];
+        let (n, tier) = {
+            let io = h.oi.io.read();
+            let from_copy = io.copy.as_ref().map(|c| read_full(self.tiers.store(Tier::Ssd), c, &mut buf, off));
+            match from_copy {
+                Some(Ok(n)) => (n, Tier::Ssd),
+                other => {
+                    if let Some(Err(e)) = other {
+                        tracing::warn!(ino = h.ino, error = %e, "read from cached copy failed; using the primary");
+                        self.hooks().copy_failed(h.ino);
+                    }
+                    let t = io.placement.primary();
+                    (read_full(self.tiers.store(t), &io.primary, &mut buf, off)?, t)
+                }
+            }
+        };
+        buf.truncate(n);
+        self.emit(h.ino, EventKind::Read { off, len: n as u64, tier });
+        Ok(buf)
+    }
+
+    /// Writes `data` at `off` (at the end for O_APPEND handles). A write to
+    /// the SSD that finds no room there makes the cleaner free space or,
+    /// failing that, moves the file to the HDD and writes there.
+    pub fn write(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
+        let h = self.handle(fh)?;
+        if !h.write {
+            return err(libc::EBADF);
+        }
+        let hooks = self.hooks();
+        let len = data.len() as u64;
+        for _attempt in 0..4 {
+            let io = h.oi.io.read();
+            if !io.writable {
+                return err(libc::EBADF);
+            }
+            let _append = h.append.then(|| h.oi.append.lock());
+            let t = io.placement.primary();
+            let s = self.tiers.store(t);
+            let cur = if h.append { s.fstat(&io.primary)?.size } else { h.oi.size.load(Ordering::Acquire) };
+            let off = if h.append { cur } else { off };
+            let end = off + len;
+            let growth = end.saturating_sub(cur);
+            let ssd = io.placement.uses_ssd();
+            if ssd && growth > 0 && !hooks.reserve_ssd(h.ino, growth) {
+                drop(_append);
+                drop(io);
+                self.no_ssd_room(h.ino, growth)?;
+                continue;
+            }
+            let r = write_full(s, &io.primary, data, off);
+            if let Err(e) = r {
+                if ssd && growth > 0 {
+                    hooks.release_ssd(growth);
+                }
+                if e.raw_os_error() == Some(libc::ENOSPC) && t == Tier::Ssd {
+                    drop(_append);
+                    drop(io);
+                    if !hooks.ssd_full(h.ino, len) {
+                        self.no_ssd_room(h.ino, len)?;
+                    }
+                    continue;
+                }
+                return Err(e.into());
+            }
+            if let Some(c) = &io.copy {
+                if let Err(e) = write_full(self.tiers.store(Tier::Ssd), c, data, off) {
+                    tracing::warn!(ino = h.ino, error = %e, "write-through to cached copy failed; dropping it");
+                    hooks.copy_failed(h.ino);
+                }
+            }
+            let old = h.oi.size.fetch_max(end, Ordering::AcqRel);
+            if ssd && growth > end.saturating_sub(old) {
+                // Another writer extended the file meanwhile.
+                hooks.release_ssd(growth - end.saturating_sub(old));
+            }
+            h.oi.version.fetch_add(1, Ordering::AcqRel);
+            if h.sync {
+                s.fsync(&io.primary, true)?;
+            }
+            drop(_append);
+            drop(io);
+            self.emit(h.ino, EventKind::Write { off, len, tier: t, size: old.max(end) });
+            return Ok(data.len() as u32);
+        }
+        err(libc::ENOSPC)
+    }
+
+    /// The SSD has no room for `ino` to grow: a cached copy is dropped, a
+    /// file living on the SSD is moved to the HDD (by the engine).
+    fn no_ssd_room(&self, ino: Ino, bytes: u64) -> Result<()> {
+        let hooks = self.hooks();
+        let placement = self.open_inode(ino).map(|o| o.placement());
+        match placement {
+            Some(Placement::Cached) => {
+                hooks.copy_failed(ino);
+                self.drop_copy_now(ino)
+            }
+            Some(Placement::On(Tier::Ssd)) => {
+                if hooks.ssd_full(ino, bytes) {
+                    return Ok(());
+                }
+                self.evacuate(ino)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Flush on close of one descriptor: nothing is buffered here.
+    pub fn flush(&self, fh: u64) -> Result<()> {
+        self.handle(fh).map(drop)
+    }
+
+    /// Makes a file durable.
+    pub fn fsync(&self, fh: u64, datasync: bool) -> Result<()> {
+        let h = self.handle(fh)?;
+        let io = h.oi.io.read();
+        self.tiers.store(io.placement.primary()).fsync(&io.primary, datasync)?;
+        if let Some(c) = &io.copy {
+            self.tiers.store(Tier::Ssd).fsync(c, datasync)?;
+        }
+        Ok(())
+    }
+
+    /// Closes a handle; the last one closes the backing descriptors.
+    pub fn release(&self, fh: u64) -> Result<()> {
+        let h = self.handles.write().remove(&fh).ok_or_else(|| Error::errno(libc::EBADF))?;
+        let last = {
+            let mut map = self.open.lock();
+            let mut io = h.oi.io.write();
+            io.handles = io.handles.saturating_sub(1);
+            if h.passthrough {
+                io.passthrough = io.passthrough.saturating_sub(1);
+            }
+            let last = io.handles == 0;
+            if last {
+                map.remove(&h.ino);
+            }
+            last
+        };
+        if last || h.passthrough {
+            let size = {
+                let io = h.oi.io.read();
+                self.tiers.store(io.placement.primary()).fstat(&io.primary).map(|s| s.size).unwrap_or(0)
+            };
+            if h.passthrough && h.write {
+                let old = h.oi.size.swap(size, Ordering::AcqRel);
+                let io = h.oi.io.read();
+                if io.placement.uses_ssd() {
+                    let hooks = self.hooks();
+                    if size > old {
+                        // Passthrough writes bypassed the accounting: settle now.
+                        hooks.reserve_ssd(h.ino, size - old);
+                    } else if size < old {
+                        hooks.release_ssd(old - size);
+                    }
+                }
+            }
+            if last {
+                self.emit(h.ino, EventKind::Close { size });
+            }
+        }
+        Ok(())
+    }
+
+    /// fallocate(2) on the primary (and the cached copy).
+    pub fn fallocate(&self, fh: u64, off: u64, len: u64, mode: i32) -> Result<()> {
+        let h = self.handle(fh)?;
+        if !h.write {
+            return err(libc::EBADF);
+        }
+        let io = h.oi.io.read();
+        let t = io.placement.primary();
+        let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let cur = h.oi.size.load(Ordering::Acquire);
+        let end = off + len;
+        let growth = if keep || mode & libc::FALLOC_FL_PUNCH_HOLE != 0 { 0 } else { end.saturating_sub(cur) };
+        let hooks = self.hooks();
+        if io.placement.uses_ssd() && growth > 0 && !hooks.reserve_ssd(h.ino, growth) {
+            return err(libc::ENOSPC);
+        }
+        if let Err(e) = self.tiers.store(t).fallocate(&io.primary, mode, off, len) {
+            if io.placement.uses_ssd() && growth > 0 {
+                hooks.release_ssd(growth);
+            }
+            return Err(e.into());
+        }
+        if let Some(c) = &io.copy {
+            if self.tiers.store(Tier::Ssd).fallocate(c, mode, off, len).is_err() {
+                hooks.copy_failed(h.ino);
+            }
+        }
+        h.oi.version.fetch_add(1, Ordering::AcqRel);
+        if growth > 0 {
+            h.oi.size.fetch_max(end, Ordering::AcqRel);
+            self.emit(h.ino, EventKind::Resize { size: end });
+        }
+        Ok(())
+    }
+
+    /// lseek(2); only SEEK_DATA, SEEK_HOLE and SEEK_END need the file.
+    pub fn lseek(&self, fh: u64, off: i64, whence: i32) -> Result<i64> {
+        let h = self.handle(fh)?;
+        let io = h.oi.io.read();
+        Ok(self.tiers.store(io.placement.primary()).seek(&io.primary, off, whence)?)
+    }
+
+    /// copy_file_range(2). Within one tier (and no cached copy to keep in
+    /// step) the backing file system copies; otherwise the data passes
+    /// through the daemon in 1 MiB pieces.
+    pub fn copy_file_range(&self, fh_in: u64, off_in: u64, fh_out: u64, off_out: u64, len: u64) -> Result<u64> {
+        let hin = self.handle(fh_in)?;
+        let hout = self.handle(fh_out)?;
+        if !hout.write || hout.append {
+            return err(libc::EBADF);
+        }
+        let len = len.min(16 << 20);
+        if hin.ino != hout.ino {
+            let same = {
+                let (i, o) = (hin.oi.io.read(), hout.oi.io.read());
+                match (i.copy.is_none(), o.placement) {
+                    (true, Placement::On(t)) if i.placement.primary() == t && t == Tier::Hdd => {
+                        Some(self.tiers.store(t).copy_range(&i.primary, off_in, &o.primary, off_out, len))
+                    }
+                    _ => None,
+                }
+            };
+            if let Some(r) = same {
+                match r {
+                    Ok(n) => {
+                        let end = off_out + n as u64;
+                        let old = hout.oi.size.fetch_max(end, Ordering::AcqRel);
+                        hout.oi.version.fetch_add(1, Ordering::AcqRel);
+                        self.emit(hin.ino, EventKind::Read { off: off_in, len: n as u64, tier: Tier::Hdd });
+                        self.emit(
+                            hout.ino,
+                            EventKind::Write { off: off_out, len: n as u64, tier: Tier::Hdd, size: old.max(end) },
+                        );
+                        return Ok(n as u64);
+                    }
+                    Err(e)
+                        if ![libc::EXDEV, libc::EINVAL, libc::EOPNOTSUPP, libc::ENOSYS]
+                            .contains(&e.raw_os_error().unwrap_or(0)) =>
+                    {
+                        return Err(e.into())
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        let mut done = 0u64;
+        while done < len {
+            let chunk = (len - done).min(1 << 20) as u32;
+            let buf = self.read(fh_in, off_in + done, chunk)?;
+            if buf.is_empty() {
+                break;
+            }
+            let n = self.write(fh_out, off_out + done, &buf)? as u64;
+            done += n;
+            if n < buf.len() as u64 {
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    /// Moves a file that lives on the SSD to the HDD now (foreground), for a
+    /// write that cannot get SSD space. Handles follow the file.
+    pub(crate) fn evacuate(&self, ino: Ino) -> Result<()> {
+        self.migrate(ino, crate::migrate::Move::Demote, &crate::migrate::NoCrash).map(drop)
+    }
+
+    /// Drops the SSD copy of a cached file now.
+    pub(crate) fn drop_copy_now(&self, ino: Ino) -> Result<()> {
+        self.migrate(ino, crate::migrate::Move::DropCopy, &crate::migrate::NoCrash).map(drop)
+    }
+}

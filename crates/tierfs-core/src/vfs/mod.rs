@@ -1,0 +1,428 @@
+//! The file system operations of a tierfs volume, independent of FUSE.
+//!
+//! A [`Volume`] joins two [`Store`]s (SSD and HDD) and the state database
+//! into one namespace. The state database is authoritative for names,
+//! inode numbers and placement; the stores hold data and attributes.
+//! `tierfs-fuse` turns kernel requests into calls of these methods; tests
+//! call them directly, over in-memory stores.
+//!
+//! Invariants (see ARCHITECTURE.md):
+//! - every directory exists on the meta tier; its copy there carries the
+//!   directory's attributes; copies on the other tier are containers made
+//!   when a file needs them;
+//! - a non-directory lives on exactly the tiers its placement names, at the
+//!   same relative path; hard links are kept on those tiers;
+//! - `.tierfs` at the root of each tier is tierfs's own and is hidden.
+
+mod attr;
+mod dir;
+mod entry;
+mod file;
+mod locks;
+mod reconcile;
+mod rename;
+pub mod tiers;
+mod xattr;
+
+pub use dir::DirEntryOut;
+pub use file::{Opened, SetAttr};
+pub use reconcile::Conflict;
+
+use crate::clock::{Clock, Timestamp};
+use crate::error::{err, Error, Result};
+use crate::event::{Event, EventKind, EventSink};
+use crate::state::ns::{Ino, InodeRecord, Namespace, ROOT_INO};
+use crate::store::{FileKind, Stat, Store, Target, TimeSpec};
+use crate::tier::{Placement, Tier};
+use locks::{DirLocks, InodeLocks};
+use parking_lot::{Mutex, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tiers::{Tiers, RESERVED};
+
+/// How file data moves between the application and the backing files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IoMode {
+    /// The kernel reads and writes the backing file itself (FUSE
+    /// passthrough); only opens and closes reach the daemon.
+    Passthrough,
+    /// Every read and write goes through the daemon.
+    Userspace,
+}
+
+/// The caller of an operation.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ctx {
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+    /// Process id.
+    pub pid: u32,
+}
+
+/// Attributes as tierfs reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attr {
+    /// tierfs inode number.
+    pub ino: Ino,
+    /// Type.
+    pub kind: FileKind,
+    /// Permission bits (12 bits).
+    pub perm: u16,
+    /// Hard links.
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Device number.
+    pub rdev: u32,
+    /// Size.
+    pub size: u64,
+    /// 512-byte blocks.
+    pub blocks: u64,
+    /// Preferred I/O size.
+    pub blksize: u32,
+    /// Access time.
+    pub atime: TimeSpec,
+    /// Modification time.
+    pub mtime: TimeSpec,
+    /// Status change time.
+    pub ctime: TimeSpec,
+}
+
+/// Capacity of the whole volume.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VolStats {
+    /// Block size used below.
+    pub bsize: u32,
+    /// Total blocks.
+    pub blocks: u64,
+    /// Free blocks.
+    pub bfree: u64,
+    /// Free blocks for unprivileged users.
+    pub bavail: u64,
+    /// Total inodes.
+    pub files: u64,
+    /// Free inodes.
+    pub ffree: u64,
+    /// Longest name.
+    pub namelen: u32,
+}
+
+/// What the tiering engine tells the file system, and what it is told.
+/// Every method has a neutral default so a volume works without one.
+pub trait Hooks: Send + Sync {
+    /// The tier for a new non-directory in `parent`; `None` uses the
+    /// volume's default.
+    fn initial_tier(&self, _parent: Ino) -> Option<Tier> {
+        None
+    }
+    /// Asks for `bytes` more SSD space for `ino`. `false` means no room
+    /// under the configured capacity even after cleaning.
+    fn reserve_ssd(&self, _ino: Ino, _bytes: u64) -> bool {
+        true
+    }
+    /// Returns SSD space.
+    fn release_ssd(&self, _bytes: u64) {}
+    /// The SSD is really full: free space if possible (the cleaner).
+    /// Returns true if something was freed and a retry may succeed.
+    fn ssd_full(&self, _ino: Ino, _bytes: u64) -> bool {
+        false
+    }
+    /// Writing the SSD copy of a cached file failed: the copy must go.
+    fn copy_failed(&self, _ino: Ino) {}
+    /// May a writable open of this SSD-resident file use passthrough (no
+    /// per-write space checks)? Default: yes.
+    fn passthrough_write_ok(&self, _ino: Ino) -> bool {
+        true
+    }
+}
+
+/// A volume without tiering engine.
+#[derive(Debug, Default)]
+pub struct NoHooks;
+impl Hooks for NoHooks {}
+
+/// Settings of a volume.
+#[derive(Clone, Debug)]
+pub struct VolumeConfig {
+    /// Data path.
+    pub io_mode: IoMode,
+    /// Tier of new files when the hooks do not choose.
+    pub default_tier: Tier,
+    /// Tier carrying directory attributes.
+    pub meta_tier: Tier,
+    /// The daemon may give files away (runs as root).
+    pub can_chown: bool,
+}
+
+impl Default for VolumeConfig {
+    fn default() -> Self {
+        VolumeConfig {
+            io_mode: IoMode::Userspace,
+            default_tier: Tier::Hdd,
+            meta_tier: Tier::Ssd,
+            // SAFETY: geteuid has no preconditions.
+            can_chown: unsafe { libc::geteuid() } == 0,
+        }
+    }
+}
+
+/// An open regular file: the backing descriptors shared by its handles.
+pub struct OpenInode<S: Store> {
+    /// The inode.
+    pub ino: Ino,
+    pub(crate) io: RwLock<IoState<S>>,
+    append: Mutex<()>,
+    /// Size as last known through tierfs (writes, truncates, opens).
+    pub size: AtomicU64,
+    /// Bumped on every change of data made through tierfs; a migration
+    /// compares it before and after copying.
+    pub version: AtomicU64,
+}
+
+pub(crate) struct IoState<S: Store> {
+    pub placement: Placement,
+    pub primary: Arc<S::File>,
+    pub copy: Option<Arc<S::File>>,
+    pub writable: bool,
+    pub handles: u32,
+    pub passthrough: u32,
+}
+
+impl<S: Store> OpenInode<S> {
+    /// Current placement as seen by open handles.
+    pub fn placement(&self) -> Placement {
+        self.io.read().placement
+    }
+    /// Open handles and how many use passthrough.
+    pub fn handle_counts(&self) -> (u32, u32) {
+        let s = self.io.read();
+        (s.handles, s.passthrough)
+    }
+}
+
+/// One tierfs volume. See the module documentation.
+pub struct Volume<S: Store> {
+    /// The stores.
+    pub tiers: Tiers<S>,
+    /// The namespace in the state database.
+    pub ns: Namespace,
+    /// Settings.
+    pub cfg: VolumeConfig,
+    pub(crate) locks: DirLocks,
+    pub(crate) ilocks: InodeLocks,
+    verified: Mutex<HashSet<Ino>>,
+    open: Mutex<HashMap<Ino, Arc<OpenInode<S>>>>,
+    handles: RwLock<HashMap<u64, Arc<file::Handle<S>>>>,
+    dir_handles: Mutex<HashMap<u64, Arc<Vec<DirEntryOut>>>>,
+    next_fh: AtomicU64,
+    io_mode: std::sync::atomic::AtomicBool,
+    events: Arc<dyn EventSink>,
+    hooks: RwLock<Arc<dyn Hooks>>,
+    clock: Arc<dyn Clock>,
+    conflicts: Mutex<Vec<Conflict>>,
+    adopted_links: Mutex<HashMap<(Tier, u64, u64), Ino>>,
+}
+
+impl<S: Store> std::fmt::Debug for Volume<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Volume({:?})", self.cfg)
+    }
+}
+
+/// Longest name a component may have.
+pub const NAME_MAX: usize = 255;
+
+/// Rejects names the kernel lets through but no local file system takes.
+pub fn check_name(name: &OsStr) -> Result<()> {
+    if name.len() > NAME_MAX {
+        return err(libc::ENAMETOOLONG);
+    }
+    if name.is_empty() || name.as_bytes().contains(&b'/') {
+        return err(libc::EINVAL);
+    }
+    Ok(())
+}
+
+/// True for the name tierfs keeps for itself at the root.
+pub fn is_reserved(parent: Ino, name: &OsStr) -> bool {
+    parent == ROOT_INO && name.as_bytes() == RESERVED.as_bytes()
+}
+
+impl<S: Store> Volume<S> {
+    /// Opens a volume over two stores and a namespace. Creates the root
+    /// record on first use.
+    pub fn new(
+        ssd: S,
+        hdd: S,
+        ns: Namespace,
+        cfg: VolumeConfig,
+        events: Arc<dyn EventSink>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self> {
+        let tiers = Tiers::new(ssd, hdd, ns.clone(), cfg.meta_tier);
+        let passthrough = cfg.io_mode == IoMode::Passthrough;
+        let v = Volume {
+            io_mode: std::sync::atomic::AtomicBool::new(passthrough),
+            tiers,
+            ns,
+            cfg,
+            locks: DirLocks::new(),
+            ilocks: InodeLocks::new(),
+            verified: Mutex::new(HashSet::new()),
+            open: Mutex::new(HashMap::new()),
+            handles: RwLock::new(HashMap::new()),
+            dir_handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            events,
+            hooks: RwLock::new(Arc::new(NoHooks)),
+            clock,
+            conflicts: Mutex::new(Vec::new()),
+            adopted_links: Mutex::new(HashMap::new()),
+        };
+        if v.ns.record(ROOT_INO)?.is_none() {
+            let mut b = v.ns.batch();
+            b.put_record(ROOT_INO, &InodeRecord::new(FileKind::Dir, Placement::On(v.cfg.meta_tier)));
+            v.ns.commit(b, true)?;
+        }
+        Ok(v)
+    }
+
+    /// The I/O mode in force (passthrough can be turned off at mount time
+    /// when the kernel does not offer it).
+    pub fn io_mode(&self) -> IoMode {
+        if self.io_mode.load(Ordering::Relaxed) {
+            IoMode::Passthrough
+        } else {
+            IoMode::Userspace
+        }
+    }
+
+    /// Sets the I/O mode (before any file is opened).
+    pub fn set_io_mode(&self, m: IoMode) {
+        self.io_mode.store(m == IoMode::Passthrough, Ordering::Relaxed);
+    }
+
+    /// Installs the tiering engine's hooks.
+    pub fn set_hooks(&self, h: Arc<dyn Hooks>) {
+        *self.hooks.write() = h;
+    }
+
+    pub(crate) fn hooks(&self) -> Arc<dyn Hooks> {
+        self.hooks.read().clone()
+    }
+
+    /// The clock of this volume.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    pub(crate) fn emit(&self, ino: Ino, kind: EventKind) {
+        self.events.record(Event { ino, time: self.clock.now(), kind });
+    }
+
+    pub(crate) fn new_fh(&self) -> u64 {
+        self.next_fh.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The record of an inode, or ENOENT.
+    pub fn record(&self, ino: Ino) -> Result<InodeRecord> {
+        self.ns.record(ino)?.ok_or_else(|| Error::errno(libc::ENOENT))
+    }
+
+    /// One name of an inode, or ENOENT.
+    pub fn link_of(&self, ino: Ino) -> Result<(Ino, OsString)> {
+        self.ns.first_link(ino)?.ok_or_else(|| Error::errno(libc::ENOENT))
+    }
+
+    /// The open state of an inode, if it has open handles.
+    pub fn open_inode(&self, ino: Ino) -> Option<Arc<OpenInode<S>>> {
+        self.open.lock().get(&ino).cloned()
+    }
+
+    /// Every inode with open handles.
+    pub fn open_inodes(&self) -> Vec<Arc<OpenInode<S>>> {
+        self.open.lock().values().cloned().collect()
+    }
+
+    /// Conflicts found while adopting existing data (same path on both tiers).
+    pub fn conflicts(&self) -> Vec<Conflict> {
+        self.conflicts.lock().clone()
+    }
+
+    /// Stats a non-directory's copy on tier `t`.
+    pub(crate) fn stat_on(&self, parent: Ino, name: &OsStr, t: Tier) -> Result<Stat> {
+        let d = self.tiers.dir(parent, t, false)?;
+        Ok(self.tiers.store(t).stat(Target::Entry(&d, name))?)
+    }
+
+    /// The meta-tier copy of a directory.
+    pub(crate) fn meta_dir(&self, ino: Ino) -> Result<Arc<S::Dir>> {
+        self.tiers.dir(ino, self.tiers.meta, false)
+    }
+
+    /// After a change of entries of `dir` on a tier other than the meta
+    /// tier, moves the meta copy's mtime (and so ctime) as a local file
+    /// system would move the directory's.
+    pub(crate) fn touch_dir(&self, dir: Ino, changed_on: Tier) {
+        if changed_on == self.tiers.meta {
+            return;
+        }
+        if let Ok(d) = self.meta_dir(dir) {
+            let s = self.tiers.store(self.tiers.meta);
+            let _ = s.utimens(Target::This(&d), crate::store::SetTime::Omit, crate::store::SetTime::Now);
+        }
+    }
+
+    /// Builds reported attributes from a backing stat and the record.
+    pub(crate) fn make_attr(&self, ino: Ino, rec: &InodeRecord, st: &Stat) -> Attr {
+        let nlink = if rec.kind == FileKind::Dir { 2 + rec.subdirs } else { st.nlink.min(u32::MAX as u64) as u32 };
+        let ctime = match rec.ctime_fix {
+            Some(f) if f.backing == st.ctime => f.logical,
+            _ => st.ctime,
+        };
+        Attr {
+            ino,
+            kind: rec.kind,
+            perm: (st.mode & 0o7777) as u16,
+            nlink,
+            uid: st.uid,
+            gid: st.gid,
+            rdev: st.rdev as u32,
+            size: st.size,
+            blocks: st.blocks,
+            blksize: st.blksize,
+            atime: st.atime,
+            mtime: st.mtime,
+            ctime,
+        }
+    }
+
+    /// Drops the cached state of a removed directory.
+    pub(crate) fn forget_dir(&self, ino: Ino) {
+        self.tiers.forget_dir(ino);
+        self.verified.lock().remove(&ino);
+    }
+
+    /// True if the directory was reconciled during this mount.
+    pub(crate) fn is_verified(&self, ino: Ino) -> bool {
+        self.verified.lock().contains(&ino)
+    }
+
+    /// Marks a directory as matching its backing copies for this mount.
+    pub(crate) fn mark_verified(&self, ino: Ino) {
+        self.verified.lock().insert(ino);
+    }
+
+    /// Flushes the state database.
+    pub fn sync_state(&self) -> Result<()> {
+        self.ns.kv().flush()
+    }
+}

@@ -1,0 +1,354 @@
+//! Reconciliation: making the namespace in the state database agree with
+//! what the backing directories hold.
+//!
+//! Each directory is reconciled once per mount, before its first readdir or
+//! the first lookup that misses. Backing entries the database does not know
+//! are adopted where they are (a new inode number, placement = the tier
+//! they are on); entries whose backing copies vanished are dropped. The
+//! same name on both tiers, where it is not a directory on both and not a
+//! cached copy, is a conflict: the copy with the newest mtime keeps the
+//! name, the other is renamed aside to `NAME.tierfs-conflict-TIER[-N]` on
+//! its tier and adopted under that name. Nothing is deleted.
+
+use super::{is_reserved, Volume};
+use crate::error::{err, Result};
+use crate::event::EventKind;
+use crate::state::ns::{Batch, Ino, InodeRecord};
+use crate::store::{FileKind, Stat, Store, Target, RENAME_NOREPLACE};
+use crate::tier::{Placement, Tier};
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::sync::Arc;
+
+/// A name found on both tiers when adopting existing data.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Conflict {
+    /// Directory holding the name.
+    pub dir: Ino,
+    /// The name, kept by the newer copy.
+    pub name: String,
+    /// Tier whose copy kept the name.
+    pub kept: Tier,
+    /// Tier whose copy was renamed aside.
+    pub moved: Tier,
+    /// The name it was given.
+    pub new_name: String,
+}
+
+struct Listing<S: Store> {
+    dirs: [Option<Arc<S::Dir>>; 2],
+    /// name -> per-tier stat of the entry there
+    names: BTreeMap<OsString, [Option<Stat>; 2]>,
+}
+
+impl<S: Store> Volume<S> {
+    fn list_tiers(&self, dir: Ino) -> Result<Listing<S>> {
+        let mut l = Listing { dirs: [None, None], names: BTreeMap::new() };
+        for t in Tier::ALL {
+            let d = match self.tiers.dir(dir, t, false) {
+                Ok(d) => d,
+                Err(e) if e.is(libc::ENOENT) || e.is(libc::ENOTDIR) => continue,
+                Err(e) => return Err(e),
+            };
+            let s = self.tiers.store(t);
+            for e in s.list(&d)? {
+                if is_reserved(dir, &e.name) {
+                    continue;
+                }
+                match s.stat(Target::Entry(&d, &e.name)) {
+                    Ok(st) => l.names.entry(e.name).or_default()[t.idx()] = Some(st),
+                    Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {}
+                    Err(err) => return Err(err.into()),
+                }
+            }
+            l.dirs[t.idx()] = Some(d);
+        }
+        Ok(l)
+    }
+
+    /// Reconciles directory `dir` (see the module documentation). Without
+    /// `force` it does nothing if already done during this mount.
+    pub(crate) fn reconcile(&self, dir: Ino, force: bool) -> Result<()> {
+        if !force && self.is_verified(dir) {
+            return Ok(());
+        }
+        let _g = self.locks.lock(&[dir]);
+        if !force && self.is_verified(dir) {
+            return Ok(());
+        }
+        let mut drec = self.record(dir)?;
+        if drec.kind != FileKind::Dir {
+            return err(libc::ENOTDIR);
+        }
+        let mut l = self.list_tiers(dir)?;
+        let known: BTreeMap<OsString, (Ino, FileKind)> =
+            self.ns.children(dir)?.into_iter().map(|d| (d.name, (d.ino, d.kind))).collect();
+        let mut all: BTreeSet<OsString> = l.names.keys().cloned().collect();
+        all.extend(known.keys().cloned());
+        let mut b = self.ns.batch();
+        let mut adopted = Vec::new();
+        let mut subdirs = 0u32;
+        for name in all {
+            let pres = l.names.get(&name).cloned().unwrap_or_default();
+            let k = known.get(&name).copied();
+            let is_dir = if let Some((ino, kind)) = k {
+                self.check_known(dir, &name, ino, kind, &pres, &mut l, &mut b, &mut adopted)?
+            } else {
+                self.adopt_name(dir, &name, &pres, &mut l, &mut b, &mut adopted)?
+            };
+            if is_dir {
+                subdirs += 1;
+            }
+        }
+        if drec.subdirs != subdirs {
+            drec.subdirs = subdirs;
+            b.put_record(dir, &drec);
+        }
+        self.ns.commit(b, false)?;
+        for (ino, placement, size) in adopted {
+            self.emit(ino, EventKind::Create { placement, parent: dir, size });
+        }
+        self.mark_verified(dir);
+        Ok(())
+    }
+
+    /// A name the database knows. Returns whether it ends up a directory.
+    #[allow(clippy::too_many_arguments)]
+    fn check_known(
+        &self,
+        dir: Ino,
+        name: &OsStr,
+        ino: Ino,
+        kind: FileKind,
+        pres: &[Option<Stat>; 2],
+        l: &mut Listing<S>,
+        b: &mut Batch,
+        adopted: &mut Vec<(Ino, Placement, u64)>,
+    ) -> Result<bool> {
+        let rec = self.ns.record(ino)?;
+        let kind_at = |t: Tier| pres[t.idx()].and_then(|s| s.kind());
+        let forget = |b: &mut Batch| -> Result<()> {
+            b.unlink(dir, name, ino);
+            if kind == FileKind::Dir || self.ns.links(ino)?.len() <= 1 {
+                b.del_record(ino);
+            }
+            Ok(())
+        };
+        let Some(mut rec) = rec else {
+            forget(b)?;
+            return self.adopt_name(dir, name, pres, l, b, adopted);
+        };
+        if kind == FileKind::Dir {
+            let dir_tiers: Vec<Tier> = Tier::ALL.into_iter().filter(|t| kind_at(*t) == Some(FileKind::Dir)).collect();
+            if dir_tiers.is_empty() {
+                tracing::warn!(dir, name = ?name, "directory vanished from the backing stores");
+                forget(b)?;
+                self.forget_dir(ino);
+                return self.adopt_name(dir, name, pres, l, b, adopted);
+            }
+            // A non-directory of the same name on the other tier.
+            for t in Tier::ALL {
+                if kind_at(t).is_some_and(|k| k != FileKind::Dir) {
+                    self.set_aside(dir, name, t, t.other(), l, b, adopted)?;
+                }
+            }
+            self.tiers.dir(ino, self.tiers.meta, true)?;
+            return Ok(true);
+        }
+        let primary = rec.placement.primary();
+        let here = |t: Tier| kind_at(t).is_some_and(|k| k != FileKind::Dir);
+        let new_placement = match rec.placement {
+            Placement::Cached if here(Tier::Hdd) && here(Tier::Ssd) => Placement::Cached,
+            Placement::Cached if here(Tier::Hdd) => Placement::On(Tier::Hdd),
+            Placement::Cached if here(Tier::Ssd) => Placement::On(Tier::Ssd),
+            Placement::On(t) if here(t) => Placement::On(t),
+            Placement::On(t) if here(t.other()) => Placement::On(t.other()),
+            _ => {
+                tracing::warn!(dir, name = ?name, "file vanished from the backing stores");
+                forget(b)?;
+                return self.adopt_name(dir, name, pres, l, b, adopted);
+            }
+        };
+        if new_placement != rec.placement {
+            tracing::warn!(
+                ino,
+                from = rec.placement.label(),
+                to = new_placement.label(),
+                "placement corrected from the backing stores"
+            );
+            rec.placement = new_placement;
+            b.put_record(ino, &rec);
+        }
+        // A copy on a tier the placement does not name is a stray: a
+        // conflict if it is a file, a left-over container if an empty dir.
+        for t in Tier::ALL {
+            if new_placement.tiers().contains(&t) || kind_at(t).is_none() {
+                continue;
+            }
+            if kind_at(t) == Some(FileKind::Dir) {
+                let d = l.dirs[t.idx()].clone();
+                if let Some(d) = d {
+                    if self.tiers.store(t).rmdir(&d, name).is_ok() {
+                        continue;
+                    }
+                }
+            }
+            let _ = primary;
+            let kept_newer = newer(pres, new_placement.primary(), t);
+            if kept_newer {
+                self.set_aside(dir, name, t, new_placement.primary(), l, b, adopted)?;
+            } else {
+                // The stray is newer: it takes the name, ours goes aside.
+                for &ours in new_placement.tiers() {
+                    self.set_aside(dir, name, ours, t, l, b, adopted)?;
+                }
+                b.unlink(dir, name, ino).del_record(ino);
+                self.adopt_one(dir, name, t, pres[t.idx()].as_ref(), b, adopted)?;
+                return Ok(kind_at(t) == Some(FileKind::Dir));
+            }
+        }
+        Ok(false)
+    }
+
+    /// A name the database does not know. Returns whether it is a directory.
+    fn adopt_name(
+        &self,
+        dir: Ino,
+        name: &OsStr,
+        pres: &[Option<Stat>; 2],
+        l: &mut Listing<S>,
+        b: &mut Batch,
+        adopted: &mut Vec<(Ino, Placement, u64)>,
+    ) -> Result<bool> {
+        let kinds = [pres[0].and_then(|s| s.kind()), pres[1].and_then(|s| s.kind())];
+        match kinds {
+            [None, None] => Ok(false),
+            [Some(FileKind::Dir), Some(FileKind::Dir)] | [Some(_), None] | [None, Some(_)] => {
+                let t = if kinds[0].is_some() { Tier::Ssd } else { Tier::Hdd };
+                self.adopt_one(dir, name, t, pres[t.idx()].as_ref(), b, adopted)?;
+                Ok(kinds[t.idx()] == Some(FileKind::Dir))
+            }
+            [Some(_), Some(_)] => {
+                let keep = if newer(pres, Tier::Ssd, Tier::Hdd) { Tier::Ssd } else { Tier::Hdd };
+                self.set_aside(dir, name, keep.other(), keep, l, b, adopted)?;
+                self.adopt_one(dir, name, keep, pres[keep.idx()].as_ref(), b, adopted)?;
+                Ok(kinds[keep.idx()] == Some(FileKind::Dir))
+            }
+        }
+    }
+
+    /// Records one backing object found on tier `t` under `name`.
+    fn adopt_one(
+        &self,
+        dir: Ino,
+        name: &OsStr,
+        t: Tier,
+        st: Option<&Stat>,
+        b: &mut Batch,
+        adopted: &mut Vec<(Ino, Placement, u64)>,
+    ) -> Result<()> {
+        let Some(st) = st else { return Ok(()) };
+        let Some(kind) = st.kind() else { return Ok(()) };
+        // Hard links among adopted files share one inode number.
+        let key = (t, st.dev, st.ino);
+        let existing =
+            if kind != FileKind::Dir && st.nlink > 1 { self.adopted_links.lock().get(&key).copied() } else { None };
+        let ino = match existing {
+            Some(i) => i,
+            None => self.ns.alloc_ino()?,
+        };
+        let placement = if kind == FileKind::Dir { Placement::On(self.tiers.meta) } else { Placement::On(t) };
+        b.link(dir, name, ino, kind);
+        if existing.is_none() {
+            b.put_record(ino, &InodeRecord::new(kind, placement));
+            if kind != FileKind::Dir && st.nlink > 1 {
+                self.adopted_links.lock().insert(key, ino);
+            }
+            if kind == FileKind::File {
+                adopted.push((ino, placement, st.size));
+            }
+        }
+        if kind == FileKind::Dir {
+            // Keep the invariant: every directory has a meta-tier copy.
+            // The batch is not committed yet, so make it by hand.
+            let meta = self.tiers.meta;
+            if t != meta {
+                let pd = self.tiers.dir(dir, meta, true)?;
+                let s = self.tiers.store(meta);
+                match s.mkdir(&pd, name, st.mode & 0o7777) {
+                    Ok(()) => {
+                        let _ = s.chown(Target::Entry(&pd, name), Some(st.uid), Some(st.gid));
+                        let _ = s.chmod(Target::Entry(&pd, name), st.mode & 0o7777);
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Renames the copy of `name` on tier `t` aside, adopts it under the
+    /// new name and reports the conflict.
+    #[allow(clippy::too_many_arguments)]
+    fn set_aside(
+        &self,
+        dir: Ino,
+        name: &OsStr,
+        t: Tier,
+        kept: Tier,
+        l: &mut Listing<S>,
+        b: &mut Batch,
+        adopted: &mut Vec<(Ino, Placement, u64)>,
+    ) -> Result<()> {
+        let Some(d) = l.dirs[t.idx()].clone() else { return Ok(()) };
+        let st = l.names.get(name).and_then(|p| p[t.idx()]);
+        let s = self.tiers.store(t);
+        let mut n = 1;
+        let new_name = loop {
+            let mut cand = name.as_bytes().to_vec();
+            let suffix = if n == 1 { format!(".tierfs-conflict-{t}") } else { format!(".tierfs-conflict-{t}-{n}") };
+            cand.truncate(super::NAME_MAX - suffix.len());
+            cand.extend_from_slice(suffix.as_bytes());
+            let cand = OsString::from_vec(cand);
+            let taken = l.names.contains_key(&cand) || self.ns.lookup(dir, &cand)?.is_some();
+            if !taken {
+                match s.rename(&d, name, &d, &cand, RENAME_NOREPLACE) {
+                    Ok(()) => break cand,
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            n += 1;
+        };
+        tracing::warn!(
+            dir,
+            name = %name.to_string_lossy(),
+            kept = %kept,
+            moved = %t,
+            new_name = %new_name.to_string_lossy(),
+            "the same name was on both tiers: the newer copy keeps it, the other was renamed aside"
+        );
+        self.conflicts.lock().push(Conflict {
+            dir,
+            name: name.to_string_lossy().into_owned(),
+            kept,
+            moved: t,
+            new_name: new_name.to_string_lossy().into_owned(),
+        });
+        if let Some(p) = l.names.get_mut(name) {
+            p[t.idx()] = None;
+        }
+        let mut pres = [None, None];
+        pres[t.idx()] = st;
+        l.names.insert(new_name.clone(), pres);
+        self.adopt_one(dir, &new_name, t, st.as_ref(), b, adopted)
+    }
+}
+
+/// True if the copy on `a` is at least as new as the copy on `b`.
+fn newer(pres: &[Option<Stat>; 2], a: Tier, b: Tier) -> bool {
+    let m = |t: Tier| pres[t.idx()].map(|s| s.mtime).unwrap_or_default();
+    m(a) >= m(b)
+}

@@ -1,0 +1,261 @@
+//! rename, with RENAME_NOREPLACE and RENAME_EXCHANGE, within and across
+//! tiers.
+//!
+//! The two names may live on different tiers. For each tier the backing
+//! operation follows from where the source (A) and the target (B) exist:
+//!
+//! | A | B | plain rename | exchange |
+//! |---|---|---|---|
+//! | yes | yes | rename A over B | exchange |
+//! | yes | no | rename A to B | rename A to B |
+//! | no | yes | remove B (after all renames) | rename B to A |
+//!
+//! If a backing step fails, the steps already done are undone in reverse.
+
+use super::{check_name, is_reserved, Volume};
+use crate::error::{err, Result};
+use crate::event::EventKind;
+use crate::state::ns::Ino;
+use crate::store::{FileKind, Store, RENAME_EXCHANGE, RENAME_NOREPLACE};
+use crate::tier::Tier;
+use std::ffi::OsStr;
+
+enum Step {
+    Renamed { t: Tier, exchange: bool },
+}
+
+impl<S: Store> Volume<S> {
+    /// The tiers holding a copy of an inode.
+    fn tiers_of(&self, ino: Ino, kind: FileKind, parent: Ino, name: &OsStr) -> Result<Vec<Tier>> {
+        if kind != FileKind::Dir {
+            return Ok(self.record(ino)?.placement.tiers().to_vec());
+        }
+        let mut out = Vec::new();
+        for t in Tier::ALL {
+            match self.tiers.dir(parent, t, false) {
+                Ok(d) => {
+                    if self.tiers.store(t).stat(crate::store::Target::Entry(&d, name)).is_ok() {
+                        out.push(t);
+                    }
+                }
+                Err(e) if e.is(libc::ENOENT) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Renames `name` in `parent` to `new_name` in `new_parent`.
+    pub fn rename(&self, parent: Ino, name: &OsStr, new_parent: Ino, new_name: &OsStr, flags: u32) -> Result<()> {
+        check_name(name)?;
+        check_name(new_name)?;
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
+            || flags & RENAME_NOREPLACE != 0 && flags & RENAME_EXCHANGE != 0
+        {
+            return err(libc::EINVAL);
+        }
+        if is_reserved(new_parent, new_name) {
+            return err(libc::EPERM);
+        }
+        let exchange = flags & RENAME_EXCHANGE != 0;
+        let (a, ka) = self.find(parent, name)?;
+        self.reconcile(new_parent, false)?;
+        let _g = self.locks.lock(&[parent, new_parent]);
+        if self.ns.lookup(parent, name)? != Some((a, ka)) {
+            return err(libc::ENOENT);
+        }
+        let b = self.ns.lookup(new_parent, new_name)?;
+        if flags & RENAME_NOREPLACE != 0 && b.is_some() {
+            return err(libc::EEXIST);
+        }
+        if exchange && b.is_none() {
+            return err(libc::ENOENT);
+        }
+        if let Some((bi, _)) = b {
+            if bi == a {
+                // Two names of one file: POSIX says do nothing.
+                return Ok(());
+            }
+        }
+        if !exchange {
+            if let Some((bi, kb)) = b {
+                match (ka == FileKind::Dir, kb == FileKind::Dir) {
+                    (true, false) => return err(libc::ENOTDIR),
+                    (false, true) => return err(libc::EISDIR),
+                    (true, true) => {
+                        drop(_g);
+                        self.reconcile(bi, false)?;
+                        return self.rename_checked_dir_target(parent, name, new_parent, new_name, flags, a, bi);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        self.rename_locked(parent, name, new_parent, new_name, exchange, (a, ka), b)
+    }
+
+    /// Renaming a directory over a directory: the target must be empty,
+    /// which needs it reconciled before the parents are locked again.
+    #[allow(clippy::too_many_arguments)]
+    fn rename_checked_dir_target(
+        &self,
+        parent: Ino,
+        name: &OsStr,
+        new_parent: Ino,
+        new_name: &OsStr,
+        flags: u32,
+        a: Ino,
+        bi: Ino,
+    ) -> Result<()> {
+        let _g = self.locks.lock(&[parent, new_parent, bi]);
+        if self.ns.lookup(parent, name)? != Some((a, FileKind::Dir))
+            || self.ns.lookup(new_parent, new_name)? != Some((bi, FileKind::Dir))
+        {
+            // Changed while unlocked: start over.
+            drop(_g);
+            return self.rename(parent, name, new_parent, new_name, flags);
+        }
+        if self.ns.has_children(bi)? {
+            return err(libc::ENOTEMPTY);
+        }
+        self.rename_locked(parent, name, new_parent, new_name, false, (a, FileKind::Dir), Some((bi, FileKind::Dir)))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rename_locked(
+        &self,
+        parent: Ino,
+        name: &OsStr,
+        new_parent: Ino,
+        new_name: &OsStr,
+        exchange: bool,
+        (a, ka): (Ino, FileKind),
+        b: Option<(Ino, FileKind)>,
+    ) -> Result<()> {
+        let ta = self.tiers_of(a, ka, parent, name)?;
+        let tb = match b {
+            Some((bi, kb)) => self.tiers_of(bi, kb, new_parent, new_name)?,
+            None => Vec::new(),
+        };
+        let mut done: Vec<Step> = Vec::new();
+        let mut removals: Vec<Tier> = Vec::new();
+        let mut touched: Vec<Tier> = Vec::new();
+        let r = (|| -> Result<()> {
+            for t in Tier::ALL {
+                let (ha, hb) = (ta.contains(&t), tb.contains(&t));
+                if !ha && !hb {
+                    continue;
+                }
+                let s = self.tiers.store(t);
+                let pa = self.tiers.dir(parent, t, true)?;
+                let pb = self.tiers.dir(new_parent, t, true)?;
+                match (ha, hb, exchange) {
+                    (true, true, true) => {
+                        s.rename(&pa, name, &pb, new_name, RENAME_EXCHANGE)?;
+                        done.push(Step::Renamed { t, exchange: true });
+                    }
+                    (true, _, _) => {
+                        s.rename(&pa, name, &pb, new_name, 0)?;
+                        done.push(Step::Renamed { t, exchange: false });
+                    }
+                    (false, true, true) => {
+                        s.rename(&pb, new_name, &pa, name, RENAME_NOREPLACE)?;
+                        done.push(Step::Renamed { t, exchange: false });
+                    }
+                    (false, true, false) => removals.push(t),
+                    (false, false, _) => continue,
+                }
+                touched.push(t);
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            self.undo_renames(parent, name, new_parent, new_name, &ta, done);
+            return Err(e);
+        }
+        // The replaced target's copies on tiers the source does not use.
+        if let Some((bi, kb)) = b {
+            for t in removals {
+                if let Ok(pb) = self.tiers.dir(new_parent, t, false) {
+                    let s = self.tiers.store(t);
+                    let _ = if kb == FileKind::Dir { s.rmdir(&pb, new_name) } else { s.unlink(&pb, new_name) };
+                }
+                let _ = bi;
+            }
+        }
+        // The namespace.
+        let mut batch = self.ns.batch();
+        batch.unlink(parent, name, a);
+        let mut removed = None;
+        match b {
+            Some((bi, kb)) if exchange => {
+                batch.unlink(new_parent, new_name, bi).link(parent, name, bi, kb);
+            }
+            Some((bi, kb)) => {
+                batch.unlink(new_parent, new_name, bi);
+                if kb == FileKind::Dir || self.ns.links(bi)?.len() <= 1 {
+                    batch.del_record(bi);
+                    removed = Some((bi, kb));
+                }
+            }
+            None => {}
+        }
+        batch.link(new_parent, new_name, a, ka);
+        // Subdirectory counts of the parents.
+        let dir_delta = |k: FileKind| i64::from(k == FileKind::Dir);
+        let mut dp: i64 = -dir_delta(ka);
+        let mut dn: i64 = dir_delta(ka);
+        if let Some((_, kb)) = b {
+            dn -= dir_delta(kb);
+            if exchange {
+                dp += dir_delta(kb);
+            }
+        }
+        if parent == new_parent {
+            dp += dn;
+            dn = 0;
+        }
+        for (dir, delta) in [(parent, dp), (new_parent, dn)] {
+            if delta != 0 {
+                let mut r = self.record(dir)?;
+                r.subdirs = (r.subdirs as i64 + delta).max(0) as u32;
+                batch.put_record(dir, &r);
+            }
+        }
+        self.ns.commit(batch, false)?;
+        for t in touched {
+            self.touch_dir(parent, t);
+            self.touch_dir(new_parent, t);
+        }
+        if let Some((bi, kb)) = removed {
+            if kb == FileKind::Dir {
+                self.forget_dir(bi);
+            } else {
+                self.emit(bi, EventKind::Remove);
+            }
+        }
+        if parent != new_parent && ka != FileKind::Dir {
+            self.emit(a, EventKind::Moved { parent: new_parent });
+        }
+        Ok(())
+    }
+
+    fn undo_renames(&self, parent: Ino, name: &OsStr, new_parent: Ino, new_name: &OsStr, ta: &[Tier], done: Vec<Step>) {
+        for Step::Renamed { t, exchange } in done.into_iter().rev() {
+            let s = self.tiers.store(t);
+            let (Ok(pa), Ok(pb)) = (self.tiers.dir(parent, t, false), self.tiers.dir(new_parent, t, false)) else {
+                continue;
+            };
+            let r = if exchange {
+                s.rename(&pa, name, &pb, new_name, RENAME_EXCHANGE)
+            } else if ta.contains(&t) {
+                s.rename(&pb, new_name, &pa, name, RENAME_NOREPLACE)
+            } else {
+                s.rename(&pa, name, &pb, new_name, RENAME_NOREPLACE)
+            };
+            if let Err(e) = r {
+                tracing::error!(tier = %t, error = %e, "could not undo a partial rename");
+            }
+        }
+    }
+}

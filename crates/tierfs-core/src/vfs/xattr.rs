@@ -1,0 +1,85 @@
+//! Extended attributes. A non-directory's live on its primary copy; a
+//! directory's on every copy (read from the meta copy). POSIX ACL names are
+//! refused: the kernel would not enforce them on this mount.
+
+use super::Volume;
+use crate::error::{err, Result};
+use crate::state::ns::Ino;
+use crate::store::{FileKind, Store, Target};
+use crate::tier::Tier;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+
+fn is_acl(name: &OsStr) -> bool {
+    name.as_bytes().starts_with(b"system.posix_acl_")
+}
+
+impl<S: Store> Volume<S> {
+    /// Runs `f` on the object's authoritative copy.
+    fn on_primary<T>(&self, ino: Ino, f: impl FnOnce(&S, Target<'_, S::Dir>) -> std::io::Result<T>) -> Result<T> {
+        let rec = self.record(ino)?;
+        if rec.kind == FileKind::Dir {
+            let d = self.meta_dir(ino)?;
+            return Ok(f(self.tiers.store(self.tiers.meta), Target::This(&d))?);
+        }
+        let (p, n) = self.link_of(ino)?;
+        let t = rec.placement.primary();
+        let d = self.tiers.dir(p, t, false)?;
+        Ok(f(self.tiers.store(t), Target::Entry(&d, &n))?)
+    }
+
+    /// Runs `f` on every copy that carries attributes (all copies of a
+    /// directory, the primary of anything else).
+    fn on_all<T>(&self, ino: Ino, f: impl Fn(&S, Target<'_, S::Dir>) -> std::io::Result<T>) -> Result<()> {
+        let rec = self.record(ino)?;
+        if rec.kind != FileKind::Dir {
+            return self.on_primary(ino, f).map(drop);
+        }
+        let meta = self.tiers.meta;
+        for t in [meta, meta.other()] {
+            match self.tiers.dir(ino, t, t == meta) {
+                Ok(d) => {
+                    f(self.tiers.store(t), Target::This(&d))?;
+                }
+                Err(e) if e.is(libc::ENOENT) && t != meta => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a stored extended attribute.
+    pub fn getxattr_stored(&self, ino: Ino, name: &OsStr) -> Result<Vec<u8>> {
+        if is_acl(name) {
+            return err(libc::EOPNOTSUPP);
+        }
+        self.on_primary(ino, |s, t| s.getxattr(t, name))
+    }
+
+    /// Sets a stored extended attribute.
+    pub fn setxattr_stored(&self, ino: Ino, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
+        if is_acl(name) {
+            return err(libc::EOPNOTSUPP);
+        }
+        self.on_all(ino, |s, t| s.setxattr(t, name, value, flags))
+    }
+
+    /// Lists stored extended attribute names (NUL-terminated each).
+    pub fn listxattr_stored(&self, ino: Ino) -> Result<Vec<u8>> {
+        self.on_primary(ino, |s, t| s.listxattr(t))
+    }
+
+    /// Removes a stored extended attribute.
+    pub fn removexattr_stored(&self, ino: Ino, name: &OsStr) -> Result<()> {
+        if is_acl(name) {
+            return err(libc::EOPNOTSUPP);
+        }
+        self.on_all(ino, |s, t| s.removexattr(t, name))
+    }
+
+    /// The tier that holds a file's primary copy (directories: the meta tier).
+    pub fn primary_tier(&self, ino: Ino) -> Result<Tier> {
+        let rec = self.record(ino)?;
+        Ok(if rec.kind == FileKind::Dir { self.tiers.meta } else { rec.placement.primary() })
+    }
+}

@@ -1,0 +1,494 @@
+//! `impl fuser::Filesystem`: thin dispatchers from kernel requests to
+//! [`tierfs_core::vfs::Volume`], and back into replies.
+
+use crate::errno::errno;
+use crate::passthrough::Backings;
+use fuser::{
+    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tierfs_core::store::{FileKind, SetTime, Store, TimeSpec};
+use tierfs_core::vfs::{Attr, Ctx, IoMode, SetAttr, Volume};
+use tierfs_core::Result;
+
+/// How long the kernel may cache names and attributes.
+const TTL: Duration = Duration::from_secs(1);
+
+/// Work to do when the session ends (flush statistics, mark clean).
+pub type OnDestroy = Box<dyn FnOnce() + Send + Sync>;
+
+/// The FUSE file system over a volume.
+pub struct TierFs<S: Store> {
+    vol: Arc<Volume<S>>,
+    backings: Backings,
+    on_destroy: Option<OnDestroy>,
+    virt: Option<Arc<dyn crate::VirtualXattrs>>,
+}
+
+impl<S: Store> TierFs<S> {
+    /// Serves `vol`; `on_destroy` runs once when the file system is unmounted.
+    pub fn new(vol: Arc<Volume<S>>, on_destroy: OnDestroy, virt: Option<Arc<dyn crate::VirtualXattrs>>) -> Self {
+        TierFs { vol, backings: Backings::default(), on_destroy: Some(on_destroy), virt }
+    }
+}
+
+fn system_time(t: TimeSpec) -> SystemTime {
+    if t.sec >= 0 {
+        UNIX_EPOCH + Duration::new(t.sec as u64, t.nsec as u32)
+    } else {
+        UNIX_EPOCH - Duration::new((-t.sec) as u64, 0) + Duration::from_nanos(t.nsec as u64)
+    }
+}
+
+fn set_time(t: Option<TimeOrNow>) -> Option<SetTime> {
+    t.map(|t| match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(st) => {
+            let (sec, nsec) = match st.duration_since(UNIX_EPOCH) {
+                Ok(d) => (d.as_secs() as i64, d.subsec_nanos() as i64),
+                Err(e) => {
+                    let d = e.duration();
+                    let mut sec = -(d.as_secs() as i64);
+                    let mut nsec = -(d.subsec_nanos() as i64);
+                    if nsec < 0 {
+                        sec -= 1;
+                        nsec += 1_000_000_000;
+                    }
+                    (sec, nsec)
+                }
+            };
+            SetTime::At(TimeSpec { sec, nsec })
+        }
+    })
+}
+
+fn file_type(k: FileKind) -> FileType {
+    match k {
+        FileKind::Dir => FileType::Directory,
+        FileKind::File => FileType::RegularFile,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDev => FileType::CharDevice,
+        FileKind::BlockDev => FileType::BlockDevice,
+    }
+}
+
+/// Converts core attributes to fuser's.
+pub fn fuse_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: system_time(a.atime),
+        mtime: system_time(a.mtime),
+        ctime: system_time(a.ctime),
+        crtime: system_time(a.ctime),
+        kind: file_type(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: a.blksize.max(512),
+        flags: 0,
+    }
+}
+
+fn ctx(req: &Request) -> Ctx {
+    Ctx { uid: req.uid(), gid: req.gid(), pid: req.pid() }
+}
+
+fn entry(reply: ReplyEntry, r: Result<Attr>) {
+    match r {
+        Ok(a) => reply.entry(&TTL, &fuse_attr(&a), Generation(0)),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn empty(reply: ReplyEmpty, r: Result<()>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn xattr_reply(reply: ReplyXattr, size: u32, r: Result<Vec<u8>>) {
+    match r {
+        Ok(v) if size == 0 => reply.size(v.len() as u32),
+        Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(v) => reply.data(&v),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+const USERSPACE_FLAGS: FopenFlags = FopenFlags::FOPEN_DIRECT_IO.union(FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES);
+
+impl<S: Store> Filesystem for TierFs<S> {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let caps = config.capabilities();
+        let mut want =
+            InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO | InitFlags::FUSE_PARALLEL_DIROPS;
+        want |= InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
+        want &= caps;
+        let _ = config.add_capabilities(want);
+        if !caps.contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP) {
+            tracing::warn!("kernel lacks FUSE_DIRECT_IO_ALLOW_MMAP: shared writable mmap fails in userspace I/O mode");
+        }
+        if self.vol.io_mode() == IoMode::Passthrough {
+            let ok =
+                config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok() && config.set_max_stack_depth(2).is_ok();
+            if !ok {
+                tracing::warn!("kernel has no FUSE passthrough: using userspace I/O");
+                self.vol.set_io_mode(IoMode::Userspace);
+            }
+        }
+        let _ = config.set_max_write(1 << 20);
+        tracing::info!(io_mode = ?self.vol.io_mode(), "file system ready");
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Some(f) = self.on_destroy.take() {
+            f();
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        entry(reply, self.vol.lookup(parent.0, name));
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.vol.getattr(ino.0) {
+            Ok(a) => reply.attr(&TTL, &fuse_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let sa = SetAttr { mode, uid, gid, size, atime: set_time(atime), mtime: set_time(mtime) };
+        match self.vol.setattr(ino.0, fh.map(|f| f.0), &sa) {
+            Ok(a) => reply.attr(&TTL, &fuse_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.vol.readlink(ino.0) {
+            Ok(t) => reply.data(std::os::unix::ffi::OsStrExt::as_bytes(t.as_os_str())),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        entry(reply, self.vol.mknod(&ctx(req), parent.0, name, mode, umask, rdev as u64));
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        entry(reply, self.vol.mkdir(&ctx(req), parent.0, name, mode, umask));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(reply, self.vol.unlink(parent.0, name));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(reply, self.vol.rmdir(parent.0, name));
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        entry(reply, self.vol.symlink(&ctx(req), parent.0, link_name, target.as_os_str()));
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        empty(reply, self.vol.rename(parent.0, name, newparent.0, newname, flags.bits()));
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        entry(reply, self.vol.link(ino.0, newparent.0, newname));
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let opened = match self.vol.open(ino.0, flags.0) {
+            Ok(o) => o,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        if let Some((t, f)) = &opened.backing {
+            let fd = self.vol.tiers.store(*t).raw_fd(f);
+            match fd.map(|fd| self.backings.get(ino.0, opened.fh, || reply.open_backing(fd))) {
+                Some(Ok(id)) => return reply.opened_passthrough(FileHandle(opened.fh), FopenFlags::empty(), &id),
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "passthrough refused by the kernel; using userspace I/O");
+                    self.vol.unpassthrough(opened.fh);
+                }
+                None => self.vol.unpassthrough(opened.fh),
+            }
+        }
+        reply.opened(FileHandle(opened.fh), USERSPACE_FLAGS);
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.vol.read(fh.0, offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.vol.write(fh.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        empty(reply, self.vol.flush(fh.0));
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.backings.put(fh.0);
+        empty(reply, self.vol.release(fh.0));
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        empty(reply, self.vol.fsync(fh.0, datasync));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.vol.opendir(ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        match self.vol.readdir(fh.0, offset) {
+            Ok(entries) => {
+                for e in entries {
+                    if reply.add(INodeNo(e.ino), e.next, file_type(e.kind), &e.name) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        match self.vol.readdir(fh.0, offset) {
+            Ok(entries) => {
+                for e in entries {
+                    let Ok(a) = self.vol.getattr(e.ino) else { continue };
+                    if reply.add(INodeNo(e.ino), e.next, &e.name, &TTL, &fuse_attr(&a), Generation(0)) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        empty(reply, self.vol.releasedir(fh.0));
+    }
+
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        empty(reply, self.vol.fsyncdir(ino.0));
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.vol.statfs() {
+            Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        if let Some(v) = &self.virt {
+            if let Some(r) = v.set(&ctx(req), ino.0, name, value, flags) {
+                return empty(reply, r);
+            }
+        }
+        empty(reply, self.vol.setxattr_stored(ino.0, name, value, flags));
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if let Some(v) = &self.virt {
+            if let Some(r) = v.get(ino.0, name) {
+                return xattr_reply(reply, size, r);
+            }
+        }
+        xattr_reply(reply, size, self.vol.getxattr_stored(ino.0, name));
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let mut r = self.vol.listxattr_stored(ino.0);
+        if let (Some(v), Ok(list)) = (&self.virt, r.as_mut()) {
+            list.extend(v.list(ino.0));
+        }
+        xattr_reply(reply, size, r);
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Some(v) = &self.virt {
+            if let Some(r) = v.remove(&ctx(req), ino.0, name) {
+                return empty(reply, r);
+            }
+        }
+        empty(reply, self.vol.removexattr_stored(ino.0, name));
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        empty(reply, self.vol.access(&ctx(req), ino.0, mask.bits()));
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let (attr, opened) = match self.vol.create(&ctx(req), parent.0, name, mode, umask, flags) {
+            Ok(x) => x,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let fa = fuse_attr(&attr);
+        if let Some((t, f)) = &opened.backing {
+            let fd = self.vol.tiers.store(*t).raw_fd(f);
+            match fd.map(|fd| self.backings.get(attr.ino, opened.fh, || reply.open_backing(fd))) {
+                Some(Ok(id)) => {
+                    return reply.created_passthrough(
+                        &TTL,
+                        &fa,
+                        Generation(0),
+                        FileHandle(opened.fh),
+                        FopenFlags::empty(),
+                        &id,
+                    )
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "passthrough refused by the kernel; using userspace I/O");
+                    self.vol.unpassthrough(opened.fh);
+                }
+                None => self.vol.unpassthrough(opened.fh),
+            }
+        }
+        reply.created(&TTL, &fa, Generation(0), FileHandle(opened.fh), USERSPACE_FLAGS);
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        empty(reply, self.vol.fallocate(fh.0, offset, length, mode));
+    }
+
+    fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        match self.vol.lseek(fh.0, offset, whence) {
+            Ok(o) => reply.offset(o),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        match self.vol.copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len) {
+            Ok(n) => reply.written(n.min(u32::MAX as u64) as u32),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}

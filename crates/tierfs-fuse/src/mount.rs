@@ -1,0 +1,264 @@
+//! Mounting and serving: state lock, state database, recovery, the FUSE
+//! session, signals, and the clean shutdown.
+
+use crate::fs::TierFs;
+use crate::runtime;
+use fuser::{Config, MountOption, Session, SessionACL};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tierfs_core::clock::SystemClock;
+use tierfs_core::event::NoEvents;
+use tierfs_core::state::ns::Namespace;
+use tierfs_core::state::SledKv;
+use tierfs_core::store::dir::DirStore;
+use tierfs_core::tier::Tier;
+use tierfs_core::vfs::{IoMode, Volume, VolumeConfig};
+
+/// A failure to mount, with a message for the user.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct MountError(pub String);
+
+fn fail<T>(msg: impl Into<String>) -> Result<T, MountError> {
+    Err(MountError(msg.into()))
+}
+
+/// Everything `tierfs mount` decided (already validated).
+#[derive(Clone, Debug)]
+pub struct MountConfig {
+    /// The SSD tier directory.
+    pub ssd: PathBuf,
+    /// The HDD tier directory.
+    pub hdd: PathBuf,
+    /// Where to mount.
+    pub mountpoint: PathBuf,
+    /// Where the state database lives.
+    pub state_dir: PathBuf,
+    /// Requested data path.
+    pub io_mode: IoMode,
+    /// Tier of new files.
+    pub placement: Tier,
+    /// Request-handling threads.
+    pub threads: usize,
+    /// Let every user use the mount.
+    pub allow_other: bool,
+}
+
+/// An exclusive lock on a state directory, held while mounted.
+#[derive(Debug)]
+pub struct StateLock {
+    _file: File,
+}
+
+/// Takes the lock of a state directory, or says who holds it.
+pub fn lock_state(dir: &Path) -> Result<StateLock, MountError> {
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        return fail(format!("cannot create state directory {}: {e}", dir.display()));
+    }
+    let path = dir.join("lock");
+    let mut f = match OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path) {
+        Ok(f) => f,
+        Err(e) => return fail(format!("cannot open {}: {e}", path.display())),
+    };
+    // SAFETY: valid descriptor.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let mut holder = String::new();
+        let _ = f.read_to_string(&mut holder);
+        let holder = holder.trim();
+        let who = if holder.is_empty() { String::new() } else { format!(" (pid {holder})") };
+        return fail(format!("state database {} is already in use by another tierfs{who}", dir.display()));
+    }
+    let _ = f.set_len(0);
+    let _ = f.rewind();
+    let _ = write!(f, "{}", std::process::id());
+    Ok(StateLock { _file: f })
+}
+
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: the set is initialised by sigemptyset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// Opens the state, recovers, mounts and serves until unmounted (by
+/// `umount`, `tierfs umount`, SIGINT or SIGTERM). `ready` is called once,
+/// when the mount is live or with the reason it failed.
+pub fn serve(cfg: MountConfig, ready: impl FnOnce(Result<(), String>)) -> Result<(), MountError> {
+    let mut ready = Some(ready);
+    let mut report = |r: Result<(), String>| {
+        if let Some(f) = ready.take() {
+            f(r)
+        }
+    };
+    match serve_inner(&cfg, &mut report) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            report(Err(e.0.clone()));
+            Err(e)
+        }
+    }
+}
+
+fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) -> Result<(), MountError> {
+    let sigset = block_signals();
+    let _lock = lock_state(&cfg.state_dir)?;
+    let kv = SledKv::open(&cfg.state_dir)
+        .map_err(|e| MountError(format!("cannot open state database in {}: {e}", cfg.state_dir.display())))?;
+    let ns = Namespace::new(Arc::new(kv));
+    let ssd = DirStore::new(&cfg.ssd).map_err(|e| MountError(format!("{}: {e}", cfg.ssd.display())))?;
+    let hdd = DirStore::new(&cfg.hdd).map_err(|e| MountError(format!("{}: {e}", cfg.hdd.display())))?;
+    let vcfg = VolumeConfig { io_mode: cfg.io_mode, default_tier: cfg.placement, ..VolumeConfig::default() };
+    let vol = Arc::new(
+        Volume::new(ssd, hdd, ns, vcfg, Arc::new(NoEvents), Arc::new(SystemClock))
+            .map_err(|e| MountError(format!("cannot open volume: {e}")))?,
+    );
+    vol.recover().map_err(|e| MountError(format!("recovery failed: {e}")))?;
+    // New files get exactly the mode asked for (the kernel applied the umask).
+    // SAFETY: umask has no preconditions.
+    unsafe { libc::umask(0) };
+    raise_fd_limit();
+
+    let pid_file = runtime::pid_path(&cfg.mountpoint);
+    let _ = std::fs::create_dir_all(runtime::runtime_dir());
+    let _ = std::fs::write(&pid_file, std::process::id().to_string());
+
+    let v2 = vol.clone();
+    let on_destroy = Box::new(move || {
+        if let Err(e) = v2.sync_state().and_then(|_| v2.mark_clean()) {
+            tracing::error!(error = %e, "could not flush the state database at unmount");
+        } else {
+            tracing::info!("state flushed; clean shutdown");
+        }
+    });
+    let fs = TierFs::new(vol.clone(), on_destroy, None);
+    let (session, mut unmounter) = match mount_session(fs, cfg) {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = std::fs::remove_file(&pid_file);
+            return Err(e);
+        }
+    };
+    std::thread::Builder::new()
+        .name("tierfs-signals".into())
+        .spawn(move || {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: `sigset` holds the blocked signals; `sig` is a valid out pointer.
+            if unsafe { libc::sigwait(&sigset, &mut sig) } == 0 {
+                tracing::info!(signal = sig, "unmounting on signal");
+                if let Err(e) = unmounter.unmount() {
+                    tracing::error!(error = %e, "unmount failed");
+                }
+            }
+        })
+        .map_err(|e| MountError(format!("cannot start signal thread: {e}")))?;
+    tracing::info!(mountpoint = %cfg.mountpoint.display(), "mounted");
+    report(Ok(()));
+    let r = session.run();
+    let _ = std::fs::remove_file(&pid_file);
+    drop(vol);
+    r.map_err(|e| MountError(format!("session ended with an error: {e}")))
+}
+
+/// How the session is unmounted on a signal.
+enum Unmounter {
+    Fuser(fuser::SessionUnmounter),
+    Syscall(PathBuf),
+}
+
+impl Unmounter {
+    fn unmount(&mut self) -> std::io::Result<()> {
+        match self {
+            Unmounter::Fuser(u) => u.unmount(),
+            Unmounter::Syscall(p) => {
+                let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+                    .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+                // SAFETY: valid NUL-terminated path.
+                if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Mounts and returns the session. As root the mount is made here, with
+/// type `fuse.tierfs` (so that mount(8), df and umount see a tierfs);
+/// otherwise through fusermount3, which records the same subtype.
+fn mount_session<S: tierfs_core::store::Store>(
+    fs: TierFs<S>,
+    cfg: &MountConfig,
+) -> Result<(Session<TierFs<S>>, Unmounter), MountError> {
+    let mut config = Config::default();
+    config.n_threads = Some(cfg.threads.max(1));
+    config.clone_fd = true;
+    let acl = if cfg.allow_other { SessionACL::All } else { SessionACL::Owner };
+    config.acl = acl;
+    let fsname = format!("{}:{}", cfg.ssd.display(), cfg.hdd.display()).replace(',', "_");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        config.mount_options =
+            vec![MountOption::FSName(fsname), MountOption::Subtype("tierfs".into()), MountOption::DefaultPermissions];
+        let mut session = Session::new(fs, &cfg.mountpoint, &config)
+            .map_err(|e| MountError(format!("cannot mount on {}: {e}", cfg.mountpoint.display())))?;
+        let u = session.unmount_callable();
+        return Ok((session, Unmounter::Fuser(u)));
+    }
+    let dev = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .map_err(|e| MountError(format!("cannot open /dev/fuse: {e} (is the fuse module loaded?)")))?;
+    let fd: std::os::fd::OwnedFd = dev.into();
+    let mut data = format!("fd={},rootmode=40000,user_id=0,group_id=0,default_permissions", fd.as_raw_fd());
+    if cfg.allow_other {
+        data.push_str(",allow_other");
+    }
+    let c = |s: &str| std::ffi::CString::new(s).map_err(|_| MountError(format!("bad path {s:?}")));
+    let src = c(&fsname)?;
+    let target = c(&cfg.mountpoint.to_string_lossy())?;
+    let data_c = c(&data)?;
+    // SAFETY: all strings are valid and NUL-terminated.
+    let r = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            target.as_ptr(),
+            c"fuse.tierfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            data_c.as_ptr().cast(),
+        )
+    };
+    if r != 0 {
+        return fail(format!("cannot mount on {}: {}", cfg.mountpoint.display(), std::io::Error::last_os_error()));
+    }
+    match Session::from_fd(fs, fd, acl, config) {
+        Ok(s) => Ok((s, Unmounter::Syscall(cfg.mountpoint.clone()))),
+        Err(e) => {
+            let mut u = Unmounter::Syscall(cfg.mountpoint.clone());
+            let _ = u.unmount();
+            fail(format!("FUSE handshake failed on {}: {e}", cfg.mountpoint.display()))
+        }
+    }
+}
+
+/// A volume keeps a descriptor per cached directory and per open file.
+fn raise_fd_limit() {
+    // SAFETY: valid out pointer / value.
+    unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
