@@ -1,1 +1,10 @@
-fn main() {}
+//! tierfs integration tests: real FUSE mounts of the built binary. One test
+//! binary (so the crate graph is linked once); each module is a topic.
+
+mod adopt;
+mod badinput;
+mod harness;
+mod multiuser;
+mod ops;
+mod persist;
+mod posix;

@@ -27,7 +27,7 @@ impl Timestamp {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))
     }
     /// This time plus `d`.
-    pub fn add(self, d: Duration) -> Timestamp {
+    pub fn plus(self, d: Duration) -> Timestamp {
         Timestamp(self.0.saturating_add(d.as_nanos().min(u64::MAX as u128) as u64))
     }
 }
@@ -61,7 +61,7 @@ impl ManualClock {
     /// Moves the clock forward by `d`.
     pub fn advance(&self, d: Duration) {
         let mut t = self.0.lock();
-        *t = t.add(d);
+        *t = t.plus(d);
     }
     /// Sets the clock.
     pub fn set(&self, t: Timestamp) {

@@ -105,26 +105,33 @@ fn ctx(req: &Request) -> Ctx {
     Ctx { uid: req.uid(), gid: req.gid(), pid: req.pid() }
 }
 
-fn entry(reply: ReplyEntry, r: Result<Attr>) {
+impl<S: Store> TierFs<S> {
+    /// The single exit for errors: a vanished tier turns ENOENT into EIO.
+    fn fail(&self, e: tierfs_core::Error) -> Errno {
+        errno(&self.vol.vanished(e))
+    }
+}
+
+fn entry<S: Store>(fs: &TierFs<S>, reply: ReplyEntry, r: Result<Attr>) {
     match r {
         Ok(a) => reply.entry(&TTL, &fuse_attr(&a), Generation(0)),
-        Err(e) => reply.error(errno(&e)),
+        Err(e) => reply.error(fs.fail(e)),
     }
 }
 
-fn empty(reply: ReplyEmpty, r: Result<()>) {
+fn empty<S: Store>(fs: &TierFs<S>, reply: ReplyEmpty, r: Result<()>) {
     match r {
         Ok(()) => reply.ok(),
-        Err(e) => reply.error(errno(&e)),
+        Err(e) => reply.error(fs.fail(e)),
     }
 }
 
-fn xattr_reply(reply: ReplyXattr, size: u32, r: Result<Vec<u8>>) {
+fn xattr_reply<S: Store>(fs: &TierFs<S>, reply: ReplyXattr, size: u32, r: Result<Vec<u8>>) {
     match r {
         Ok(v) if size == 0 => reply.size(v.len() as u32),
         Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
         Ok(v) => reply.data(&v),
-        Err(e) => reply.error(errno(&e)),
+        Err(e) => reply.error(fs.fail(e)),
     }
 }
 
@@ -161,13 +168,13 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        entry(reply, self.vol.lookup(parent.0, name));
+        entry(self, reply, self.vol.lookup(parent.0, name));
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.vol.getattr(ino.0) {
             Ok(a) => reply.attr(&TTL, &fuse_attr(&a)),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(e)),
         }
     }
 
@@ -192,35 +199,35 @@ impl<S: Store> Filesystem for TierFs<S> {
         let sa = SetAttr { mode, uid, gid, size, atime: set_time(atime), mtime: set_time(mtime) };
         match self.vol.setattr(ino.0, fh.map(|f| f.0), &sa) {
             Ok(a) => reply.attr(&TTL, &fuse_attr(&a)),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(e)),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         match self.vol.readlink(ino.0) {
             Ok(t) => reply.data(std::os::unix::ffi::OsStrExt::as_bytes(t.as_os_str())),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(e)),
         }
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        entry(reply, self.vol.mknod(&ctx(req), parent.0, name, mode, umask, rdev as u64));
+        entry(self, reply, self.vol.mknod(&ctx(req), parent.0, name, mode, umask, rdev as u64));
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        entry(reply, self.vol.mkdir(&ctx(req), parent.0, name, mode, umask));
+        entry(self, reply, self.vol.mkdir(&ctx(req), parent.0, name, mode, umask));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.vol.unlink(parent.0, name));
+        empty(self, reply, self.vol.unlink(parent.0, name));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.vol.rmdir(parent.0, name));
+        empty(self, reply, self.vol.rmdir(parent.0, name));
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        entry(reply, self.vol.symlink(&ctx(req), parent.0, link_name, target.as_os_str()));
+        entry(self, reply, self.vol.symlink(&ctx(req), parent.0, link_name, target.as_os_str()));
     }
 
     fn rename(
@@ -233,17 +240,17 @@ impl<S: Store> Filesystem for TierFs<S> {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.vol.rename(parent.0, name, newparent.0, newname, flags.bits()));
+        empty(self, reply, self.vol.rename(parent.0, name, newparent.0, newname, flags.bits()));
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        entry(reply, self.vol.link(ino.0, newparent.0, newname));
+        entry(self, reply, self.vol.link(ino.0, newparent.0, newname));
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let opened = match self.vol.open(ino.0, flags.0) {
             Ok(o) => o,
-            Err(e) => return reply.error(errno(&e)),
+            Err(e) => return reply.error(self.fail(e)),
         };
         if let Some((t, f)) = &opened.backing {
             let fd = self.vol.tiers.store(*t).raw_fd(f);
@@ -272,7 +279,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     ) {
         match self.vol.read(fh.0, offset, size) {
             Ok(d) => reply.data(&d),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(e)),
         }
     }
 
@@ -290,12 +297,12 @@ impl<S: Store> Filesystem for TierFs<S> {
     ) {
         match self.vol.write(fh.0, offset, data) {
             Ok(n) => reply.written(n),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(e)),
         }
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        empty(reply, self.vol.flush(fh.0));
+        empty(self, reply, self.vol.flush(fh.0));
     }
 
     fn release(
@@ -309,17 +316,17 @@ impl<S: Store> Filesystem for TierFs<S> {
         reply: ReplyEmpty,
     ) {
         self.backings.put(fh.0);
-        empty(reply, self.vol.release(fh.0));
+        empty(self, reply, self.vol.release(fh.0));
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        empty(reply, self.vol.fsync(fh.0, datasync));
+        empty(self, reply, self.vol.fsync(fh.0, datasync));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.vol.opendir(ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(e)),
         }
     }
 
@@ -333,7 +340,7 @@ impl<S: Store> Filesystem for TierFs<S> {
                 }
                 reply.ok();
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(e)),
         }
     }
 
@@ -348,22 +355,22 @@ impl<S: Store> Filesystem for TierFs<S> {
                 }
                 reply.ok();
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(e)),
         }
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        empty(reply, self.vol.releasedir(fh.0));
+        empty(self, reply, self.vol.releasedir(fh.0));
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        empty(reply, self.vol.fsyncdir(ino.0));
+        empty(self, reply, self.vol.fsyncdir(ino.0));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         match self.vol.statfs() {
             Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(e)),
         }
     }
 
@@ -379,19 +386,19 @@ impl<S: Store> Filesystem for TierFs<S> {
     ) {
         if let Some(v) = &self.virt {
             if let Some(r) = v.set(&ctx(req), ino.0, name, value, flags) {
-                return empty(reply, r);
+                return empty(self, reply, r);
             }
         }
-        empty(reply, self.vol.setxattr_stored(ino.0, name, value, flags));
+        empty(self, reply, self.vol.setxattr_stored(ino.0, name, value, flags));
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         if let Some(v) = &self.virt {
             if let Some(r) = v.get(ino.0, name) {
-                return xattr_reply(reply, size, r);
+                return xattr_reply(self, reply, size, r);
             }
         }
-        xattr_reply(reply, size, self.vol.getxattr_stored(ino.0, name));
+        xattr_reply(self, reply, size, self.vol.getxattr_stored(ino.0, name));
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
@@ -399,20 +406,20 @@ impl<S: Store> Filesystem for TierFs<S> {
         if let (Some(v), Ok(list)) = (&self.virt, r.as_mut()) {
             list.extend(v.list(ino.0));
         }
-        xattr_reply(reply, size, r);
+        xattr_reply(self, reply, size, r);
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         if let Some(v) = &self.virt {
             if let Some(r) = v.remove(&ctx(req), ino.0, name) {
-                return empty(reply, r);
+                return empty(self, reply, r);
             }
         }
-        empty(reply, self.vol.removexattr_stored(ino.0, name));
+        empty(self, reply, self.vol.removexattr_stored(ino.0, name));
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        empty(reply, self.vol.access(&ctx(req), ino.0, mask.bits()));
+        empty(self, reply, self.vol.access(&ctx(req), ino.0, mask.bits()));
     }
 
     fn create(
@@ -427,7 +434,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     ) {
         let (attr, opened) = match self.vol.create(&ctx(req), parent.0, name, mode, umask, flags) {
             Ok(x) => x,
-            Err(e) => return reply.error(errno(&e)),
+            Err(e) => return reply.error(self.fail(e)),
         };
         let fa = fuse_attr(&attr);
         if let Some((t, f)) = &opened.backing {
@@ -463,13 +470,13 @@ impl<S: Store> Filesystem for TierFs<S> {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.vol.fallocate(fh.0, offset, length, mode));
+        empty(self, reply, self.vol.fallocate(fh.0, offset, length, mode));
     }
 
     fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
         match self.vol.lseek(fh.0, offset, whence) {
             Ok(o) => reply.offset(o),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(e)),
         }
     }
 
@@ -488,7 +495,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     ) {
         match self.vol.copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len) {
             Ok(n) => reply.written(n.min(u32::MAX as u64) as u32),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(e)),
         }
     }
 }

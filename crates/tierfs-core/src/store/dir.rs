@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug)]
 pub struct DirStore {
     root: PathBuf,
+    id: (u64, u64),
 }
 
 /// An open directory of a [`DirStore`].
@@ -143,7 +144,8 @@ impl DirStore {
         if !md.is_dir() {
             return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
         }
-        Ok(DirStore { root })
+        use std::os::unix::fs::MetadataExt;
+        Ok(DirStore { root, id: (md.dev(), md.ino()) })
     }
 
     /// The root path.
@@ -162,6 +164,11 @@ impl DirStore {
 impl Store for DirStore {
     type Dir = Dir;
     type File = File;
+
+    fn healthy(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::symlink_metadata(&self.root).is_ok_and(|m| m.is_dir() && (m.dev(), m.ino()) == self.id)
+    }
 
     fn root(&self) -> io::Result<Dir> {
         let p =

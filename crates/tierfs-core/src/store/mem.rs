@@ -692,8 +692,8 @@ mod tests {
     fn rename_flags_and_errors() {
         let s = MemStore::new();
         let root = s.root().unwrap();
-        drop(s.open(&root, n("a"), libc::O_CREAT | libc::O_RDWR, 0o644).unwrap());
-        drop(s.open(&root, n("b"), libc::O_CREAT | libc::O_RDWR, 0o644).unwrap());
+        let _a = s.open(&root, n("a"), libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+        let _b = s.open(&root, n("b"), libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
         let err = s.rename(&root, n("a"), &root, n("b"), RENAME_NOREPLACE).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EEXIST));
         s.rename(&root, n("a"), &root, n("b"), RENAME_EXCHANGE).unwrap();

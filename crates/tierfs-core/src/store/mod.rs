@@ -195,6 +195,11 @@ pub trait Store: Send + Sync + 'static {
     /// An open non-directory.
     type File: Send + Sync + 'static;
 
+    /// False once the tier's root is no longer the directory it was when
+    /// the store was made (removed, renamed away, unmounted).
+    fn healthy(&self) -> bool {
+        true
+    }
     /// Opens the root directory of the tier.
     fn root(&self) -> io::Result<Self::Dir>;
     /// Opens the directory `name` in `parent` (never following a symlink).

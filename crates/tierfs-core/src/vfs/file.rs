@@ -58,6 +58,9 @@ impl<S: Store> std::fmt::Debug for Opened<S> {
     }
 }
 
+/// The primary descriptor, whether it is writable, and the cached copy's.
+type Backing<S> = (Arc<<S as Store>::File>, bool, Option<Arc<<S as Store>::File>>);
+
 const RDWR_FALLBACK: [i32; 4] = [libc::EACCES, libc::EPERM, libc::EROFS, libc::ETXTBSY];
 
 impl<S: Store> Volume<S> {
@@ -68,12 +71,7 @@ impl<S: Store> Volume<S> {
     /// Opens the backing copies of a file: the primary read-write if
     /// possible (else with the access the caller asked for), and the SSD
     /// copy of a cached file.
-    fn open_backing(
-        &self,
-        ino: Ino,
-        placement: Placement,
-        want_write: bool,
-    ) -> Result<(Arc<S::File>, bool, Option<Arc<S::File>>)> {
+    fn open_backing(&self, ino: Ino, placement: Placement, want_write: bool) -> Result<Backing<S>> {
         let (p, n) = self.link_of(ino)?;
         let t = placement.primary();
         let d = self.tiers.dir(p, t, false)?;

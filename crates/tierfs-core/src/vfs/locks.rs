@@ -36,17 +36,6 @@ impl DirLocks {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn same_stripe_twice_does_not_deadlock() {
-        let l = DirLocks::new();
-        let _g = l.lock(&[5, 5, 5 + STRIPES as u64 * 7, 9]);
-    }
-}
-
 /// Striped reader-writer locks on inodes: opening a file (which reads its
 /// placement and opens the backing copy) holds one for reading; a
 /// migration's switch-over holds it for writing, so no open ever sees a
@@ -61,5 +50,16 @@ impl InodeLocks {
     }
     pub(crate) fn get(&self, ino: Ino) -> &parking_lot::RwLock<()> {
         &self.stripes[DirLocks::stripe(ino)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_stripe_twice_does_not_deadlock() {
+        let l = DirLocks::new();
+        let _g = l.lock(&[5, 5, 5 + STRIPES as u64 * 7, 9]);
     }
 }

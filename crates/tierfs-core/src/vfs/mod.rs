@@ -421,6 +421,28 @@ impl<S: Store> Volume<S> {
         self.verified.lock().insert(ino);
     }
 
+    /// EIO if a tier's directory vanished while mounted: nothing may then
+    /// conclude that files are gone.
+    pub(crate) fn check_tiers(&self) -> Result<()> {
+        for t in Tier::ALL {
+            if !self.tiers.store(t).healthy() {
+                tracing::error!(tier = %t, "the backing directory of the tier is gone");
+                return err(libc::EIO);
+            }
+        }
+        Ok(())
+    }
+
+    /// Turns ENOENT from a backing store into EIO when a tier vanished.
+    pub fn vanished(&self, e: Error) -> Error {
+        if e.is(libc::ENOENT) || e.is(libc::ESTALE) {
+            if let Err(eio) = self.check_tiers() {
+                return eio;
+            }
+        }
+        e
+    }
+
     /// Flushes the state database.
     pub fn sync_state(&self) -> Result<()> {
         self.ns.kv().flush()

@@ -77,6 +77,7 @@ impl<S: Store> Volume<S> {
         if !force && self.is_verified(dir) {
             return Ok(());
         }
+        self.check_tiers()?;
         let mut drec = self.record(dir)?;
         if drec.kind != FileKind::Dir {
             return err(libc::ENOTDIR);

@@ -18,10 +18,12 @@ pub const RESERVED: &str = ".tierfs";
 /// Directory (under [`RESERVED`]) where migrations stage copies.
 pub const STAGING: &str = "staging";
 
+type DirCache<S> = HashMap<(Ino, Tier), Arc<<S as Store>::Dir>>;
+
 /// Both stores and the directory handle cache.
 pub struct Tiers<S: Store> {
     stores: [S; 2],
-    cache: Mutex<HashMap<(Ino, Tier), Arc<S::Dir>>>,
+    cache: Mutex<DirCache<S>>,
     cache_cap: usize,
     ns: Namespace,
     /// The tier whose directory copies carry directory attributes.

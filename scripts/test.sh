@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, unit and property tests, and the
+# integration tests that mount real FUSE file systems (needs root for the
+# multi-user tests and passthrough). `.ci/run` runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+# Leftovers of an earlier, interrupted run would make mounts fail.
+grep ' fuse.tierfs \| fuse ' /proc/self/mountinfo | awk '{print $5}' | grep '/tmp/tierfs-test-' | while read -r m; do
+    fusermount3 -u "$m" 2>/dev/null || umount -l "$m" || true
+done
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace --all-targets

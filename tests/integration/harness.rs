@@ -1,0 +1,142 @@
+//! Mounting tierfs for a test, and always unmounting it again.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_tierfs");
+
+/// Is `p` a mount point right now?
+pub fn is_mounted(p: &Path) -> bool {
+    let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let want = p.to_string_lossy();
+    text.lines().any(|l| l.split(' ').nth(4) == Some(&*want))
+}
+
+/// A scratch area with ssd/, hdd/, mnt/ and plain/ (for differential tests).
+pub struct Area {
+    pub dir: tempfile::TempDir,
+}
+
+impl Area {
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new().prefix("tierfs-test-").tempdir_in("/tmp").expect("tempdir");
+        for d in ["ssd", "hdd", "mnt", "plain"] {
+            fs::create_dir(dir.path().join(d)).unwrap();
+        }
+        // Let other users reach the test directories (multi-user tests).
+        Command::new("chmod").arg("755").arg(dir.path()).status().unwrap();
+        Area { dir }
+    }
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+    pub fn ssd(&self) -> PathBuf {
+        self.path("ssd")
+    }
+    pub fn hdd(&self) -> PathBuf {
+        self.path("hdd")
+    }
+    pub fn mnt(&self) -> PathBuf {
+        self.path("mnt")
+    }
+}
+
+/// A running tierfs in the foreground; unmounted (and waited for) on drop,
+/// even when the test fails.
+pub struct Mounted {
+    pub mnt: PathBuf,
+    pub child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl Mounted {
+    /// Mounts ssd/ and hdd/ of `area` on mnt/ with extra arguments.
+    pub fn new(area: &Area, extra: &[&str]) -> Self {
+        Self::with(&area.ssd(), &area.hdd(), &area.mnt(), extra)
+    }
+
+    pub fn with(ssd: &Path, hdd: &Path, mnt: &Path, extra: &[&str]) -> Self {
+        let log = mnt.with_extension(format!("log.{}", std::process::id()));
+        let logf = fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        let child = Command::new(BIN)
+            .arg("mount")
+            .arg(ssd)
+            .arg(hdd)
+            .arg(mnt)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(logf)
+            .spawn()
+            .expect("spawn tierfs");
+        let mut m = Mounted { mnt: mnt.to_path_buf(), child: Some(child), log };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !is_mounted(mnt) {
+            if let Some(c) = m.child.as_mut() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    panic!("tierfs exited with {st} before mounting:\n{}", m.log_text());
+                }
+            }
+            assert!(Instant::now() < deadline, "tierfs did not mount in time:\n{}", m.log_text());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        m
+    }
+
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn p(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    /// Unmounts cleanly and waits for the daemon; panics if it fails.
+    pub fn unmount(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        if is_mounted(&self.mnt) {
+            let _ = Command::new("fusermount3").arg("-u").arg(&self.mnt).stderr(Stdio::null()).status();
+            if is_mounted(&self.mnt) {
+                let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+            }
+        }
+        if let Some(mut c) = self.child.take() {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                match c.try_wait() {
+                    Ok(Some(_)) => break,
+                    Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                    _ => {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = fs::remove_file(&self.log);
+    }
+}
+
+/// Runs the tierfs binary to completion.
+pub fn tierfs(args: &[&str]) -> std::process::Output {
+    Command::new(BIN).args(args).output().expect("run tierfs")
+}
+
+/// Runs a shell command as another user (uid/gid 65534, no supplementary groups).
+pub fn as_user(uid: u32, script: &str) -> std::process::Output {
+    Command::new("setpriv")
+        .args([&format!("--reuid={uid}"), &format!("--regid={uid}"), "--clear-groups", "--", "sh", "-c", script])
+        .output()
+        .expect("setpriv")
+}

@@ -1,0 +1,80 @@
+//! Several users on one mount (tierfs as root with allow_other and
+//! default_permissions).
+
+use crate::harness::{as_user, Area, Mounted};
+use crate::ops::lstat;
+use std::os::unix::fs::PermissionsExt;
+
+fn out(o: &std::process::Output) -> String {
+    format!(
+        "status {} stdout {:?} stderr {:?}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn users_get_their_own_files_and_cannot_touch_others_private_ones() {
+    let area = Area::new();
+    let m = Mounted::new(&area, &["--io-mode", "userspace"]);
+    let pubdir = m.p("pub");
+    std::fs::create_dir(&pubdir).unwrap();
+    std::fs::set_permissions(&pubdir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::fs::write(m.p("pub/rootonly"), b"secret").unwrap();
+    std::fs::set_permissions(m.p("pub/rootonly"), std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    let p = pubdir.display();
+    let o = as_user(65534, &format!("umask 077 && echo mine > {p}/u1 && mkdir {p}/u1dir"));
+    assert!(o.status.success(), "{}", out(&o));
+    let st = lstat(&m.p("pub/u1")).unwrap();
+    assert_eq!((st.st_uid, st.st_gid, st.st_mode & 0o777), (65534, 65534, 0o600));
+    let st = lstat(&m.p("pub/u1dir")).unwrap();
+    assert_eq!((st.st_uid, st.st_gid), (65534, 65534));
+    // ... and on the backing tier too.
+    let st = lstat(&area.hdd().join("pub/u1")).unwrap();
+    assert_eq!((st.st_uid, st.st_gid), (65534, 65534));
+
+    for script in [
+        format!("cat {p}/rootonly"),
+        format!("echo x >> {p}/rootonly"),
+        format!("chmod 666 {p}/rootonly"),
+        format!("rm -f {p}/rootonly"),
+        format!("mv {p}/rootonly {p}/stolen"),
+    ] {
+        let o = as_user(65534, &script);
+        assert!(!o.status.success(), "{script} must fail: {}", out(&o));
+    }
+    assert_eq!(std::fs::read(m.p("pub/rootonly")).unwrap(), b"secret");
+    // Another user cannot read the first one's 0600 file.
+    let o = as_user(65533, &format!("cat {p}/u1"));
+    assert!(!o.status.success(), "{}", out(&o));
+    m.unmount();
+}
+
+#[test]
+fn setgid_directories_and_supplementary_groups() {
+    let area = Area::new();
+    let m = Mounted::new(&area, &[]);
+    let d = m.p("team");
+    std::fs::create_dir(&d).unwrap();
+    std::os::unix::fs::chown(&d, Some(0), Some(4242)).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o2777)).unwrap();
+    let o = as_user(65534, &format!("echo hi > {}/f && mkdir {}/sub", d.display(), d.display()));
+    assert!(o.status.success(), "{}", out(&o));
+    let st = lstat(&m.p("team/f")).unwrap();
+    assert_eq!((st.st_uid, st.st_gid), (65534, 4242), "new files take the setgid directory's group");
+    let st = lstat(&m.p("team/sub")).unwrap();
+    assert_eq!(st.st_gid, 4242);
+    assert_ne!(st.st_mode & libc::S_ISGID, 0, "subdirectories inherit setgid");
+
+    // chgrp to a supplementary group of the caller is legal.
+    let o = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--groups=4343", "--", "chgrp", "4343"])
+        .arg(m.p("team/f"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", out(&o));
+    assert_eq!(lstat(&m.p("team/f")).unwrap().st_gid, 4343);
+    m.unmount();
+}

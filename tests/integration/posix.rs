@@ -1,0 +1,239 @@
+//! POSIX behaviour: the same syscalls on a tierfs mount and on a plain
+//! directory must give the same results and errno.
+
+use crate::harness::{Area, Mounted};
+use crate::ops::{lstat, op_strategy, Op, Runner};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+fn differential(extra: &[&str], cases: u32) {
+    let area = Area::new();
+    let m = Mounted::new(&area, extra);
+    let n = AtomicUsize::new(0);
+    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
+    let r = runner.run(&proptest::collection::vec(op_strategy(), 1..40), |ops| {
+        let case = n.fetch_add(1, Ordering::Relaxed);
+        let a = m.p(&format!("case{case}"));
+        let b = area.path(&format!("plain/case{case}"));
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        let mut ra = Runner::new(a);
+        let mut rb = Runner::new(b);
+        for (i, op) in ops.iter().enumerate() {
+            let x = ra.run(op);
+            let y = rb.run(op);
+            prop_assert_eq!(&x, &y, "op {} {:?} differs (tierfs vs plain)", i, op);
+        }
+        drop((ra.run(&Op::Release(0)), ra.run(&Op::Release(1)), ra.run(&Op::Release(2))));
+        drop((rb.run(&Op::Release(0)), rb.run(&Op::Release(1)), rb.run(&Op::Release(2))));
+        prop_assert_eq!(ra.dump(), rb.dump());
+        Ok(())
+    });
+    if let Err(e) = r {
+        panic!("{e}\n--- tierfs log ---\n{}", m.log_text());
+    }
+    m.unmount();
+}
+
+#[test]
+fn differential_userspace_io() {
+    differential(&["--io-mode", "userspace"], 64);
+}
+
+#[test]
+fn differential_passthrough_io() {
+    differential(&["--io-mode", "passthrough"], 64);
+}
+
+#[test]
+fn differential_new_files_on_ssd() {
+    differential(&["--placement", "ssd", "--io-mode", "userspace"], 32);
+}
+
+#[test]
+fn names_longer_than_255_bytes_are_refused() {
+    let area = Area::new();
+    let m = Mounted::new(&area, &[]);
+    let long = "x".repeat(256);
+    let e = std::fs::write(m.p(&long), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENAMETOOLONG));
+    let e = std::fs::create_dir(m.p(&long)).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENAMETOOLONG));
+    std::fs::write(m.p(&"y".repeat(255)), b"ok").unwrap();
+    m.unmount();
+}
+
+#[test]
+fn paths_near_path_max_work() {
+    let area = Area::new();
+    let m = Mounted::new(&area, &[]);
+    // 40 levels of 100-byte names: ~4 KiB of path below the mount point.
+    let name = "d".repeat(100);
+    let mut rel = String::new();
+    for _ in 0..40 {
+        rel.push_str(&name);
+        std::fs::create_dir(m.p(&rel)).unwrap_or_else(|e| panic!("mkdir at depth {}: {e}", rel.len()));
+        rel.push('/');
+    }
+    // The full path is beyond PATH_MAX for one syscall: walk with openat.
+    let dirfd = {
+        use std::os::unix::ffi::OsStrExt;
+        let mut fd = unsafe {
+            libc::open(
+                std::ffi::CString::new(m.mnt.as_os_str().as_bytes()).unwrap().as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+            )
+        };
+        for _ in 0..40 {
+            let c = std::ffi::CString::new(name.clone()).unwrap();
+            let nfd = unsafe { libc::openat(fd, c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY) };
+            assert!(nfd >= 0, "openat failed: {}", std::io::Error::last_os_error());
+            unsafe { libc::close(fd) };
+            fd = nfd;
+        }
+        fd
+    };
+    let f = unsafe { libc::openat(dirfd, c"leaf".as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644) };
+    assert!(f >= 0, "create deep file: {}", std::io::Error::last_os_error());
+    assert_eq!(unsafe { libc::write(f, b"deep".as_ptr().cast(), 4) }, 4);
+    unsafe {
+        libc::close(f);
+        libc::close(dirfd);
+    }
+    drop(m);
+    // The file landed on the HDD tier at the same (very long) relative path.
+    let mut fd = unsafe { libc::open(c"/".as_ptr(), libc::O_RDONLY) };
+    for comp in area
+        .hdd()
+        .components()
+        .skip(1)
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .chain((0..40).map(|_| name.clone()))
+    {
+        let c = std::ffi::CString::new(comp).unwrap();
+        let nfd = unsafe { libc::openat(fd, c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY) };
+        assert!(nfd >= 0);
+        unsafe { libc::close(fd) };
+        fd = nfd;
+    }
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::fstatat(fd, c"leaf".as_ptr(), &mut st, 0) }, 0);
+    assert_eq!(st.st_size, 4);
+    unsafe { libc::close(fd) };
+}
+
+#[test]
+fn one_inode_per_file_across_hard_links() {
+    let area = Area::new();
+    let m = Mounted::new(&area, &["--io-mode", "userspace"]);
+    std::fs::write(m.p("a"), b"x").unwrap();
+    std::fs::hard_link(m.p("a"), m.p("b")).unwrap();
+    let sa = lstat(&m.p("a")).unwrap();
+    let sb = lstat(&m.p("b")).unwrap();
+    assert_eq!(sa.st_ino, sb.st_ino);
+    assert_eq!(sb.st_nlink, 2);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::set_permissions(m.p("a"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let sb2 = lstat(&m.p("b")).unwrap();
+    assert_eq!(sb2.st_mode & 0o777, 0o600, "chmod through one name shows through the other");
+    assert!((sb2.st_ctime, sb2.st_ctime_nsec) > (sb.st_ctime, sb.st_ctime_nsec), "ctime moved");
+    std::fs::remove_file(m.p("a")).unwrap();
+    assert_eq!(lstat(&m.p("b")).unwrap().st_nlink, 1);
+    m.unmount();
+}
+
+#[test]
+fn shared_writable_mmap_works() {
+    for mode in ["userspace", "passthrough"] {
+        let area = Area::new();
+        let m = Mounted::new(&area, &["--io-mode", mode]);
+        let p = m.p("map");
+        std::fs::write(&p, vec![0u8; 8192]).unwrap();
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+        use std::os::fd::AsRawFd;
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                8192,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(ptr, libc::MAP_FAILED, "{mode}: mmap failed: {}", std::io::Error::last_os_error());
+        unsafe {
+            std::ptr::copy_nonoverlapping(b"hello".as_ptr(), ptr.cast::<u8>().add(4096), 5);
+            assert_eq!(libc::msync(ptr, 8192, libc::MS_SYNC), 0);
+            libc::munmap(ptr, 8192);
+        }
+        drop(f);
+        let back = std::fs::read(&p).unwrap();
+        assert_eq!(&back[4096..4101], b"hello", "{mode}");
+        m.unmount();
+    }
+}
+
+#[test]
+fn times_move_as_on_a_local_file_system() {
+    let area = Area::new();
+    let m = Mounted::new(&area, &["--io-mode", "userspace"]);
+    let t = |p: &std::path::Path| {
+        let s = lstat(p).unwrap();
+        ((s.st_mtime, s.st_mtime_nsec), (s.st_ctime, s.st_ctime_nsec))
+    };
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::create_dir(m.p("d")).unwrap();
+    let d0 = t(&m.p("d"));
+    pause();
+    std::fs::write(m.p("d/f"), b"1").unwrap();
+    let d1 = t(&m.p("d"));
+    assert!(d1.0 > d0.0 && d1.1 > d0.1, "creating a file moves the directory's mtime and ctime");
+    let f0 = t(&m.p("d/f"));
+    pause();
+    let _ = std::fs::read(m.p("d/f")).unwrap();
+    assert_eq!(t(&m.p("d/f")), f0, "reading changes neither mtime nor ctime");
+    pause();
+    std::fs::set_permissions(m.p("d/f"), std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
+    let f1 = t(&m.p("d/f"));
+    assert_eq!(f1.0, f0.0, "chmod keeps mtime");
+    assert!(f1.1 > f0.1, "chmod moves ctime");
+    pause();
+    std::fs::write(m.p("d/f"), b"22").unwrap();
+    let f2 = t(&m.p("d/f"));
+    assert!(f2.0 > f1.0 && f2.1 > f1.1, "writing moves mtime and ctime");
+    pause();
+    std::fs::rename(m.p("d/f"), m.p("d/g")).unwrap();
+    let d2 = t(&m.p("d"));
+    assert!(d2.0 > d1.0, "rename moves the directory's mtime");
+    m.unmount();
+}
+
+#[test]
+fn seek_data_and_hole() {
+    for mode in ["userspace", "passthrough"] {
+        let area = Area::new();
+        let m = Mounted::new(&area, &["--io-mode", mode]);
+        let p = m.p("sparse");
+        let f = std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&p).unwrap();
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(b"data", 1 << 20).unwrap();
+        let fd = f.as_raw_fd();
+        assert_eq!(unsafe { libc::lseek(fd, 0, libc::SEEK_DATA) }, 1 << 20, "{mode}");
+        assert_eq!(unsafe { libc::lseek(fd, 0, libc::SEEK_HOLE) }, 0, "{mode}");
+        m.unmount();
+    }
+}
+
+#[test]
+fn copy_file_range_copies() {
+    let area = Area::new();
+    let m = Mounted::new(&area, &["--io-mode", "userspace"]);
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(m.p("src"), &data).unwrap();
+    std::fs::copy(m.p("src"), m.p("dst")).unwrap();
+    assert_eq!(std::fs::read(m.p("dst")).unwrap(), data);
+    m.unmount();
+}
