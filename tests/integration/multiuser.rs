@@ -78,3 +78,33 @@ fn setgid_directories_and_supplementary_groups() {
     assert_eq!(lstat(&m.p("team/f")).unwrap().st_gid, 4343);
     m.unmount();
 }
+
+#[test]
+fn unprivileged_writes_clear_set_id_bits_as_locally() {
+    for mode in ["userspace", "passthrough"] {
+        let area = Area::new();
+        let m = Mounted::new(&area, &["--io-mode", mode]);
+        let plain = area.path("plain");
+        for d in [m.mnt.clone(), plain.clone()] {
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        }
+        let script = |d: &std::path::Path| {
+            let d = d.display();
+            format!(
+                "echo a > {d}/w && chmod 6775 {d}/w && echo b >> {d}/w && \
+                 echo a > {d}/t && chmod 4755 {d}/t && truncate -s 1 {d}/t && \
+                 echo a > {d}/g && chmod 2745 {d}/g && echo b >> {d}/g"
+            )
+        };
+        for d in [&m.mnt, &plain] {
+            let o = as_user(65534, &script(d));
+            assert!(o.status.success(), "{}", out(&o));
+        }
+        for f in ["w", "t", "g"] {
+            let a = lstat(&m.mnt.join(f)).unwrap().st_mode;
+            let b = lstat(&plain.join(f)).unwrap().st_mode;
+            assert_eq!(a & 0o7777, b & 0o7777, "{mode}: mode of {f}: tierfs {:o}, local {:o}", a & 0o7777, b & 0o7777);
+        }
+        m.unmount();
+    }
+}

@@ -58,9 +58,11 @@ pub struct MountArgs {
     /// Tier for new files.
     #[arg(long, value_enum, default_value_t = TierArg::Hdd)]
     pub placement: TierArg,
-    /// Threads handling requests.
-    #[arg(long, default_value_t = 8)]
-    pub threads: usize,
+    /// Threads handling requests [default: CPUs, at least 2]. More help
+    /// many concurrent clients in userspace mode on slow disks; on a small
+    /// machine more threads cost more in wake-ups than they gain.
+    #[arg(long)]
+    pub threads: Option<usize>,
     /// Let other users use the mount (default: on when run as root).
     #[arg(long, overrides_with = "no_allow_other")]
     pub allow_other: bool,

@@ -102,7 +102,9 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
         IoModeArg::Auto if passthrough_possible => IoMode::Passthrough,
         IoModeArg::Auto => IoMode::Userspace,
     };
-    if a.threads == 0 || a.threads > 256 {
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+    let threads = a.threads.unwrap_or(cpus.max(2));
+    if threads == 0 || threads > 256 {
         bail!("--threads must be between 1 and 256");
     }
     let allow_other = if a.no_allow_other { false } else { a.allow_other || is_root() };
@@ -116,7 +118,7 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
             TierArg::Ssd => Tier::Ssd,
             TierArg::Hdd => Tier::Hdd,
         },
-        threads: a.threads,
+        threads,
         allow_other,
     })
 }

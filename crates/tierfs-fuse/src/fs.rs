@@ -142,7 +142,7 @@ impl<S: Store> Filesystem for TierFs<S> {
         let caps = config.capabilities();
         let mut want =
             InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO | InitFlags::FUSE_PARALLEL_DIROPS;
-        want |= InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
+        want |= InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         want &= caps;
         let _ = config.add_capabilities(want);
         if !caps.contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP) {
@@ -180,7 +180,7 @@ impl<S: Store> Filesystem for TierFs<S> {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -197,7 +197,13 @@ impl<S: Store> Filesystem for TierFs<S> {
         reply: ReplyAttr,
     ) {
         let sa = SetAttr { mode, uid, gid, size, atime: set_time(atime), mtime: set_time(mtime) };
-        match self.vol.setattr(ino.0, fh.map(|f| f.0), &sa) {
+        let mut r = self.vol.setattr(ino.0, fh.map(|f| f.0), &sa);
+        // Truncation by an unprivileged user clears set-ID bits
+        // (FUSE_HANDLE_KILLPRIV_V2 leaves this to the file system).
+        if r.is_ok() && size.is_some() && req.uid() != 0 && mode.is_none() {
+            r = self.vol.kill_privs(ino.0).and_then(|_| self.vol.getattr(ino.0));
+        }
+        match r {
             Ok(a) => reply.attr(&TTL, &fuse_attr(&a)),
             Err(e) => reply.error(self.fail(e)),
         }
@@ -286,17 +292,25 @@ impl<S: Store> Filesystem for TierFs<S> {
     fn write(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         match self.vol.write(fh.0, offset, data) {
-            Ok(n) => reply.written(n),
+            Ok(n) => {
+                // With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves this to us.
+                if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+                    if let Err(e) = self.vol.kill_privs(ino.0) {
+                        tracing::warn!(ino = ino.0, error = %e, "could not clear set-ID bits after a write");
+                    }
+                }
+                reply.written(n)
+            }
             Err(e) => reply.error(self.fail(e)),
         }
     }

@@ -92,6 +92,21 @@ impl<S: Store> Volume<S> {
         self.getattr(ino)
     }
 
+    /// Clears set-user-ID (and set-group-ID when group-executable) bits, as a
+    /// local file system does when an unprivileged user writes or truncates.
+    pub fn kill_privs(&self, ino: Ino) -> Result<()> {
+        let a = self.getattr(ino)?;
+        let mut mode = a.perm as u32;
+        mode &= !libc::S_ISUID;
+        if mode & libc::S_IXGRP != 0 {
+            mode &= !libc::S_ISGID;
+        }
+        if mode != a.perm as u32 {
+            self.setattr(ino, None, &SetAttr { mode: Some(mode), ..SetAttr::default() })?;
+        }
+        Ok(())
+    }
+
     /// Applies attribute changes to every copy of a directory, meta copy first.
     fn set_dir_attrs(&self, ino: Ino, sa: &SetAttr) -> Result<()> {
         let meta = self.tiers.meta;

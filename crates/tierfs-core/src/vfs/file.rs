@@ -159,9 +159,19 @@ impl<S: Store> Volume<S> {
                         None => Some((io.placement.primary(), io.primary.clone())),
                     }
                 } else {
+                    // Writes by the kernel to the backing file run with the
+                    // daemon's credentials and would keep set-ID bits that a
+                    // local file system clears: such files take the
+                    // userspace path, which clears them.
+                    let setid = self
+                        .tiers
+                        .store(io.placement.primary())
+                        .fstat(&io.primary)
+                        .map(|st| st.mode & (libc::S_ISUID | libc::S_ISGID) != 0)
+                        .unwrap_or(true);
                     match io.placement {
                         Placement::On(t)
-                            if io.writable && (t == Tier::Hdd || self.hooks().passthrough_write_ok(ino)) =>
+                            if io.writable && !setid && (t == Tier::Hdd || self.hooks().passthrough_write_ok(ino)) =>
                         {
                             Some((t, io.primary.clone()))
                         }
