@@ -8,3 +8,4 @@ mod multiuser;
 mod ops;
 mod persist;
 mod posix;
+mod stats;

@@ -19,6 +19,9 @@ pub enum Command {
     Mount(MountArgs),
     /// Unmount a tierfs mount and wait for its daemon to finish.
     Umount(UmountArgs),
+    /// Show per-tier usage, requests served, the SSD hit ratio and the
+    /// hottest files of a mount (or one file's statistics with --file).
+    Stats(StatsArgs),
     /// Mount two fresh directories under a demo folder, write and read
     /// files through the mount, show where they are, unmount.
     Demo(DemoArgs),
@@ -69,6 +72,13 @@ pub struct MountArgs {
     /// Only the mounting user may use the mount.
     #[arg(long)]
     pub no_allow_other: bool,
+    /// Do not collect access statistics (to measure their cost; tiering
+    /// then sees no heat).
+    #[arg(long)]
+    pub no_stats: bool,
+    /// Halve every access counter this often, so old heat fades (e.g. 10m, 1h; 0 = never).
+    #[arg(long, value_name = "DURATION", default_value = "10m")]
+    pub aging: String,
     /// Detach and run in the background once mounted.
     #[arg(long)]
     pub daemon: bool,
@@ -92,6 +102,27 @@ pub struct UmountArgs {
     /// Seconds to wait for the daemon to finish.
     #[arg(long, default_value_t = 30)]
     pub timeout: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    /// The mount point [default: the only tierfs mounted].
+    pub mountpoint: Option<PathBuf>,
+    /// One file's statistics and placement instead.
+    #[arg(long, value_name = "PATH", conflicts_with = "mountpoint")]
+    pub file: Option<PathBuf>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+    /// Refresh continuously, like top (Ctrl-C to stop).
+    #[arg(long)]
+    pub watch: bool,
+    /// Refresh interval for --watch, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub interval_ms: u64,
+    /// How many of the hottest files to list.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
 }
 
 #[derive(Args, Debug)]
@@ -190,7 +221,7 @@ pub fn helper_form(argv: Vec<OsString>) -> Vec<OsString> {
     let prog = argv.first().and_then(|a| std::path::Path::new(a).file_name()).map(|n| n.to_os_string());
     let is_helper_name = prog.as_ref().is_some_and(|p| p.to_string_lossy().starts_with("mount."));
     let first = argv.get(1).map(|a| a.to_string_lossy().into_owned()).unwrap_or_default();
-    let known = ["mount", "umount", "demo", "help", "-h", "--help", "-V", "--version"];
+    let known = ["mount", "umount", "stats", "demo", "help", "-h", "--help", "-V", "--version"];
     if !is_helper_name && (known.contains(&first.as_str()) || !first.contains(':')) {
         return argv;
     }

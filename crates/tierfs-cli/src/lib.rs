@@ -6,6 +6,7 @@ mod args;
 mod demo;
 mod mount_cmd;
 mod mounts;
+mod stats;
 mod umount;
 
 use clap::Parser;
@@ -32,6 +33,7 @@ pub fn main() -> ExitCode {
     let r = match cli.command {
         args::Command::Mount(m) => mount_cmd::run(m),
         args::Command::Umount(u) => umount::run(&u),
+        args::Command::Stats(s) => stats::run(&s),
         args::Command::Demo(d) => demo::run(&d),
     };
     match r {

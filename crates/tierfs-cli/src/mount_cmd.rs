@@ -120,6 +120,8 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
         },
         threads,
         allow_other,
+        stats: !a.no_stats,
+        aging: tierfs_core::config::parse_duration(&a.aging).map_err(|e| anyhow::anyhow!("--aging: {e}"))?,
     })
 }
 

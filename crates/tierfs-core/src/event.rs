@@ -27,6 +27,10 @@ pub enum EventKind {
         len: u64,
         /// Tier that served it.
         tier: Tier,
+        /// The kernel split one application request and this is a later
+        /// piece of it (see [`FRAGMENT_MIN`]): its bytes count, it is not a
+        /// request of its own.
+        fragment: bool,
     },
     /// Bytes written to `tier` (the primary; a cached copy is updated too).
     Write {
@@ -38,6 +42,8 @@ pub enum EventKind {
         tier: Tier,
         /// File size after the write.
         size: u64,
+        /// A later piece of a split application request.
+        fragment: bool,
     },
     /// An open. In passthrough I/O mode reads and writes never reach the
     /// daemon, so an open counts as one access to the whole file.
@@ -83,6 +89,13 @@ pub enum EventKind {
         parent: Ino,
     },
 }
+
+/// FUSE direct I/O cuts an application request into pieces of at most
+/// 256 user pages; a request of 1 MiB from an unaligned buffer becomes one
+/// of 1 MiB minus a few bytes and a small tail. A request that continues
+/// the previous one on the same handle, when that one was at least this
+/// long (so the kernel may have cut it), is taken as its tail.
+pub const FRAGMENT_MIN: u64 = 255 * 4096;
 
 /// Where events go. Must be cheap and must not block.
 pub trait EventSink: Send + Sync {

@@ -9,10 +9,14 @@
 #![warn(missing_docs)]
 
 pub mod clock;
+pub mod config;
+pub mod engine;
 pub mod error;
 pub mod event;
 pub mod migrate;
+pub mod report;
 pub mod state;
+pub mod stats;
 pub mod store;
 pub mod tier;
 pub mod vfs;

@@ -3,6 +3,7 @@
 //! CLI does), opens the state, recovers, mounts and serves until unmounted.
 #![warn(missing_docs)]
 
+pub mod control;
 pub mod errno;
 pub mod fs;
 pub mod mount;

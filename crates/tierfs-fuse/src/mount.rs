@@ -1,6 +1,7 @@
 //! Mounting and serving: state lock, state database, recovery, the FUSE
 //! session, signals, and the clean shutdown.
 
+use crate::control::{ControlServer, Handler};
 use crate::fs::TierFs;
 use crate::runtime;
 use fuser::{Config, MountOption, Session, SessionACL};
@@ -10,7 +11,9 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tierfs_core::clock::SystemClock;
+use tierfs_core::engine::{Engine, EngineConfig};
 use tierfs_core::event::NoEvents;
+use tierfs_core::report::{Request, Response};
 use tierfs_core::state::ns::Namespace;
 use tierfs_core::state::SledKv;
 use tierfs_core::store::dir::DirStore;
@@ -45,6 +48,10 @@ pub struct MountConfig {
     pub threads: usize,
     /// Let every user use the mount.
     pub allow_other: bool,
+    /// Collect access statistics.
+    pub stats: bool,
+    /// Halve all counters every this long.
+    pub aging: std::time::Duration,
 }
 
 /// An exclusive lock on a state directory, held while mounted.
@@ -114,15 +121,30 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     let _lock = lock_state(&cfg.state_dir)?;
     let kv = SledKv::open(&cfg.state_dir)
         .map_err(|e| MountError(format!("cannot open state database in {}: {e}", cfg.state_dir.display())))?;
-    let ns = Namespace::new(Arc::new(kv));
+    let kv: Arc<dyn tierfs_core::state::Kv> = Arc::new(kv);
+    let ns = Namespace::new(kv.clone());
     let ssd = DirStore::new(&cfg.ssd).map_err(|e| MountError(format!("{}: {e}", cfg.ssd.display())))?;
     let hdd = DirStore::new(&cfg.hdd).map_err(|e| MountError(format!("{}: {e}", cfg.hdd.display())))?;
     let vcfg = VolumeConfig { io_mode: cfg.io_mode, default_tier: cfg.placement, ..VolumeConfig::default() };
+    let clock: Arc<dyn tierfs_core::clock::Clock> = Arc::new(SystemClock);
+    let (sink, rx) = tierfs_core::engine::queue();
+    let events: Arc<dyn tierfs_core::event::EventSink> = if cfg.stats { sink.clone() } else { Arc::new(NoEvents) };
     let vol = Arc::new(
-        Volume::new(ssd, hdd, ns, vcfg, Arc::new(NoEvents), Arc::new(SystemClock))
+        Volume::new(ssd, hdd, ns, vcfg, events, clock.clone())
             .map_err(|e| MountError(format!("cannot open volume: {e}")))?,
     );
     vol.recover().map_err(|e| MountError(format!("recovery failed: {e}")))?;
+    let ecfg = EngineConfig {
+        aging: cfg.aging,
+        stats_enabled: cfg.stats,
+        tier_paths: [cfg.ssd.display().to_string(), cfg.hdd.display().to_string()],
+        mountpoint: cfg.mountpoint.display().to_string(),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::new(vol.clone(), kv.clone(), clock.clone(), ecfg, Some(sink));
+    engine.start(rx);
+    let control = ControlServer::start(&runtime::socket_path(&cfg.mountpoint), Arc::new(Control(engine.clone())))
+        .map_err(|e| MountError(format!("cannot open control socket: {e}")))?;
     // New files get exactly the mode asked for (the kernel applied the umask).
     // SAFETY: umask has no preconditions.
     unsafe { libc::umask(0) };
@@ -133,7 +155,9 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     let _ = std::fs::write(&pid_file, std::process::id().to_string());
 
     let v2 = vol.clone();
+    let e2 = engine.clone();
     let on_destroy = Box::new(move || {
+        e2.shutdown();
         if let Err(e) = v2.sync_state().and_then(|_| v2.mark_clean()) {
             tracing::error!(error = %e, "could not flush the state database at unmount");
         } else {
@@ -164,9 +188,25 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     tracing::info!(mountpoint = %cfg.mountpoint.display(), "mounted");
     report(Ok(()));
     let r = session.run();
+    drop(control);
     let _ = std::fs::remove_file(&pid_file);
     drop(vol);
     r.map_err(|e| MountError(format!("session ended with an error: {e}")))
+}
+
+/// The control socket's view of the engine.
+struct Control(Arc<Engine<DirStore>>);
+
+impl Handler for Control {
+    fn handle(&self, req: Request) -> Response {
+        match req {
+            Request::Status { top } => Response::Status(Box::new(self.0.status(top))),
+            Request::File { ino } => match self.0.file_report(ino) {
+                Some(r) => Response::File(Box::new(r)),
+                None => Response::Error(format!("no file with inode {ino} on this mount")),
+            },
+        }
+    }
 }
 
 /// How the session is unmounted on a signal.

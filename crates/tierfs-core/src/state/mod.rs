@@ -39,6 +39,9 @@ pub trait Kv: Send + Sync {
     fn scan(&self, tree: TreeId, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
     /// Up to `limit` pairs with keys in `[start, end)`, in key order.
     fn range(&self, tree: TreeId, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    /// Calls `f` for every pair whose key starts with `prefix`, in key
+    /// order, without collecting them (for loading large trees).
+    fn for_each(&self, tree: TreeId, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8])) -> Result<()>;
     /// True if some key starts with `prefix`.
     fn any_with_prefix(&self, tree: TreeId, prefix: &[u8]) -> Result<bool>;
     /// Makes everything applied so far durable.
@@ -63,7 +66,7 @@ impl std::fmt::Debug for SledKv {
 impl SledKv {
     /// Opens (or creates) the database in `dir`.
     pub fn open(dir: &Path) -> Result<Self> {
-        let db = sled::Config::new().path(dir.join("db")).cache_capacity(32 << 20).flush_every_ms(Some(500)).open()?;
+        let db = sled::Config::new().path(dir.join("db")).cache_capacity(8 << 20).flush_every_ms(Some(500)).open()?;
         let ns = db.open_tree("ns")?;
         let stats = db.open_tree("stats")?;
         Ok(SledKv { db, ns, stats })
@@ -111,6 +114,13 @@ impl Kv for SledKv {
     }
     fn any_with_prefix(&self, tree: TreeId, prefix: &[u8]) -> Result<bool> {
         Ok(self.tree(tree).scan_prefix(prefix).next().transpose()?.is_some())
+    }
+    fn for_each(&self, tree: TreeId, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8])) -> Result<()> {
+        for kv in self.tree(tree).scan_prefix(prefix) {
+            let (k, v) = kv?;
+            f(&k, &v);
+        }
+        Ok(())
     }
     fn flush(&self) -> Result<()> {
         self.db.flush()?;
@@ -185,6 +195,12 @@ impl Kv for MemKv {
     }
     fn any_with_prefix(&self, tree: TreeId, prefix: &[u8]) -> Result<bool> {
         Ok(!self.range(tree, prefix, &prefix_end(prefix), 1)?.is_empty())
+    }
+    fn for_each(&self, tree: TreeId, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8])) -> Result<()> {
+        for (k, v) in self.scan(tree, prefix)? {
+            f(&k, &v);
+        }
+        Ok(())
     }
     fn flush(&self) -> Result<()> {
         let mut g = self.inner.lock();

@@ -42,6 +42,18 @@ pub(crate) struct Handle<S: Store> {
     pub append: bool,
     pub sync: bool,
     pub passthrough: bool,
+    /// End and length of the previous request, to recognise split ones.
+    pub last: Mutex<(u64, u64)>,
+}
+
+impl<S: Store> Handle<S> {
+    /// Notes a request and tells whether it is the tail of a split one.
+    fn fragment(&self, off: u64, len: u64) -> bool {
+        let mut l = self.last.lock();
+        let frag = off == l.0 && l.1 >= crate::event::FRAGMENT_MIN;
+        *l = (off + len, len);
+        frag
+    }
 }
 
 /// The answer to open and create.
@@ -196,6 +208,7 @@ impl<S: Store> Volume<S> {
             append: flags & libc::O_APPEND != 0,
             sync: flags & (libc::O_SYNC | libc::O_DSYNC) != 0,
             passthrough: backing.is_some(),
+            last: Mutex::new((u64::MAX, 0)),
         };
         let fh = self.new_fh();
         self.handles.write().insert(fh, Arc::new(h));
@@ -218,6 +231,7 @@ impl<S: Store> Volume<S> {
                     append: h.append,
                     sync: h.sync,
                     passthrough: false,
+                    last: Mutex::new((u64::MAX, 0)),
                 };
                 hs.insert(fh, Arc::new(nh));
             }
@@ -276,7 +290,8 @@ impl<S: Store> Volume<S> {
             }
         };
         buf.truncate(n);
-        self.emit(h.ino, EventKind::Read { off, len: n as u64, tier });
+        let fragment = h.fragment(off, n as u64);
+        self.emit(h.ino, EventKind::Read { off, len: n as u64, tier, fragment });
         Ok(buf)
     }
 
@@ -341,7 +356,8 @@ impl<S: Store> Volume<S> {
             }
             drop(_append);
             drop(io);
-            self.emit(h.ino, EventKind::Write { off, len, tier: t, size: old.max(end) });
+            let fragment = h.fragment(off, len);
+            self.emit(h.ino, EventKind::Write { off, len, tier: t, size: old.max(end), fragment });
             return Ok(data.len() as u32);
         }
         err(libc::ENOSPC)
@@ -492,10 +508,19 @@ impl<S: Store> Volume<S> {
                         let end = off_out + n as u64;
                         let old = hout.oi.size.fetch_max(end, Ordering::AcqRel);
                         hout.oi.version.fetch_add(1, Ordering::AcqRel);
-                        self.emit(hin.ino, EventKind::Read { off: off_in, len: n as u64, tier: Tier::Hdd });
+                        self.emit(
+                            hin.ino,
+                            EventKind::Read { off: off_in, len: n as u64, tier: Tier::Hdd, fragment: false },
+                        );
                         self.emit(
                             hout.ino,
-                            EventKind::Write { off: off_out, len: n as u64, tier: Tier::Hdd, size: old.max(end) },
+                            EventKind::Write {
+                                off: off_out,
+                                len: n as u64,
+                                tier: Tier::Hdd,
+                                size: old.max(end),
+                                fragment: false,
+                            },
                         );
                         return Ok(n as u64);
                     }

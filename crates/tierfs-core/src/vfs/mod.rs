@@ -325,6 +325,7 @@ impl<S: Store> Volume<S> {
     }
 
     pub(crate) fn emit(&self, ino: Ino, kind: EventKind) {
+        tracing::trace!(ino, ?kind, "event");
         self.events.record(Event { ino, time: self.clock.now(), kind });
     }
 
@@ -441,6 +442,29 @@ impl<S: Store> Volume<S> {
             }
         }
         e
+    }
+
+    /// A path of the inode below the mount point ("/a/b"), if it has a name.
+    pub fn path_of(&self, ino: Ino) -> Option<String> {
+        let mut parts = Vec::new();
+        let mut cur = ino;
+        while cur != ROOT_INO {
+            let (p, n) = self.ns.first_link(cur).ok().flatten()?;
+            parts.push(n);
+            cur = p;
+            if parts.len() > 4096 {
+                return None;
+            }
+        }
+        let mut out = String::new();
+        for p in parts.iter().rev() {
+            out.push('/');
+            out.push_str(&p.to_string_lossy());
+        }
+        if out.is_empty() {
+            out.push('/');
+        }
+        Some(out)
     }
 
     /// Flushes the state database.

@@ -1,0 +1,179 @@
+//! `tierfs stats`: asks the daemon over its control socket and shows the
+//! answer as a table, as JSON, or refreshed like top.
+
+use crate::args::StatsArgs;
+use crate::mounts::mounts;
+use anyhow::{anyhow, bail, Context, Result};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use tierfs_core::config::format_size;
+use tierfs_core::report::{FileReport, Request, Response, StatusReport};
+use tierfs_fuse::runtime;
+
+/// The tierfs mount point a command talks to: the one given, or the only
+/// one mounted.
+pub fn resolve_mount(given: Option<&Path>) -> Result<PathBuf> {
+    let tierfs: Vec<PathBuf> = mounts().into_iter().filter(|m| m.fstype == "fuse.tierfs").map(|m| m.target).collect();
+    match given {
+        Some(p) => {
+            let abs = runtime::absolute(p);
+            if !tierfs.contains(&abs) {
+                bail!("no tierfs is mounted at {}", abs.display());
+            }
+            Ok(abs)
+        }
+        None => match tierfs.as_slice() {
+            [one] => Ok(one.clone()),
+            [] => bail!("no tierfs is mounted"),
+            many => bail!(
+                "several tierfs mounts ({}); name one",
+                many.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            ),
+        },
+    }
+}
+
+/// The tierfs mount a path lies in (the deepest one).
+pub fn mount_of(path: &Path) -> Result<PathBuf> {
+    let abs = runtime::absolute(path);
+    mounts()
+        .into_iter()
+        .filter(|m| m.fstype == "fuse.tierfs" && abs.starts_with(&m.target))
+        .max_by_key(|m| m.target.as_os_str().len())
+        .map(|m| m.target)
+        .ok_or_else(|| anyhow!("{} is not on a tierfs mount", abs.display()))
+}
+
+/// Sends one request to the daemon of `mnt`.
+pub fn ask(mnt: &Path, req: &Request) -> Result<Response> {
+    let sock = runtime::socket_path(mnt);
+    let mut s = UnixStream::connect(&sock)
+        .with_context(|| format!("no tierfs daemon answers for {} (socket {})", mnt.display(), sock.display()))?;
+    let mut line = serde_json::to_string(req)?;
+    line.push('\n');
+    s.write_all(line.as_bytes())?;
+    let mut answer = String::new();
+    BufReader::new(s).read_line(&mut answer)?;
+    let resp: Response = serde_json::from_str(&answer).context("the daemon sent an answer this tierfs cannot read")?;
+    if let Response::Error(e) = &resp {
+        bail!("{e}");
+    }
+    Ok(resp)
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+fn render_status(r: &StatusReport) -> String {
+    let mut o = String::new();
+    o += &format!("tierfs at {} (pid {}), {} I/O, accesses counted {}\n\n", r.mountpoint, r.pid, r.io_mode, r.counting);
+    o += &format!(
+        "{:<4} {:>9} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10} {:>10}  {}\n",
+        "tier", "capacity", "used", "free", "limit", "files", "file data", "requests", "served", "directory"
+    );
+    for t in &r.tiers {
+        o += &format!(
+            "{:<4} {:>9} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10} {:>10}  {}\n",
+            t.tier,
+            format_size(t.capacity_bytes),
+            format_size(t.used_bytes),
+            format_size(t.free_bytes),
+            t.limit_bytes.map(format_size).unwrap_or_else(|| "-".into()),
+            t.files,
+            format_size(t.file_bytes),
+            t.requests,
+            format_size(t.bytes_served),
+            t.path
+        );
+    }
+    let total: u64 = r.tiers.iter().map(|t| t.requests).sum();
+    o += &format!("\nSSD hit ratio: {} of {} requests served by the SSD\n", pct(r.ssd_hit_ratio), total);
+    o += &format!(
+        "tracked files: {}   admission threshold: {}   aging: halve every {}s{}\n",
+        r.tracked_files,
+        r.admission_threshold,
+        r.aging_period_secs,
+        if r.stats_enabled { String::new() } else { "   (statistics are OFF)".into() }
+    );
+    if r.dropped_events > 0 {
+        o += &format!("events dropped (statistics thread behind): {}\n", r.dropped_events);
+    }
+    if !r.hottest.is_empty() {
+        o += &format!("\nhottest files:\n{:>10} {:>9} {:<13} {}\n", "counter", "size", "tier", "path");
+        for f in &r.hottest {
+            o += &format!(
+                "{:>10} {:>9} {:<13} {}\n",
+                f.counter,
+                format_size(f.size),
+                f.placement,
+                f.path.as_deref().unwrap_or("(unlinked)")
+            );
+        }
+    }
+    o
+}
+
+fn render_file(f: &FileReport) -> String {
+    let age = if f.last_access == 0 {
+        "never".to_string()
+    } else {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        format!("{}s ago", now.saturating_sub(f.last_access as u64))
+    };
+    let mut o = format!(
+        "{}\n  inode {}   placement {}   size {}\n  counter {}   last access {}\n  reads {} ({})   writes {} ({})\n  requests served: ssd {}, hdd {}\n",
+        f.path.as_deref().unwrap_or("(unlinked)"),
+        f.ino,
+        f.placement,
+        format_size(f.size),
+        f.counter,
+        age,
+        f.reads,
+        format_size(f.read_bytes),
+        f.writes,
+        format_size(f.write_bytes),
+        f.ssd_requests,
+        f.hdd_requests
+    );
+    if let Some(p) = &f.policy {
+        o += &format!("  policy {p}\n");
+    }
+    if let Some(n) = &f.note {
+        o += &format!("  {n}\n");
+    }
+    o
+}
+
+fn print(s: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(s.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        r => Ok(r?),
+    }
+}
+
+pub fn run(a: &StatsArgs) -> Result<ExitCode> {
+    if let Some(path) = &a.file {
+        use std::os::unix::fs::MetadataExt;
+        let mnt = mount_of(path)?;
+        let ino = std::fs::symlink_metadata(path).with_context(|| format!("{}", path.display()))?.ino();
+        let Response::File(f) = ask(&mnt, &Request::File { ino })? else { bail!("unexpected answer") };
+        print(&if a.json { serde_json::to_string_pretty(&f)? + "\n" } else { render_file(&f) })?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mnt = resolve_mount(a.mountpoint.as_deref())?;
+    loop {
+        let Response::Status(r) = ask(&mnt, &Request::Status { top: a.top })? else { bail!("unexpected answer") };
+        let text = if a.json { serde_json::to_string_pretty(&r)? + "\n" } else { render_status(&r) };
+        if a.watch {
+            print(&format!("\x1b[H\x1b[2J{text}"))?;
+            std::thread::sleep(std::time::Duration::from_millis(a.interval_ms.max(100)));
+        } else {
+            print(&text)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+}

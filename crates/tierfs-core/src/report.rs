@@ -1,0 +1,119 @@
+//! What the daemon answers over its control socket: requests and reports,
+//! serialisable so `tierfs stats --json` prints them as they are.
+
+use serde::{Deserialize, Serialize};
+
+/// A request to the daemon.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "kebab-case")]
+pub enum Request {
+    /// The whole picture, with the `top` hottest files.
+    Status {
+        /// How many hottest files to list.
+        top: usize,
+    },
+    /// One file, by tierfs inode number.
+    File {
+        /// Inode number (as `stat` shows it on the mount).
+        ino: u64,
+    },
+}
+
+/// The daemon's answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Response {
+    /// Answer to [`Request::Status`].
+    Status(Box<StatusReport>),
+    /// Answer to [`Request::File`].
+    File(Box<FileReport>),
+    /// The request failed.
+    Error(String),
+}
+
+/// One tier.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct TierReport {
+    /// "ssd" or "hdd".
+    pub tier: String,
+    /// Backing directory.
+    pub path: String,
+    /// Size of the backing file system.
+    pub capacity_bytes: u64,
+    /// Used space of the backing file system.
+    pub used_bytes: u64,
+    /// Free space of the backing file system.
+    pub free_bytes: u64,
+    /// Configured limit for user data (SSD only), if any.
+    pub limit_bytes: Option<u64>,
+    /// Files with data on this tier (a cached file counts on both).
+    pub files: u64,
+    /// Their bytes.
+    pub file_bytes: u64,
+    /// Requests this tier served.
+    pub requests: u64,
+    /// Bytes this tier served.
+    pub bytes_served: u64,
+}
+
+/// One file.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FileReport {
+    /// tierfs inode number.
+    pub ino: u64,
+    /// A path of the file below the mount point, if it has a name.
+    pub path: Option<String>,
+    /// "ssd", "hdd" or "hdd+ssd-copy".
+    pub placement: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Inverse-bitmap counter.
+    pub counter: u32,
+    /// Last access, seconds since the epoch (0: never).
+    pub last_access: u32,
+    /// Read requests.
+    pub reads: u32,
+    /// Write requests.
+    pub writes: u32,
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Bytes written.
+    pub write_bytes: u64,
+    /// Requests served by the SSD.
+    pub ssd_requests: u32,
+    /// Requests served by the HDD.
+    pub hdd_requests: u32,
+    /// Policy in force for the file.
+    pub policy: Option<String>,
+    /// Why it is where it is, or why it did not move (latest decision).
+    pub note: Option<String>,
+}
+
+/// Everything `tierfs stats` shows.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// Mount point.
+    pub mountpoint: String,
+    /// Daemon pid.
+    pub pid: u32,
+    /// "passthrough" or "userspace".
+    pub io_mode: String,
+    /// How accesses are counted in this I/O mode.
+    pub counting: String,
+    /// Both tiers.
+    pub tiers: Vec<TierReport>,
+    /// Requests served by the SSD over all requests (Hystor's hit ratio).
+    pub ssd_hit_ratio: f64,
+    /// Files with statistics.
+    pub tracked_files: u64,
+    /// The hottest files, hottest first.
+    pub hottest: Vec<FileReport>,
+    /// Counter of the last file evicted from the SSD (admission threshold).
+    pub admission_threshold: u32,
+    /// Every this many seconds all counters are halved.
+    pub aging_period_secs: u64,
+    /// Events dropped because the statistics thread fell behind.
+    pub dropped_events: u64,
+    /// Statistics collection is on.
+    pub stats_enabled: bool,
+}

@@ -1,0 +1,723 @@
+//! Per-file access statistics (soft state).
+//!
+//! [`Stats`] is pure: it is fed [`Event`]s carrying their own time and never
+//! reads a clock. It keeps, per file, the inverse-bitmap counter
+//! ([`counter`]), the recency of the last access, read and write counts and
+//! bytes, and which tier served the requests; and an ordered index per
+//! (policy group, residence) so that the hottest and coldest files are found
+//! in O(log n) among millions.
+//!
+//! Ordering: hottest = highest counter, the most recent access breaking a
+//! tie; coldest = lowest counter, the least recent access breaking a tie.
+//! Recency is a logical sequence number of accesses (so ties are broken
+//! exactly, even within one clock tick); the inode number breaks the rest.
+
+pub mod counter;
+mod persist;
+
+pub use persist::{load, StatsStore};
+
+use crate::clock::Timestamp;
+use crate::event::{Event, EventKind};
+use crate::state::ns::Ino;
+use crate::tier::{Placement, Tier};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::Duration;
+
+/// Where a file's data is, as the statistics index it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Residence {
+    /// Only on the SSD.
+    Ssd,
+    /// Only on the HDD.
+    #[default]
+    Hdd,
+    /// On the HDD with a copy on the SSD.
+    Cached,
+}
+
+impl From<Placement> for Residence {
+    fn from(p: Placement) -> Self {
+        match p {
+            Placement::On(Tier::Ssd) => Residence::Ssd,
+            Placement::On(Tier::Hdd) => Residence::Hdd,
+            Placement::Cached => Residence::Cached,
+        }
+    }
+}
+
+impl Residence {
+    /// True if the file takes SSD space.
+    pub fn on_ssd(self) -> bool {
+        self != Residence::Hdd
+    }
+    /// One byte for persistence.
+    pub fn encode(self) -> u8 {
+        self as u8
+    }
+    /// Inverse of [`Residence::encode`].
+    pub fn decode(v: u8) -> Option<Self> {
+        [Residence::Ssd, Residence::Hdd, Residence::Cached].get(v as usize).copied()
+    }
+}
+
+/// A policy group: the files governed by one policy directory (0 = the
+/// mount's root default).
+pub type Group = u32;
+
+/// The statistics of one file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileStats {
+    /// Inverse-bitmap counter.
+    pub counter: u32,
+    /// Policy group.
+    pub group: Group,
+    /// Where the data is.
+    pub residence: Residence,
+    /// Last known size in bytes.
+    pub size: u64,
+    /// Logical time of the last access (higher = more recent).
+    pub seq: u64,
+    /// Wall time of the last access, in seconds since the epoch.
+    pub last_access: u32,
+    /// Read requests.
+    pub reads: u32,
+    /// Write requests.
+    pub writes: u32,
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Bytes written.
+    pub write_bytes: u64,
+    /// Requests served by the SSD.
+    pub ssd_reqs: u32,
+    /// Requests served by the HDD.
+    pub hdd_reqs: u32,
+}
+
+/// Requests and bytes served per tier.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Served {
+    /// Requests, indexed by tier (SSD, HDD).
+    pub reqs: [u64; 2],
+    /// Bytes, indexed by tier.
+    pub bytes: [u64; 2],
+}
+
+impl Served {
+    /// Hystor's hit ratio: the share of requests served by the SSD.
+    pub fn ssd_hit_ratio(&self) -> f64 {
+        let total = self.reqs[0] + self.reqs[1];
+        if total == 0 {
+            0.0
+        } else {
+            self.reqs[0] as f64 / total as f64
+        }
+    }
+    fn add(&mut self, t: Tier, bytes: u64) {
+        self.reqs[t.idx()] += 1;
+        self.bytes[t.idx()] += bytes;
+    }
+}
+
+type Key = (u32, u64, Ino);
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub struct Stats {
+    files: BTreeMap<Ino, FileStats>,
+    index: HashMap<(Group, Residence), BTreeSet<Key>>,
+    seq: u64,
+    /// Counter of the file last evicted from the SSD (admission threshold).
+    pub last_evicted: Option<u32>,
+    /// Requests and bytes served, since the statistics were created.
+    pub served: Served,
+    /// Per-group requests and bytes served.
+    pub served_by_group: HashMap<Group, Served>,
+    dirty: HashSet<Ino>,
+    removed: HashSet<Ino>,
+    last_aged: Option<Timestamp>,
+    /// Every this long all counters are halved.
+    pub aging_period: Duration,
+}
+
+/// Default aging period: ten minutes.
+pub const DEFAULT_AGING: Duration = Duration::from_secs(600);
+
+fn key(f: &FileStats, ino: Ino) -> Key {
+    (f.counter, f.seq, ino)
+}
+
+impl Stats {
+    /// Empty statistics with the given aging period.
+    pub fn new(aging_period: Duration) -> Self {
+        Stats { aging_period, ..Stats::default() }
+    }
+
+    /// Number of tracked files.
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    /// True if no file is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// One file's statistics.
+    pub fn get(&self, ino: Ino) -> Option<&FileStats> {
+        self.files.get(&ino)
+    }
+
+    /// All files, in inode order.
+    pub fn iter(&self) -> impl Iterator<Item = (Ino, &FileStats)> {
+        self.files.iter().map(|(i, f)| (*i, f))
+    }
+
+    /// The admission threshold: a file may enter the SSD only if its
+    /// counter is above this.
+    pub fn admission_threshold(&self) -> u32 {
+        self.last_evicted.unwrap_or(0)
+    }
+
+    fn unindex(&mut self, ino: Ino, f: &FileStats) {
+        if let Some(s) = self.index.get_mut(&(f.group, f.residence)) {
+            s.remove(&key(f, ino));
+        }
+    }
+
+    fn reindex(&mut self, ino: Ino, f: &FileStats) {
+        self.index.entry((f.group, f.residence)).or_default().insert(key(f, ino));
+    }
+
+    /// Changes one file through `change`, keeping the index right.
+    fn update(&mut self, ino: Ino, change: impl FnOnce(&mut FileStats)) -> bool {
+        let Some(old) = self.files.get(&ino).copied() else { return false };
+        let mut new = old;
+        change(&mut new);
+        if new != old {
+            if key(&old, ino) != key(&new, ino) || (old.group, old.residence) != (new.group, new.residence) {
+                self.unindex(ino, &old);
+                self.reindex(ino, &new);
+            }
+            self.files.insert(ino, new);
+            self.dirty.insert(ino);
+        }
+        true
+    }
+
+    /// Starts tracking a file (or replaces its entry).
+    pub fn insert(&mut self, ino: Ino, f: FileStats) {
+        if let Some(old) = self.files.insert(ino, f) {
+            self.unindex(ino, &old);
+        }
+        self.reindex(ino, &f);
+        self.seq = self.seq.max(f.seq);
+        self.dirty.insert(ino);
+        self.removed.remove(&ino);
+    }
+
+    /// Replaces every entry at once (after loading). Building the maps in
+    /// bulk packs their nodes full: about half the memory of inserting one
+    /// by one, which matters at a million files.
+    pub fn replace_all(&mut self, entries: Vec<(Ino, FileStats)>) {
+        self.seq = entries.iter().map(|(_, f)| f.seq).max().unwrap_or(0).max(self.seq);
+        self.files = entries.into_iter().collect();
+        self.rebuild_index();
+        self.dirty.clear();
+    }
+
+    fn rebuild_index(&mut self) {
+        let mut index: HashMap<(Group, Residence), Vec<Key>> = HashMap::new();
+        for (ino, f) in &self.files {
+            index.entry((f.group, f.residence)).or_default().push(key(f, *ino));
+        }
+        self.index = index.into_iter().map(|(k, v)| (k, v.into_iter().collect())).collect();
+    }
+
+    /// Stops tracking a file.
+    pub fn remove(&mut self, ino: Ino) -> Option<FileStats> {
+        let f = self.files.remove(&ino)?;
+        self.unindex(ino, &f);
+        self.dirty.remove(&ino);
+        self.removed.insert(ino);
+        Some(f)
+    }
+
+    /// Sets where a file's data is.
+    pub fn set_residence(&mut self, ino: Ino, r: Residence) {
+        self.update(ino, |f| f.residence = r);
+    }
+
+    /// Sets a file's policy group.
+    pub fn set_group(&mut self, ino: Ino, g: Group) {
+        self.update(ino, |f| f.group = g);
+    }
+
+    /// The tail of a split request: its bytes count, nothing else.
+    fn fragment(&mut self, ino: Ino, write: bool, bytes: u64, tier: Tier) {
+        let group = self.files.get(&ino).map(|f| f.group);
+        self.update(ino, |f| {
+            if write {
+                f.write_bytes = f.write_bytes.saturating_add(bytes);
+            } else {
+                f.read_bytes = f.read_bytes.saturating_add(bytes);
+            }
+        });
+        self.served.bytes[tier.idx()] += bytes;
+        if let Some(g) = group {
+            self.served_by_group.entry(g).or_default().bytes[tier.idx()] += bytes;
+        }
+    }
+
+    fn access(&mut self, ino: Ino, t: Timestamp, pages: u64, write: bool, bytes: u64, tier: Tier) {
+        self.seq += 1;
+        let seq = self.seq;
+        let group = self.files.get(&ino).map(|f| f.group);
+        self.update(ino, |f| {
+            f.counter = counter::bump(f.counter, pages);
+            f.seq = seq;
+            f.last_access = t.secs().min(u32::MAX as u64) as u32;
+            if write {
+                f.writes = f.writes.saturating_add(1);
+                f.write_bytes = f.write_bytes.saturating_add(bytes);
+            } else {
+                f.reads = f.reads.saturating_add(1);
+                f.read_bytes = f.read_bytes.saturating_add(bytes);
+            }
+            match tier {
+                Tier::Ssd => f.ssd_reqs = f.ssd_reqs.saturating_add(1),
+                Tier::Hdd => f.hdd_reqs = f.hdd_reqs.saturating_add(1),
+            }
+        });
+        self.served.add(tier, bytes);
+        if let Some(g) = group {
+            self.served_by_group.entry(g).or_default().add(tier, bytes);
+        }
+    }
+
+    fn ensure(&mut self, ino: Ino, residence: Residence, group: Group) {
+        if !self.files.contains_key(&ino) {
+            self.insert(ino, FileStats { residence, group, ..FileStats::default() });
+        }
+    }
+
+    /// Takes one event. `group_of` names the policy group of a directory
+    /// (for new files); statistics stay pure, the caller knows the tree.
+    pub fn apply(&mut self, ev: &Event, group_of: &mut dyn FnMut(Ino) -> Group) {
+        let ino = ev.ino;
+        match ev.kind {
+            EventKind::Read { off, len, tier, fragment } => {
+                self.ensure(ino, if tier == Tier::Ssd { Residence::Ssd } else { Residence::Hdd }, 0);
+                if fragment {
+                    self.fragment(ino, false, len, tier);
+                } else {
+                    self.access(ino, ev.time, counter::pages(off, len), false, len, tier);
+                }
+            }
+            EventKind::Write { off, len, tier, size, fragment } => {
+                self.ensure(ino, if tier == Tier::Ssd { Residence::Ssd } else { Residence::Hdd }, 0);
+                self.update(ino, |f| f.size = size);
+                if fragment {
+                    self.fragment(ino, true, len, tier);
+                } else {
+                    self.access(ino, ev.time, counter::pages(off, len), true, len, tier);
+                }
+            }
+            EventKind::Open { write, tier, size, passthrough } => {
+                self.ensure(ino, if tier == Tier::Ssd { Residence::Ssd } else { Residence::Hdd }, 0);
+                self.update(ino, |f| f.size = size);
+                if passthrough {
+                    // The kernel does the I/O: count the open as one access
+                    // to the whole file.
+                    self.access(ino, ev.time, counter::whole_file_pages(size), write, size, tier);
+                }
+            }
+            EventKind::Close { size } | EventKind::Resize { size } => {
+                self.update(ino, |f| f.size = size);
+            }
+            EventKind::Create { placement, parent, size } => {
+                let group = group_of(parent);
+                match self.files.get(&ino) {
+                    Some(_) => {
+                        self.update(ino, |f| {
+                            f.residence = placement.into();
+                            f.size = size;
+                            f.group = group;
+                        });
+                    }
+                    None => {
+                        self.insert(ino, FileStats { residence: placement.into(), group, size, ..FileStats::default() })
+                    }
+                }
+            }
+            EventKind::Placed { placement } => self.set_residence(ino, placement.into()),
+            EventKind::Remove => {
+                self.remove(ino);
+            }
+            EventKind::Moved { parent } => {
+                let g = group_of(parent);
+                self.set_group(ino, g);
+            }
+        }
+    }
+
+    /// Halves every counter once per aging period elapsed since the last
+    /// aging (see [`counter::age`]). Returns how many periods were applied.
+    pub fn age(&mut self, now: Timestamp) -> u32 {
+        let Some(last) = self.last_aged else {
+            self.last_aged = Some(now);
+            return 0;
+        };
+        if self.aging_period.is_zero() {
+            return 0;
+        }
+        let periods = (now.since(last).as_nanos() / self.aging_period.as_nanos()).min(32) as u32;
+        if periods == 0 {
+            return 0;
+        }
+        self.last_aged = Some(last.plus(self.aging_period * periods));
+        for (ino, f) in self.files.iter_mut() {
+            let c = f.counter.checked_shr(periods).unwrap_or(0);
+            if c != f.counter {
+                f.counter = c;
+                self.dirty.insert(*ino);
+            }
+        }
+        self.last_evicted = self.last_evicted.map(|c| c.checked_shr(periods).unwrap_or(0));
+        // Rebuild both maps in bulk: the order changed, and bulk-built maps
+        // are compact again.
+        self.files = std::mem::take(&mut self.files).into_iter().collect();
+        self.rebuild_index();
+        periods
+    }
+
+    /// Files of one group and residence, hottest first.
+    pub fn hottest(&self, group: Group, r: Residence) -> impl Iterator<Item = (Ino, &FileStats)> + '_ {
+        self.index
+            .get(&(group, r))
+            .into_iter()
+            .flat_map(|s| s.iter().rev())
+            .filter_map(move |k| self.files.get(&k.2).map(|f| (k.2, f)))
+    }
+
+    /// Files of one group and residence, coldest first.
+    pub fn coldest(&self, group: Group, r: Residence) -> impl Iterator<Item = (Ino, &FileStats)> + '_ {
+        self.index
+            .get(&(group, r))
+            .into_iter()
+            .flat_map(|s| s.iter())
+            .filter_map(move |k| self.files.get(&k.2).map(|f| (k.2, f)))
+    }
+
+    /// The coldest file taking SSD space, over every group, skipping
+    /// files for which `skip` is true (pinned, open, already chosen).
+    pub fn coldest_on_ssd(&self, skip: &mut dyn FnMut(Ino, &FileStats) -> bool) -> Option<(Ino, FileStats)> {
+        let mut best: Option<(Key, FileStats)> = None;
+        for ((_, r), set) in &self.index {
+            if !r.on_ssd() {
+                continue;
+            }
+            for k in set.iter() {
+                let Some(f) = self.files.get(&k.2) else { continue };
+                if skip(k.2, f) {
+                    continue;
+                }
+                if best.as_ref().is_none_or(|(b, _)| k < b) {
+                    best = Some((*k, *f));
+                }
+                break;
+            }
+        }
+        best.map(|(k, f)| (k.2, f))
+    }
+
+    /// The hottest file of a residence over all groups.
+    pub fn hottest_any(&self, r: Residence) -> Option<(Ino, FileStats)> {
+        self.index
+            .iter()
+            .filter(|((_, res), _)| *res == r)
+            .filter_map(|(_, s)| s.last())
+            .max()
+            .and_then(|k| self.files.get(&k.2).map(|f| (k.2, *f)))
+    }
+
+    /// The coldest file of a residence over all groups.
+    pub fn coldest_any(&self, r: Residence) -> Option<(Ino, FileStats)> {
+        self.index
+            .iter()
+            .filter(|((_, res), _)| *res == r)
+            .filter_map(|(_, s)| s.first())
+            .min()
+            .and_then(|k| self.files.get(&k.2).map(|f| (k.2, *f)))
+    }
+
+    /// The `n` hottest files overall.
+    pub fn top(&self, n: usize) -> Vec<(Ino, FileStats)> {
+        let mut all: Vec<Key> = Vec::new();
+        for s in self.index.values() {
+            all.extend(s.iter().rev().take(n));
+        }
+        all.sort_unstable_by(|a, b| b.cmp(a));
+        all.truncate(n);
+        all.into_iter().filter_map(|k| self.files.get(&k.2).map(|f| (k.2, *f))).collect()
+    }
+
+    /// Count and bytes of files per residence.
+    pub fn residence_totals(&self) -> HashMap<Residence, (u64, u64)> {
+        let mut out: HashMap<Residence, (u64, u64)> = HashMap::new();
+        for f in self.files.values() {
+            let e = out.entry(f.residence).or_default();
+            e.0 += 1;
+            e.1 += f.size;
+        }
+        out
+    }
+
+    /// Changed and removed entries since the last call.
+    pub fn take_dirty(&mut self) -> (Vec<(Ino, FileStats)>, Vec<Ino>) {
+        let dirty: Vec<_> =
+            std::mem::take(&mut self.dirty).into_iter().filter_map(|i| self.files.get(&i).map(|f| (i, *f))).collect();
+        (dirty, std::mem::take(&mut self.removed).into_iter().collect())
+    }
+
+    /// The logical clock (for persistence).
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Restores the logical clock and aging time (after loading).
+    pub fn restore_clock(&mut self, seq: u64, last_aged: Option<Timestamp>) {
+        self.seq = self.seq.max(seq);
+        self.last_aged = last_aged;
+    }
+
+    /// When counters were last aged.
+    pub fn last_aged(&self) -> Option<Timestamp> {
+        self.last_aged
+    }
+
+    /// A check for tests: the index holds exactly one key per file, in the
+    /// right set.
+    pub fn check_index(&self) -> bool {
+        let n: usize = self.index.values().map(|s| s.len()).sum();
+        n == self.files.len()
+            && self
+                .files
+                .iter()
+                .all(|(i, f)| self.index.get(&(f.group, f.residence)).is_some_and(|s| s.contains(&key(f, *i))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    fn ev(ino: Ino, secs: u64, kind: EventKind) -> Event {
+        Event { ino, time: Timestamp::from_secs(secs), kind }
+    }
+
+    fn read(ino: Ino, secs: u64, len: u64) -> Event {
+        ev(ino, secs, EventKind::Read { off: 0, len, tier: Tier::Hdd, fragment: false })
+    }
+
+    fn create(ino: Ino, p: Placement) -> Event {
+        ev(ino, 0, EventKind::Create { placement: p, parent: 1, size: 0 })
+    }
+
+    fn no_groups(_: Ino) -> Group {
+        0
+    }
+
+    #[test]
+    fn small_requests_make_a_file_hotter_than_big_ones() {
+        let mut s = Stats::new(DEFAULT_AGING);
+        s.apply(&create(10, Placement::On(Tier::Hdd)), &mut no_groups);
+        s.apply(&create(11, Placement::On(Tier::Hdd)), &mut no_groups);
+        for i in 0..4 {
+            s.apply(&read(10, i, 4096), &mut no_groups);
+            s.apply(&read(11, i, 1 << 20), &mut no_groups);
+        }
+        assert_eq!(s.get(10).unwrap().counter, 4 * 64);
+        assert_eq!(s.get(11).unwrap().counter, 4);
+        assert_eq!(s.hottest(0, Residence::Hdd).next().unwrap().0, 10);
+        assert_eq!(s.coldest(0, Residence::Hdd).next().unwrap().0, 11);
+    }
+
+    #[test]
+    fn ties_break_by_recency() {
+        let mut s = Stats::new(DEFAULT_AGING);
+        for ino in [1, 2, 3] {
+            s.apply(&create(ino, Placement::On(Tier::Ssd)), &mut no_groups);
+        }
+        // Same counter for all, accessed in the order 2, 3, 1.
+        for ino in [2, 3, 1] {
+            s.apply(&ev(ino, 5, EventKind::Read { off: 0, len: 10, tier: Tier::Ssd, fragment: false }), &mut no_groups);
+        }
+        let hot: Vec<_> = s.hottest(0, Residence::Ssd).map(|x| x.0).collect();
+        assert_eq!(hot, vec![1, 3, 2], "most recent first among equals");
+        let cold: Vec<_> = s.coldest(0, Residence::Ssd).map(|x| x.0).collect();
+        assert_eq!(cold, vec![2, 3, 1], "least recent first among equals");
+        assert_eq!(s.coldest_on_ssd(&mut |_, _| false).unwrap().0, 2);
+        assert_eq!(s.coldest_on_ssd(&mut |i, _| i == 2).unwrap().0, 3);
+    }
+
+    #[test]
+    fn aging_halves_counters_per_period_elapsed() {
+        let mut s = Stats::new(Duration::from_secs(60));
+        s.apply(&create(1, Placement::On(Tier::Hdd)), &mut no_groups);
+        s.apply(&read(1, 0, 10), &mut no_groups);
+        assert_eq!(s.age(Timestamp::from_secs(0)), 0, "the first call only starts the clock");
+        assert_eq!(s.age(Timestamp::from_secs(59)), 0);
+        assert_eq!(s.age(Timestamp::from_secs(60)), 1);
+        assert_eq!(s.get(1).unwrap().counter, 32);
+        assert_eq!(s.age(Timestamp::from_secs(60 + 180)), 3);
+        assert_eq!(s.get(1).unwrap().counter, 4);
+        assert!(s.check_index());
+        assert_eq!(s.age(Timestamp::from_secs(10_000_000)), 32);
+        assert_eq!(s.get(1).unwrap().counter, 0);
+    }
+
+    #[test]
+    fn passthrough_opens_count_the_whole_file() {
+        let mut s = Stats::new(DEFAULT_AGING);
+        let open = |ino, size| ev(ino, 1, EventKind::Open { write: false, tier: Tier::Hdd, size, passthrough: true });
+        s.apply(&open(1, 4000), &mut no_groups);
+        s.apply(&open(2, 10 << 20), &mut no_groups);
+        s.apply(
+            &ev(3, 1, EventKind::Open { write: false, tier: Tier::Hdd, size: 10, passthrough: false }),
+            &mut no_groups,
+        );
+        assert_eq!(s.get(1).unwrap().counter, 64);
+        assert_eq!(s.get(2).unwrap().counter, 1);
+        assert_eq!(s.get(3).unwrap().counter, 0, "userspace opens are not accesses");
+        assert_eq!(s.served.reqs, [0, 2]);
+    }
+
+    #[test]
+    fn the_tail_of_a_split_request_is_not_a_request() {
+        let mut s = Stats::new(DEFAULT_AGING);
+        let r = |off, len, fragment| ev(1, 1, EventKind::Read { off, len, tier: Tier::Hdd, fragment });
+        s.apply(&r(0, 1047600, false), &mut no_groups);
+        s.apply(&r(1047600, 976, true), &mut no_groups);
+        let f = s.get(1).unwrap();
+        assert_eq!((f.counter, f.reads, f.read_bytes), (1, 1, 1 << 20));
+        assert_eq!(s.served.reqs, [0, 1]);
+        assert_eq!(s.served.bytes, [0, 1 << 20]);
+    }
+
+    #[test]
+    fn served_counts_and_hit_ratio() {
+        let mut s = Stats::new(DEFAULT_AGING);
+        s.apply(&ev(1, 1, EventKind::Read { off: 0, len: 100, tier: Tier::Ssd, fragment: false }), &mut no_groups);
+        s.apply(&ev(1, 1, EventKind::Read { off: 0, len: 100, tier: Tier::Ssd, fragment: false }), &mut no_groups);
+        s.apply(&ev(1, 1, EventKind::Read { off: 0, len: 100, tier: Tier::Hdd, fragment: false }), &mut no_groups);
+        assert_eq!(s.served.reqs, [2, 1]);
+        assert!((s.served.ssd_hit_ratio() - 2.0 / 3.0).abs() < 1e-9);
+    }
+
+    #[derive(Clone, Debug)]
+    enum MOp {
+        Create(u64, u8, u32),
+        Read(u64, u64),
+        Remove(u64),
+        Place(u64, u8),
+        Group(u64, u32),
+        Age(u64),
+    }
+
+    fn mop() -> impl Strategy<Value = MOp> {
+        let ino = 1..20u64;
+        prop_oneof![
+            1 => (ino.clone(), 0..3u8, 0..3u32).prop_map(|(i, r, g)| MOp::Create(i, r, g)),
+            4 => (ino.clone(), 0..100_000u64).prop_map(|(i, l)| MOp::Read(i, l)),
+            1 => (ino.clone()).prop_map(MOp::Remove),
+            1 => (ino.clone(), 0..3u8).prop_map(|(i, r)| MOp::Place(i, r)),
+            1 => (ino, 0..3u32).prop_map(|(i, g)| MOp::Group(i, g)),
+            1 => (0..200u64).prop_map(MOp::Age),
+        ]
+    }
+
+    /// The naive model: a map scanned in full for every query.
+    #[derive(Default)]
+    struct Model {
+        files: HashMap<Ino, (u32, u64, Residence, Group)>,
+        seq: u64,
+    }
+
+    proptest! {
+        #[test]
+        fn index_agrees_with_a_naive_model(ops in proptest::collection::vec(mop(), 1..200)) {
+            let mut s = Stats::new(Duration::from_secs(60));
+            let mut m = Model::default();
+            let mut now = 0u64;
+            s.age(Timestamp::from_secs(0));
+            let mut last_aged = 0u64;
+            let groups: HashMap<Ino, Group> = HashMap::new();
+            for op in ops {
+                match op {
+                    MOp::Create(i, r, g) => {
+                        let r = Residence::decode(r).unwrap();
+                        s.insert(i, FileStats { residence: r, group: g, ..FileStats::default() });
+                        m.files.insert(i, (0, 0, r, g));
+                    }
+                    MOp::Read(i, len) => {
+                        s.apply(&read(i, now, len), &mut |p| groups.get(&p).copied().unwrap_or(0));
+                        if len > 0 {
+                            m.seq += 1;
+                            let e = m.files.entry(i).or_insert((0, 0, Residence::Hdd, 0));
+                            e.0 = counter::bump(e.0, counter::pages(0, len));
+                            e.1 = m.seq;
+                        } else {
+                            m.files.entry(i).or_insert((0, 0, Residence::Hdd, 0));
+                            m.seq += 1;
+                            m.files.get_mut(&i).unwrap().1 = m.seq;
+                        }
+                    }
+                    MOp::Remove(i) => {
+                        s.remove(i);
+                        m.files.remove(&i);
+                    }
+                    MOp::Place(i, r) => {
+                        let r = Residence::decode(r).unwrap();
+                        s.set_residence(i, r);
+                        if let Some(e) = m.files.get_mut(&i) { e.2 = r; }
+                    }
+                    MOp::Group(i, g) => {
+                        s.set_group(i, g);
+                        if let Some(e) = m.files.get_mut(&i) { e.3 = g; }
+                    }
+                    MOp::Age(secs) => {
+                        now += secs;
+                        let periods = ((now - last_aged) / 60).min(32) as u32;
+                        prop_assert_eq!(s.age(Timestamp::from_secs(now)), periods);
+                        if periods > 0 {
+                            last_aged += 60 * periods as u64;
+                            for e in m.files.values_mut() { e.0 = e.0.checked_shr(periods).unwrap_or(0); }
+                        }
+                    }
+                }
+                prop_assert!(s.check_index());
+                prop_assert_eq!(s.len(), m.files.len());
+                for g in 0..3u32 {
+                    for r in [Residence::Ssd, Residence::Hdd, Residence::Cached] {
+                        let mut want: Vec<(u32, u64, Ino)> = m.files.iter()
+                            .filter(|(_, e)| e.2 == r && e.3 == g)
+                            .map(|(i, e)| (e.0, e.1, *i)).collect();
+                        want.sort();
+                        let got: Vec<(u32, u64, Ino)> = s.coldest(g, r).map(|(i, f)| (f.counter, f.seq, i)).collect();
+                        prop_assert_eq!(&got, &want);
+                        let hot = s.hottest(g, r).next().map(|(i, _)| i);
+                        prop_assert_eq!(hot, want.last().map(|k| k.2));
+                    }
+                }
+                let want_cold = m.files.iter().filter(|(_, e)| e.2.on_ssd()).map(|(i, e)| (e.0, e.1, *i)).min();
+                let got_cold = s.coldest_on_ssd(&mut |_, _| false).map(|(i, f)| (f.counter, f.seq, i));
+                prop_assert_eq!(got_cold, want_cold);
+            }
+        }
+    }
+}

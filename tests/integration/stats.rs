@@ -1,0 +1,115 @@
+//! Access statistics through a real mount, and `tierfs stats`.
+
+use crate::harness::{tierfs, Area, Mounted};
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+
+fn status(m: &Mounted) -> serde_json::Value {
+    let o = tierfs(&["stats", m.mnt.to_str().unwrap(), "--json", "--top", "50"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn counter_of(v: &serde_json::Value, path: &str) -> u64 {
+    v["hottest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == path)
+        .unwrap_or_else(|| panic!("{path} not among the hottest: {v}"))["counter"]
+        .as_u64()
+        .unwrap()
+}
+
+fn read_in(path: &std::path::Path, chunk: usize) {
+    let mut f = std::fs::File::open(path).unwrap();
+    let mut buf = vec![0u8; chunk];
+    while f.read(&mut buf).unwrap() > 0 {}
+}
+
+/// Waits until the engine has taken the events (it runs every 100 ms).
+fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(400));
+}
+
+#[test]
+fn small_random_reads_rank_hotter_and_counters_survive_remount() {
+    let area = Area::new();
+    let m = Mounted::new(&area, &["--io-mode", "userspace"]);
+    std::fs::write(m.p("small"), vec![1u8; 64 << 10]).unwrap();
+    std::fs::write(m.p("large"), vec![2u8; 8 << 20]).unwrap();
+    read_in(&m.p("small"), 4096);
+    read_in(&m.p("large"), 1 << 20);
+    settle();
+    let v = status(&m);
+    let (small, large) = (counter_of(&v, "/small"), counter_of(&v, "/large"));
+    // 16 reads of one page (64 each) and one 16-page write (4).
+    assert_eq!(small, 16 * 64 + 4, "{v}");
+    // 8 reads of 256 pages (1 each) and one 8 MiB write, which the kernel
+    // splits into 1 MiB pieces that count as one request (1).
+    assert_eq!(large, 9, "{v}");
+    assert!(small > large);
+    assert_eq!(v["hottest"][0]["path"], "/small");
+    assert_eq!(v["counting"], "per request");
+    let hdd_requests = v["tiers"][1]["requests"].as_u64().unwrap();
+    // 16 + 1 reads of the small file, 8 + 1 of the large one, 2 writes.
+    assert_eq!(hdd_requests, 17 + 9 + 2, "{v}");
+    let ino = std::fs::metadata(m.p("small")).unwrap().ino();
+    m.unmount();
+
+    let m = Mounted::new(&area, &["--io-mode", "userspace"]);
+    let v = status(&m);
+    assert_eq!(counter_of(&v, "/small"), small, "counters survive a remount");
+    assert_eq!(counter_of(&v, "/large"), large);
+    let o = tierfs(&["stats", "--file", m.p("small").to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let f: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(f["ino"].as_u64(), Some(ino));
+    assert_eq!(f["counter"].as_u64(), Some(small));
+    assert_eq!(f["placement"], "hdd");
+    // 16 reads of a page and the read that found the end of the file.
+    assert_eq!(f["reads"].as_u64(), Some(17));
+    m.unmount();
+}
+
+#[test]
+fn passthrough_counts_opens_as_whole_file_accesses() {
+    let area = Area::new();
+    let m = Mounted::new(&area, &["--io-mode", "passthrough"]);
+    std::fs::write(m.p("small"), vec![1u8; 4000]).unwrap();
+    std::fs::write(m.p("large"), vec![2u8; 4 << 20]).unwrap();
+    for _ in 0..3 {
+        read_in(&m.p("small"), 512);
+        read_in(&m.p("large"), 512);
+    }
+    settle();
+    let v = status(&m);
+    assert_eq!(v["io_mode"], "passthrough");
+    // The create counts as a write of the (then empty) file: one page.
+    assert_eq!(counter_of(&v, "/small"), 64 + 3 * 64, "{v}");
+    assert_eq!(counter_of(&v, "/large"), 64 + 3, "{v}");
+    m.unmount();
+}
+
+#[test]
+fn stats_without_a_mount_is_a_clear_error() {
+    let area = Area::new();
+    let o = tierfs(&["stats", area.mnt().to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no tierfs is mounted at"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1);
+}
+
+#[test]
+fn statistics_can_be_switched_off() {
+    let area = Area::new();
+    let m = Mounted::new(&area, &["--io-mode", "userspace", "--no-stats"]);
+    std::fs::write(m.p("f"), b"x").unwrap();
+    let _ = std::fs::read(m.p("f")).unwrap();
+    settle();
+    let v = status(&m);
+    assert_eq!(v["stats_enabled"], false);
+    assert_eq!(v["tracked_files"], 0);
+    m.unmount();
+}
