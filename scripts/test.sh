@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 # Leftovers of an earlier, interrupted run would make mounts fail.
-grep ' fuse.tierfs \| fuse ' /proc/self/mountinfo | awk '{print $5}' | grep '/tmp/tierfs-test-' | while read -r m; do
+awk '$5 ~ /^\/tmp\/tierfs-test-/ {print $5}' /proc/self/mountinfo | sort -r | while read -r m; do
     fusermount3 -u "$m" 2>/dev/null || umount -l "$m" || true
 done
 cargo fmt --all -- --check

@@ -121,6 +121,20 @@ impl Mounted {
     }
 }
 
+impl Mounted {
+    /// Kills the daemon with SIGKILL (a crash) and clears the dead mount.
+    pub fn kill(mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new("fusermount3").arg("-u").arg(&self.mnt).stderr(Stdio::null()).status();
+        if is_mounted(&self.mnt) {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
+    }
+}
+
 impl Drop for Mounted {
     fn drop(&mut self) {
         self.stop();
@@ -139,4 +153,49 @@ pub fn as_user(uid: u32, script: &str) -> std::process::Output {
         .args([&format!("--reuid={uid}"), &format!("--regid={uid}"), "--clear-groups", "--", "sh", "-c", script])
         .output()
         .expect("setpriv")
+}
+
+/// A small ext4 file system on a loop device, as a full-able SSD tier.
+/// Unmounted on drop.
+pub struct LoopFs {
+    pub dir: PathBuf,
+    img: PathBuf,
+}
+
+impl LoopFs {
+    pub fn new(area: &Area, name: &str, megabytes: u64) -> Self {
+        let img = area.path(&format!("{name}.img"));
+        let dir = area.path(name);
+        fs::create_dir_all(&dir).unwrap();
+        let f = fs::File::create(&img).unwrap();
+        f.set_len(megabytes << 20).unwrap();
+        drop(f);
+        let ok = Command::new("mkfs.ext4").args(["-q", "-F", "-m", "0"]).arg(&img).status().unwrap().success();
+        assert!(ok, "mkfs.ext4");
+        let ok = Command::new("mount").args(["-o", "loop"]).arg(&img).arg(&dir).status().unwrap().success();
+        assert!(ok, "mount -o loop");
+        let _ = fs::remove_dir(dir.join("lost+found"));
+        LoopFs { dir, img }
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        if Command::new("umount").arg(&self.dir).status().map(|s| !s.success()).unwrap_or(true) {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        }
+        let _ = fs::remove_file(&self.img);
+    }
+}
+
+/// Polls `cond` for up to `secs` seconds.
+pub fn wait_for(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cond()
 }

@@ -3,9 +3,11 @@
 
 mod adopt;
 mod badinput;
+mod crash;
 mod harness;
 mod multiuser;
 mod ops;
 mod persist;
 mod posix;
 mod stats;
+mod tiering;

@@ -32,10 +32,14 @@ fn settle() {
     std::thread::sleep(std::time::Duration::from_millis(400));
 }
 
+/// The HDD-only baseline keeps files where they are, so that this test
+/// sees the statistics alone.
+const STILL: [&str; 4] = ["--io-mode", "userspace", "--policy", "hdd-only"];
+
 #[test]
 fn small_random_reads_rank_hotter_and_counters_survive_remount() {
     let area = Area::new();
-    let m = Mounted::new(&area, &["--io-mode", "userspace"]);
+    let m = Mounted::new(&area, &STILL);
     std::fs::write(m.p("small"), vec![1u8; 64 << 10]).unwrap();
     std::fs::write(m.p("large"), vec![2u8; 8 << 20]).unwrap();
     read_in(&m.p("small"), 4096);
@@ -57,7 +61,7 @@ fn small_random_reads_rank_hotter_and_counters_survive_remount() {
     let ino = std::fs::metadata(m.p("small")).unwrap().ino();
     m.unmount();
 
-    let m = Mounted::new(&area, &["--io-mode", "userspace"]);
+    let m = Mounted::new(&area, &STILL);
     let v = status(&m);
     assert_eq!(counter_of(&v, "/small"), small, "counters survive a remount");
     assert_eq!(counter_of(&v, "/large"), large);
@@ -75,7 +79,7 @@ fn small_random_reads_rank_hotter_and_counters_survive_remount() {
 #[test]
 fn passthrough_counts_opens_as_whole_file_accesses() {
     let area = Area::new();
-    let m = Mounted::new(&area, &["--io-mode", "passthrough"]);
+    let m = Mounted::new(&area, &["--io-mode", "passthrough", "--policy", "hdd-only"]);
     std::fs::write(m.p("small"), vec![1u8; 4000]).unwrap();
     std::fs::write(m.p("large"), vec![2u8; 4 << 20]).unwrap();
     for _ in 0..3 {

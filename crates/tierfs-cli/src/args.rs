@@ -16,7 +16,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Mount SSD_DIR and HDD_DIR as one file system on MOUNTPOINT.
-    Mount(MountArgs),
+    Mount(Box<MountArgs>),
     /// Unmount a tierfs mount and wait for its daemon to finish.
     Umount(UmountArgs),
     /// Show per-tier usage, requests served, the SSD hit ratio and the
@@ -39,7 +39,11 @@ pub enum IoModeArg {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum TierArg {
+    /// Where the policy puts new files.
+    Auto,
+    /// Always the SSD.
     Ssd,
+    /// Always the HDD.
     Hdd,
 }
 
@@ -58,8 +62,27 @@ pub struct MountArgs {
     /// sees (and counts) every request.
     #[arg(long, value_enum, default_value_t = IoModeArg::Auto)]
     pub io_mode: IoModeArg,
-    /// Tier for new files.
-    #[arg(long, value_enum, default_value_t = TierArg::Hdd)]
+    /// The architecture: dynamic-hot-dst, interval-hot-dst, plain-cold-dst,
+    /// dynamic-cold-dst, dynamic-cold-dst-bg, on-demand-cache,
+    /// interval-cache, hdd-only or ssd-only.
+    #[arg(long, default_value = "dynamic-hot-dst", value_name = "NAME")]
+    pub policy: String,
+    /// Treat the SSD as holding at most this much user data (e.g. 512M,
+    /// 10G) [default: its real size].
+    #[arg(long, value_name = "SIZE")]
+    pub ssd_capacity: Option<String>,
+    /// Files larger than this never enter the SSD; SSD files that grow past
+    /// it are moved off (type-aware sieving).
+    #[arg(long, default_value = "1M", value_name = "SIZE")]
+    pub sieve: String,
+    /// Interval of interval-hot-dst and interval-cache (e.g. 5s, 80s).
+    #[arg(long, default_value = "80s", value_name = "DURATION")]
+    pub interval: String,
+    /// Most bytes per second background migrations copy (0: unlimited).
+    #[arg(long, default_value = "64M", value_name = "SIZE")]
+    pub migrate_rate: String,
+    /// Tier for new files; auto lets the policy decide.
+    #[arg(long, value_enum, default_value_t = TierArg::Auto)]
     pub placement: TierArg,
     /// Threads handling requests [default: CPUs, at least 2]. More help
     /// many concurrent clients in userspace mode on slow disks; on a small

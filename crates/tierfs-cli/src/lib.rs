@@ -31,7 +31,7 @@ pub fn main() -> ExitCode {
         }
     };
     let r = match cli.command {
-        args::Command::Mount(m) => mount_cmd::run(m),
+        args::Command::Mount(m) => mount_cmd::run(*m),
         args::Command::Umount(u) => umount::run(&u),
         args::Command::Stats(s) => stats::run(&s),
         args::Command::Demo(d) => demo::run(&d),

@@ -9,6 +9,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use tierfs_core::config::{parse_duration, parse_size};
+use tierfs_core::policy::{Params, PolicyKind};
 use tierfs_core::tier::Tier;
 use tierfs_core::vfs::IoMode;
 use tierfs_fuse::mount::{serve, MountConfig};
@@ -115,9 +117,33 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
         state_dir,
         io_mode,
         placement: match a.placement {
-            TierArg::Ssd => Tier::Ssd,
-            TierArg::Hdd => Tier::Hdd,
+            TierArg::Auto => None,
+            TierArg::Ssd => Some(Tier::Ssd),
+            TierArg::Hdd => Some(Tier::Hdd),
         },
+        policy: PolicyKind::parse(&a.policy).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--policy: unknown policy {:?} (one of: {})",
+                a.policy,
+                PolicyKind::ALL.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
+            )
+        })?,
+        params: Params {
+            sieve: parse_size(&a.sieve).map_err(|e| anyhow::anyhow!("--sieve: {e}"))?,
+            interval: {
+                let d = parse_duration(&a.interval).map_err(|e| anyhow::anyhow!("--interval: {e}"))?;
+                if d.is_zero() {
+                    bail!("--interval must be more than 0");
+                }
+                d
+            },
+        },
+        ssd_capacity: a
+            .ssd_capacity
+            .as_deref()
+            .map(|s| parse_size(s).map_err(|e| anyhow::anyhow!("--ssd-capacity: {e}")))
+            .transpose()?,
+        migrate_rate: parse_size(&a.migrate_rate).map_err(|e| anyhow::anyhow!("--migrate-rate: {e}"))?,
         threads,
         allow_other,
         stats: !a.no_stats,

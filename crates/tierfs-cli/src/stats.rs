@@ -98,6 +98,25 @@ fn render_status(r: &StatusReport) -> String {
         r.aging_period_secs,
         if r.stats_enabled { String::new() } else { "   (statistics are OFF)".into() }
     );
+    let m = &r.migrations;
+    o += &format!(
+        "policy: {}   moves: {} promoted, {} demoted, {} copied, {} copies dropped ({} evictions), {} moved, {} queued, {} failed\n",
+        r.policy,
+        m.promotions,
+        m.demotions,
+        m.copies,
+        m.drops,
+        m.evictions,
+        format_size(m.bytes_moved),
+        m.queued,
+        m.failed
+    );
+    if !m.deferred.is_empty() {
+        o += &format!("deferred until their last passthrough handle closes: {}\n", m.deferred.len());
+        for f in &m.deferred {
+            o += &format!("  {}\n", f.path.as_deref().unwrap_or("(unlinked)"));
+        }
+    }
     if r.dropped_events > 0 {
         o += &format!("events dropped (statistics thread behind): {}\n", r.dropped_events);
     }

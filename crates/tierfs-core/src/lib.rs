@@ -14,6 +14,7 @@ pub mod engine;
 pub mod error;
 pub mod event;
 pub mod migrate;
+pub mod policy;
 pub mod report;
 pub mod state;
 pub mod stats;

@@ -116,4 +116,34 @@ pub struct StatusReport {
     pub dropped_events: u64,
     /// Statistics collection is on.
     pub stats_enabled: bool,
+    /// The mount's default policy.
+    pub policy: String,
+    /// What the migrator did.
+    pub migrations: MigrationReport,
+}
+
+/// Moves made by the engine since mount.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct MigrationReport {
+    /// Files moved to the SSD.
+    pub promotions: u64,
+    /// Files moved to the HDD (evictions included).
+    pub demotions: u64,
+    /// SSD copies made (caching).
+    pub copies: u64,
+    /// SSD copies dropped (evictions included).
+    pub drops: u64,
+    /// Files taken off the SSD to make room (demotions or drops).
+    pub evictions: u64,
+    /// Bytes copied between tiers.
+    pub bytes_moved: u64,
+    /// Migrations that failed with an error.
+    pub failed: u64,
+    /// Moves waiting in the queue.
+    pub queued: u64,
+    /// Moves waiting for the last passthrough handle to close.
+    pub deferred: Vec<FileReport>,
+    /// Bytes evicted to make room for writes and migrations (the background
+    /// cleaner's target).
+    pub evicted_bytes: u64,
 }

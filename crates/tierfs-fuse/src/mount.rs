@@ -42,8 +42,16 @@ pub struct MountConfig {
     pub state_dir: PathBuf,
     /// Requested data path.
     pub io_mode: IoMode,
-    /// Tier of new files.
-    pub placement: Tier,
+    /// Tier of new files, overriding the policy.
+    pub placement: Option<Tier>,
+    /// The mount's default architecture.
+    pub policy: tierfs_core::policy::PolicyKind,
+    /// Its settings (sieve, interval).
+    pub params: tierfs_core::policy::Params,
+    /// Most user data the SSD may hold.
+    pub ssd_capacity: Option<u64>,
+    /// Migration rate, bytes per second (0: unlimited).
+    pub migrate_rate: u64,
     /// Request-handling threads.
     pub threads: usize,
     /// Let every user use the mount.
@@ -125,7 +133,13 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     let ns = Namespace::new(kv.clone());
     let ssd = DirStore::new(&cfg.ssd).map_err(|e| MountError(format!("{}: {e}", cfg.ssd.display())))?;
     let hdd = DirStore::new(&cfg.hdd).map_err(|e| MountError(format!("{}: {e}", cfg.hdd.display())))?;
-    let vcfg = VolumeConfig { io_mode: cfg.io_mode, default_tier: cfg.placement, ..VolumeConfig::default() };
+    let meta_tier = if cfg.policy == tierfs_core::policy::PolicyKind::HddOnly { Tier::Hdd } else { Tier::Ssd };
+    let vcfg = VolumeConfig {
+        io_mode: cfg.io_mode,
+        default_tier: cfg.placement.unwrap_or_else(|| cfg.policy.policy().initial_tier()),
+        meta_tier,
+        ..VolumeConfig::default()
+    };
     let clock: Arc<dyn tierfs_core::clock::Clock> = Arc::new(SystemClock);
     let (sink, rx) = tierfs_core::engine::queue();
     let events: Arc<dyn tierfs_core::event::EventSink> = if cfg.stats { sink.clone() } else { Arc::new(NoEvents) };
@@ -133,8 +147,14 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
         Volume::new(ssd, hdd, ns, vcfg, events, clock.clone())
             .map_err(|e| MountError(format!("cannot open volume: {e}")))?,
     );
-    vol.recover().map_err(|e| MountError(format!("recovery failed: {e}")))?;
+    let recovery = vol.recover().map_err(|e| MountError(format!("recovery failed: {e}")))?;
     let ecfg = EngineConfig {
+        policy: cfg.policy,
+        params: cfg.params,
+        ssd_capacity: cfg.ssd_capacity,
+        migrate_rate: cfg.migrate_rate,
+        placement: cfg.placement,
+        audit_space: recovery.unclean,
         aging: cfg.aging,
         stats_enabled: cfg.stats,
         tier_paths: [cfg.ssd.display().to_string(), cfg.hdd.display().to_string()],

@@ -205,7 +205,7 @@ impl<S: Store> Volume<S> {
                     }
                 }
                 oi.size.store(size, std::sync::atomic::Ordering::Release);
-                oi.version.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                self.note_change(ino);
                 if uses_ssd && size < old {
                     hooks.release_ssd(old - size);
                 }
@@ -223,6 +223,7 @@ impl<S: Store> Volume<S> {
                         return err(libc::ENOSPC);
                     }
                     s.set_len(&f, size)?;
+                    self.note_change(ino);
                     if t == Tier::Ssd && size < cur {
                         hooks.release_ssd(cur - size);
                     }

@@ -149,7 +149,6 @@ impl<S: Store> Volume<S> {
             io: RwLock::new(IoState { placement, primary, copy, writable, handles: 0, passthrough: 0 }),
             append: Mutex::new(()),
             size: AtomicU64::new(size),
-            version: AtomicU64::new(0),
         });
         let mut map = self.open.lock();
         let oi = map.entry(ino).or_insert(oi).clone();
@@ -350,7 +349,7 @@ impl<S: Store> Volume<S> {
                 // Another writer extended the file meanwhile.
                 hooks.release_ssd(growth - end.saturating_sub(old));
             }
-            h.oi.version.fetch_add(1, Ordering::AcqRel);
+            self.note_change(h.ino);
             if h.sync {
                 s.fsync(&io.primary, true)?;
             }
@@ -467,7 +466,7 @@ impl<S: Store> Volume<S> {
                 hooks.copy_failed(h.ino);
             }
         }
-        h.oi.version.fetch_add(1, Ordering::AcqRel);
+        self.note_change(h.ino);
         if growth > 0 {
             h.oi.size.fetch_max(end, Ordering::AcqRel);
             self.emit(h.ino, EventKind::Resize { size: end });
@@ -507,7 +506,7 @@ impl<S: Store> Volume<S> {
                     Ok(n) => {
                         let end = off_out + n as u64;
                         let old = hout.oi.size.fetch_max(end, Ordering::AcqRel);
-                        hout.oi.version.fetch_add(1, Ordering::AcqRel);
+                        self.note_change(hout.ino);
                         self.emit(
                             hin.ino,
                             EventKind::Read { off: off_in, len: n as u64, tier: Tier::Hdd, fragment: false },

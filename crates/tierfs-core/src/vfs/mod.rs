@@ -182,9 +182,6 @@ pub struct OpenInode<S: Store> {
     append: Mutex<()>,
     /// Size as last known through tierfs (writes, truncates, opens).
     pub size: AtomicU64,
-    /// Bumped on every change of data made through tierfs; a migration
-    /// compares it before and after copying.
-    pub version: AtomicU64,
 }
 
 pub(crate) struct IoState<S: Store> {
@@ -229,7 +226,11 @@ pub struct Volume<S: Store> {
     clock: Arc<dyn Clock>,
     conflicts: Mutex<Vec<Conflict>>,
     adopted_links: Mutex<HashMap<(Tier, u64, u64), Ino>>,
+    changes: Box<[AtomicU64]>,
 }
+
+/// Stripes of the data-change counters (see [`Volume::change_gen`]).
+const CHANGE_STRIPES: usize = 4096;
 
 impl<S: Store> std::fmt::Debug for Volume<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -286,6 +287,7 @@ impl<S: Store> Volume<S> {
             clock,
             conflicts: Mutex::new(Vec::new()),
             adopted_links: Mutex::new(HashMap::new()),
+            changes: (0..CHANGE_STRIPES).map(|_| AtomicU64::new(0)).collect(),
         };
         if v.ns.record(ROOT_INO)?.is_none() {
             let mut b = v.ns.batch();
@@ -317,6 +319,19 @@ impl<S: Store> Volume<S> {
 
     pub(crate) fn hooks(&self) -> Arc<dyn Hooks> {
         self.hooks.read().clone()
+    }
+
+    /// A counter that moves whenever the data of `ino` changes through
+    /// tierfs (writes, truncates, fallocate), whether or not the file stays
+    /// open in between. Counters are shared by stripes of inodes, so a move
+    /// may also come from another file: a migration that sees it changed
+    /// only copies again.
+    pub fn change_gen(&self, ino: Ino) -> u64 {
+        self.changes[ino as usize % CHANGE_STRIPES].load(Ordering::Acquire)
+    }
+
+    pub(crate) fn note_change(&self, ino: Ino) {
+        self.changes[ino as usize % CHANGE_STRIPES].fetch_add(1, Ordering::AcqRel);
     }
 
     /// The clock of this volume.

@@ -34,7 +34,6 @@ use crate::vfs::tiers::STAGING;
 use crate::vfs::Volume;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// How often a migration retries when the source keeps changing.
@@ -116,6 +115,22 @@ pub trait Control: Sync {
     }
     /// Called before copying `bytes`; may sleep to keep a rate.
     fn pace(&self, _bytes: u64) {}
+    /// How long the switch-over may wait for the file's locks (None:
+    /// as long as it takes). A request that cleans space on the way must
+    /// not wait for a file another request is using.
+    fn io_wait(&self) -> Option<std::time::Duration> {
+        None
+    }
+}
+
+/// Takes a lock, waiting at most as long as the control allows.
+macro_rules! lock_within {
+    ($ctl:expr, $lock:expr, $write:ident, $try:ident) => {
+        match $ctl.io_wait() {
+            None => Some($lock.$write()),
+            Some(d) => $lock.$try(d),
+        }
+    };
 }
 
 /// No crash, no pacing.
@@ -241,7 +256,7 @@ impl<S: Store> Volume<S> {
             let tmp = OsString::from(format!("{ino}.{attempt}"));
             let _ = st.unlink(&staging, &tmp);
             let Some((p, n)) = self.ns.first_link(ino)? else { return Ok(Outcome::Skipped(Skip::Gone)) };
-            let v0 = self.open_inode(ino).map(|o| o.version.load(Ordering::Acquire));
+            let v0 = self.change_gen(ino);
             let sd = self.tiers.dir(p, from, false)?;
             let src = match sf.open(&sd, &n, libc::O_RDONLY | libc::O_NOATIME, 0) {
                 Err(e) if e.raw_os_error() == Some(libc::EPERM) => sf.open(&sd, &n, libc::O_RDONLY, 0)?,
@@ -255,9 +270,7 @@ impl<S: Store> Volume<S> {
                 return Err(e);
             }
             ctl.at(Step::Copied)?;
-            let unchanged = |now: &Stat| {
-                identity(now) == identity(&st0) && v0 == self.open_inode(ino).map(|o| o.version.load(Ordering::Acquire))
-            };
+            let unchanged = |now: &Stat| identity(now) == identity(&st0) && v0 == self.change_gen(ino);
             if !unchanged(&sf.fstat(&src)?) {
                 let _ = st.unlink(&staging, &tmp);
                 continue;
@@ -333,7 +346,7 @@ impl<S: Store> Volume<S> {
         staging: &S::Dir,
         tmp: &OsStr,
         st0: &Stat,
-        v0: Option<u64>,
+        v0: u64,
         ctl: &dyn Control,
     ) -> Result<Option<Outcome>> {
         let sf = self.tiers.store(from);
@@ -344,18 +357,26 @@ impl<S: Store> Volume<S> {
         }
         let parents: Vec<Ino> = links.iter().map(|l| l.0).collect();
         let _dirs = self.locks.lock(&parents);
-        let _ilock = self.ilocks.get(ino).write();
+        let Some(_ilock) = lock_within!(ctl, self.ilocks.get(ino), write, try_write_for) else {
+            return Ok(Some(Outcome::Skipped(Skip::Busy)));
+        };
         if self.ns.links(ino)? != links {
             return Ok(None);
         }
         let oi = self.open_inode(ino);
-        let mut io = oi.as_ref().map(|o| o.io.write());
+        let mut io = match &oi {
+            None => None,
+            Some(o) => match lock_within!(ctl, o.io, write, try_write_for) {
+                Some(g) => Some(g),
+                None => return Ok(Some(Outcome::Skipped(Skip::Busy))),
+            },
+        };
         if let Some(io) = &io {
             if io.passthrough > 0 {
                 return Ok(Some(Outcome::Skipped(Skip::Deferred)));
             }
         }
-        if v0 != oi.as_ref().map(|o| o.version.load(Ordering::Acquire)) {
+        if v0 != self.change_gen(ino) {
             return Ok(None);
         }
         let (p0, n0) = &links[0];
@@ -458,14 +479,22 @@ impl<S: Store> Volume<S> {
         let parents: Vec<Ino> = links.iter().map(|l| l.0).collect();
         let size = {
             let _dirs = self.locks.lock(&parents);
-            let _ilock = self.ilocks.get(ino).write();
+            let Some(_ilock) = lock_within!(ctl, self.ilocks.get(ino), write, try_write_for) else {
+                return Ok(Outcome::Skipped(Skip::Busy));
+            };
             let mut rec = match self.ns.record(ino)? {
                 Some(r) if r.placement == Placement::Cached => r,
                 Some(_) => return Ok(Outcome::Skipped(Skip::AlreadyThere)),
                 None => return Ok(Outcome::Skipped(Skip::Gone)),
             };
             let oi = self.open_inode(ino);
-            let mut io = oi.as_ref().map(|o| o.io.write());
+            let mut io = match &oi {
+                None => None,
+                Some(o) => match lock_within!(ctl, o.io, write, try_write_for) {
+                    Some(g) => Some(g),
+                    None => return Ok(Outcome::Skipped(Skip::Busy)),
+                },
+            };
             if io.as_ref().is_some_and(|io| io.passthrough > 0) {
                 return Ok(Outcome::Skipped(Skip::Deferred));
             }
@@ -577,3 +606,6 @@ fn remove_stray<S: Store>(s: &S, d: &S::Dir, n: &OsStr) -> Result<()> {
 
 /// Name of the staging directory, for documentation and tests.
 pub const STAGING_DIR: &str = STAGING;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,527 @@
+//! Tiering and caching architectures as pure policies (Loris §II and §IV).
+//!
+//! A policy looks at a [`View`] (statistics, SSD space, pins, the time) and
+//! returns a [`Plan`]: the moves to make, each with its [`Reason`], and the
+//! candidates it did not move, each with why ([`NotMoved`]). It never reads
+//! a clock, never touches a file. The engine carries plans out through the
+//! migrator. One file per architecture; what they share is here.
+
+mod dynamic_cold_dst;
+mod dynamic_cold_dst_bg;
+mod dynamic_hot_dst;
+mod hdd_only;
+mod interval_cache;
+mod interval_hot_dst;
+mod on_demand_cache;
+mod plain_cold_dst;
+mod ssd_only;
+
+use crate::clock::Timestamp;
+use crate::event::EventKind;
+use crate::migrate::Move;
+use crate::state::ns::Ino;
+use crate::stats::{FileStats, Group, Residence, Stats};
+use crate::tier::Tier;
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::fmt;
+use std::time::Duration;
+
+/// Every architecture tierfs implements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyKind {
+    /// New files on the HDD; a file read from the HDD moves to the SSD if admitted.
+    DynamicHotDst,
+    /// New files on the HDD; every interval the hottest HDD files move up.
+    IntervalHotDst,
+    /// New files on the SSD; demoted files never come back.
+    PlainColdDst,
+    /// New files on the SSD; a file read from the HDD moves back if admitted.
+    DynamicColdDst,
+    /// Dynamic cold-DST with a background cleaner freeing space ahead of writers.
+    DynamicColdDstBg,
+    /// New files on the HDD; a file read from the HDD gets an SSD copy.
+    OnDemandCache,
+    /// New files on the HDD; every interval the hottest files get SSD copies.
+    IntervalCache,
+    /// Everything on the HDD (baseline).
+    HddOnly,
+    /// Everything on the SSD (baseline).
+    SsdOnly,
+}
+
+impl PolicyKind {
+    /// Every policy, in the order of the design brief.
+    pub const ALL: [PolicyKind; 9] = [
+        PolicyKind::DynamicHotDst,
+        PolicyKind::IntervalHotDst,
+        PolicyKind::PlainColdDst,
+        PolicyKind::DynamicColdDst,
+        PolicyKind::DynamicColdDstBg,
+        PolicyKind::OnDemandCache,
+        PolicyKind::IntervalCache,
+        PolicyKind::HddOnly,
+        PolicyKind::SsdOnly,
+    ];
+
+    /// The name used on the command line and in xattrs.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::DynamicHotDst => "dynamic-hot-dst",
+            PolicyKind::IntervalHotDst => "interval-hot-dst",
+            PolicyKind::PlainColdDst => "plain-cold-dst",
+            PolicyKind::DynamicColdDst => "dynamic-cold-dst",
+            PolicyKind::DynamicColdDstBg => "dynamic-cold-dst-bg",
+            PolicyKind::OnDemandCache => "on-demand-cache",
+            PolicyKind::IntervalCache => "interval-cache",
+            PolicyKind::HddOnly => "hdd-only",
+            PolicyKind::SsdOnly => "ssd-only",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(s: &str) -> Option<PolicyKind> {
+        let s = s.trim();
+        PolicyKind::ALL.into_iter().find(|p| p.name() == s)
+    }
+
+    /// The implementation.
+    pub fn policy(self) -> &'static dyn Policy {
+        match self {
+            PolicyKind::DynamicHotDst => &dynamic_hot_dst::DynamicHotDst,
+            PolicyKind::IntervalHotDst => &interval_hot_dst::IntervalHotDst,
+            PolicyKind::PlainColdDst => &plain_cold_dst::PlainColdDst,
+            PolicyKind::DynamicColdDst => &dynamic_cold_dst::DynamicColdDst,
+            PolicyKind::DynamicColdDstBg => &dynamic_cold_dst_bg::DynamicColdDstBg,
+            PolicyKind::OnDemandCache => &on_demand_cache::OnDemandCache,
+            PolicyKind::IntervalCache => &interval_cache::IntervalCache,
+            PolicyKind::HddOnly => &hdd_only::HddOnly,
+            PolicyKind::SsdOnly => &ssd_only::SsdOnly,
+        }
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Settings a policy runs with (per policy directory).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Params {
+    /// Files larger than this never enter the SSD (type-aware sieving).
+    pub sieve: u64,
+    /// Interval of the interval policies.
+    pub interval: Duration,
+}
+
+/// Default sieve: 1 MiB, as in Loris.
+pub const DEFAULT_SIEVE: u64 = 1 << 20;
+/// Default interval: 80 s (Loris found 5 s thrashes on uniform workloads).
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(80);
+
+impl Default for Params {
+    fn default() -> Self {
+        Params { sieve: DEFAULT_SIEVE, interval: DEFAULT_INTERVAL }
+    }
+}
+
+/// SSD space as the policies see it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Space {
+    /// Bytes of user data on the SSD (moved files and cached copies).
+    pub used: u64,
+    /// The most user data the SSD may hold (the configured capacity, or the
+    /// real size of the file system).
+    pub limit: u64,
+}
+
+impl Space {
+    /// Bytes still free under the limit.
+    pub fn free(&self) -> u64 {
+        self.limit.saturating_sub(self.used)
+    }
+}
+
+/// Why a file is moved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "why")]
+pub enum Reason {
+    /// Read from the HDD and admitted (counter above the threshold).
+    HotOnRead {
+        /// Its counter.
+        counter: u32,
+        /// The admission threshold.
+        threshold: u32,
+    },
+    /// Among the hottest at an interval run.
+    Interval {
+        /// Its counter.
+        counter: u32,
+    },
+    /// The coldest on the SSD, evicted to make room.
+    Evict {
+        /// Its counter.
+        counter: u32,
+    },
+    /// Grew past the sieve.
+    Sieved {
+        /// Its size.
+        size: u64,
+    },
+    /// Pinned to a tier.
+    Pinned,
+    /// Its policy changed and it belongs elsewhere now.
+    PolicyChange,
+    /// Freed ahead of writers by the background cleaner.
+    BackgroundClean {
+        /// Its counter.
+        counter: u32,
+    },
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::HotOnRead { counter, threshold } => {
+                write!(f, "read from the HDD with counter {counter} above the admission threshold {threshold}")
+            }
+            Reason::Interval { counter } => write!(f, "among the hottest at an interval run (counter {counter})"),
+            Reason::Evict { counter } => write!(f, "coldest on the SSD (counter {counter}), evicted for room"),
+            Reason::Sieved { size } => write!(f, "grew past the sieve ({size} bytes)"),
+            Reason::Pinned => write!(f, "pinned"),
+            Reason::PolicyChange => write!(f, "its policy changed"),
+            Reason::BackgroundClean { counter } => write!(f, "freed by the background cleaner (counter {counter})"),
+        }
+    }
+}
+
+/// Why a candidate was not moved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "why")]
+pub enum NotMoved {
+    /// Its counter is not above the admission threshold.
+    BelowAdmission {
+        /// Its counter.
+        counter: u32,
+        /// The threshold.
+        threshold: u32,
+    },
+    /// Larger than the sieve.
+    Sieved {
+        /// Its size.
+        size: u64,
+        /// The sieve.
+        sieve: u64,
+    },
+    /// Pinned to the other tier.
+    Pinned {
+        /// The tier it is pinned to.
+        tier: Tier,
+    },
+    /// Cannot be moved now (open with passthrough, already queued).
+    Busy,
+    /// Would not fit even after evicting colder files.
+    NoRoom,
+}
+
+impl fmt::Display for NotMoved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NotMoved::BelowAdmission { counter, threshold } => {
+                write!(f, "not admitted: counter {counter} not above threshold {threshold}")
+            }
+            NotMoved::Sieved { size, sieve } => write!(f, "sieved: {size} bytes is over the {sieve}-byte sieve"),
+            NotMoved::Pinned { tier } => write!(f, "pinned to the {tier}"),
+            NotMoved::Busy => write!(f, "busy (open with passthrough or already queued)"),
+            NotMoved::NoRoom => write!(f, "no room on the SSD even after evicting colder files"),
+        }
+    }
+}
+
+/// One move of a plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    /// The file.
+    pub ino: Ino,
+    /// What to do.
+    pub mv: Move,
+    /// Why.
+    pub reason: Reason,
+    /// Its size when planned.
+    pub size: u64,
+}
+
+/// What a policy decided.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Moves, in order.
+    pub steps: Vec<Step>,
+    /// Candidates not moved, with why.
+    pub skipped: Vec<(Ino, NotMoved)>,
+}
+
+impl Plan {
+    /// True if it moves nothing.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+    fn push(&mut self, ino: Ino, mv: Move, reason: Reason, size: u64) {
+        self.steps.push(Step { ino, mv, reason, size });
+    }
+    fn skip(&mut self, ino: Ino, why: NotMoved) {
+        self.skipped.push((ino, why));
+    }
+    /// Appends another plan.
+    pub fn extend(&mut self, other: Plan) {
+        self.steps.extend(other.steps);
+        self.skipped.extend(other.skipped);
+    }
+}
+
+/// Everything a policy may look at.
+pub struct View<'a> {
+    /// Statistics.
+    pub stats: &'a Stats,
+    /// The time.
+    pub now: Timestamp,
+    /// SSD space.
+    pub space: Space,
+    /// The group being decided for.
+    pub group: Group,
+    /// Its settings.
+    pub params: Params,
+    /// The tier a file is pinned to, if any.
+    pub pin: &'a dyn Fn(Ino) -> Option<Tier>,
+    /// Files that cannot be moved now (queued, open with passthrough).
+    pub busy: &'a dyn Fn(Ino) -> bool,
+    /// Bytes the cleaner has evicted in the foreground so far (the
+    /// background cleaner's estimate of the space writers need).
+    pub evicted_bytes: u64,
+}
+
+/// An architecture. See the module documentation.
+pub trait Policy: Send + Sync {
+    /// Which one it is.
+    fn kind(&self) -> PolicyKind;
+    /// Where new files go.
+    fn initial_tier(&self) -> Tier;
+    /// True for the caching architectures (copies, not moves).
+    fn caching(&self) -> bool {
+        false
+    }
+    /// True for the baselines, which never move anything.
+    fn baseline(&self) -> bool {
+        false
+    }
+    /// Reaction to an access of file `ino` (already counted in the view).
+    fn on_access(&self, _v: &View<'_>, _ino: Ino, _f: &FileStats, _ev: &EventKind) -> Plan {
+        Plan::default()
+    }
+    /// Periodic decisions; `last_run` is when this group's interval work
+    /// last ran (None: never). Returns the plan and whether this was an
+    /// interval run (so the caller records the time).
+    fn on_tick(&self, _v: &View<'_>, _last_run: Option<Timestamp>) -> (Plan, bool) {
+        (Plan::default(), false)
+    }
+    /// Moves that bring a group's files to where this policy wants them
+    /// (after its policy changed): residences the policy never produces.
+    fn conform(&self, v: &View<'_>) -> Plan {
+        conform_default(self, v)
+    }
+}
+
+/// The move that takes a file off the SSD, by where it is.
+pub fn off_ssd(r: Residence) -> Option<Move> {
+    match r {
+        Residence::Ssd => Some(Move::Demote),
+        Residence::Cached => Some(Move::DropCopy),
+        Residence::Hdd => None,
+    }
+}
+
+/// Admission on a read served by the HDD, shared by the dynamic policies:
+/// promote (or copy, for caching) if the file is on the HDD only, is not
+/// sieved, not pinned to the HDD, and its counter is above the threshold.
+pub fn admit_on_read(v: &View<'_>, ino: Ino, f: &FileStats, ev: &EventKind, mv: Move) -> Plan {
+    let mut p = Plan::default();
+    let read_from_hdd = matches!(
+        *ev,
+        EventKind::Read { tier: Tier::Hdd, fragment: false, .. }
+            | EventKind::Open { write: false, tier: Tier::Hdd, passthrough: true, .. }
+    );
+    if !read_from_hdd || f.residence != Residence::Hdd {
+        return p;
+    }
+    if (v.busy)(ino) {
+        return p;
+    }
+    if let Some(Tier::Hdd) = (v.pin)(ino) {
+        p.skip(ino, NotMoved::Pinned { tier: Tier::Hdd });
+        return p;
+    }
+    if f.size > v.params.sieve {
+        p.skip(ino, NotMoved::Sieved { size: f.size, sieve: v.params.sieve });
+        return p;
+    }
+    let threshold = v.stats.admission_threshold();
+    if f.counter <= threshold {
+        p.skip(ino, NotMoved::BelowAdmission { counter: f.counter, threshold });
+        return p;
+    }
+    p.push(ino, mv, Reason::HotOnRead { counter: f.counter, threshold }, f.size);
+    p
+}
+
+/// Type-aware sieving on growth, shared by every hybrid policy: an
+/// SSD-resident file that grew past the sieve is demoted, a cached copy
+/// invalidated.
+pub fn sieve_on_growth(v: &View<'_>, ino: Ino, f: &FileStats, ev: &EventKind) -> Plan {
+    let mut p = Plan::default();
+    let grew = matches!(ev, EventKind::Write { .. } | EventKind::Close { .. } | EventKind::Resize { .. });
+    if !grew || f.size <= v.params.sieve || (v.pin)(ino) == Some(Tier::Ssd) || (v.busy)(ino) {
+        return p;
+    }
+    if let Some(mv) = off_ssd(f.residence) {
+        p.push(ino, mv, Reason::Sieved { size: f.size }, f.size);
+    }
+    p
+}
+
+/// Evictions (coldest SSD files first, over every group) until `need`
+/// bytes are free under the limit, skipping pinned and busy files and
+/// those in `exclude`. Returns the steps and the bytes they free.
+pub fn evict_for(v: &View<'_>, need: u64, exclude: &HashSet<Ino>, reason: fn(u32) -> Reason) -> (Vec<Step>, u64) {
+    let mut steps = Vec::new();
+    let mut freed = 0u64;
+    let mut chosen: HashSet<Ino> = HashSet::new();
+    while v.space.free() + freed < need {
+        let pick = v.stats.coldest_on_ssd(&mut |ino, _| {
+            chosen.contains(&ino) || exclude.contains(&ino) || (v.pin)(ino) == Some(Tier::Ssd) || (v.busy)(ino)
+        });
+        let Some((ino, f)) = pick else { break };
+        chosen.insert(ino);
+        if let Some(mv) = off_ssd(f.residence) {
+            steps.push(Step { ino, mv, reason: reason(f.counter), size: f.size });
+            freed += f.size;
+        }
+    }
+    (steps, freed)
+}
+
+/// The interval run shared by interval hot-DST and interval caching (Loris
+/// §IV-A2): the hottest HDD files of the group move up (or get copies), in
+/// order, until there are none left or the next is not hotter than the
+/// counter of the last file evicted; colder SSD files are evicted for room
+/// as needed, which raises that threshold.
+pub fn interval_run(v: &View<'_>, mv: Move) -> Plan {
+    let mut p = Plan::default();
+    let mut threshold = v.stats.admission_threshold();
+    let mut free = v.space.free();
+    let mut moving: HashSet<Ino> = HashSet::new();
+    let mut evicted: HashSet<Ino> = HashSet::new();
+    for (ino, f) in v.stats.hottest(v.group, Residence::Hdd) {
+        if f.counter <= threshold {
+            break;
+        }
+        if (v.busy)(ino) {
+            p.skip(ino, NotMoved::Busy);
+            continue;
+        }
+        if let Some(Tier::Hdd) = (v.pin)(ino) {
+            p.skip(ino, NotMoved::Pinned { tier: Tier::Hdd });
+            continue;
+        }
+        if f.size > v.params.sieve {
+            p.skip(ino, NotMoved::Sieved { size: f.size, sieve: v.params.sieve });
+            continue;
+        }
+        if f.size > v.space.limit {
+            p.skip(ino, NotMoved::NoRoom);
+            continue;
+        }
+        // Make room, coldest first, while the coldest is colder.
+        let mut stop = false;
+        while free < f.size {
+            let pick = v.stats.coldest_on_ssd(&mut |i, _| {
+                evicted.contains(&i) || moving.contains(&i) || (v.pin)(i) == Some(Tier::Ssd) || (v.busy)(i)
+            });
+            let Some((vi, vf)) = pick else {
+                stop = true;
+                break;
+            };
+            if vf.counter >= f.counter {
+                // The hottest HDD file is not hotter than the coldest SSD file.
+                stop = true;
+                break;
+            }
+            evicted.insert(vi);
+            if let Some(out) = off_ssd(vf.residence) {
+                p.push(vi, out, Reason::Evict { counter: vf.counter }, vf.size);
+                free += vf.size;
+                threshold = threshold.max(vf.counter);
+            }
+        }
+        if stop {
+            p.skip(ino, NotMoved::NoRoom);
+            break;
+        }
+        if f.counter <= threshold {
+            p.skip(ino, NotMoved::BelowAdmission { counter: f.counter, threshold });
+            break;
+        }
+        free -= f.size;
+        moving.insert(ino);
+        p.push(ino, mv, Reason::Interval { counter: f.counter }, f.size);
+    }
+    p
+}
+
+/// True when an interval policy's run is due.
+pub fn interval_due(v: &View<'_>, last_run: Option<Timestamp>) -> bool {
+    match last_run {
+        None => true,
+        Some(t) => v.now.since(t) >= v.params.interval,
+    }
+}
+
+/// Moves for files whose residence the policy never produces (used after
+/// a policy change): DST policies keep no copies; caching policies keep no
+/// moved files on the SSD; baselines keep everything on their tier. Pins
+/// win over the policy.
+pub fn conform_default<P: Policy + ?Sized>(p: &P, v: &View<'_>) -> Plan {
+    let mut plan = Plan::default();
+    for r in [Residence::Ssd, Residence::Hdd, Residence::Cached] {
+        for (ino, f) in v.stats.coldest(v.group, r) {
+            if (v.busy)(ino) {
+                continue;
+            }
+            let pin = (v.pin)(ino);
+            let mv = match (pin, r) {
+                (Some(Tier::Hdd), Residence::Ssd) => Some((Move::Demote, Reason::Pinned)),
+                (Some(Tier::Hdd), Residence::Cached) => Some((Move::DropCopy, Reason::Pinned)),
+                (Some(Tier::Ssd), Residence::Hdd) if p.caching() => Some((Move::Copy, Reason::Pinned)),
+                (Some(Tier::Ssd), Residence::Hdd) => Some((Move::Promote, Reason::Pinned)),
+                (Some(_), _) => None,
+                (None, Residence::Cached) if !p.caching() => Some((Move::DropCopy, Reason::PolicyChange)),
+                (None, Residence::Ssd) if p.caching() => Some((Move::Demote, Reason::PolicyChange)),
+                (None, Residence::Ssd | Residence::Cached) if p.kind() == PolicyKind::HddOnly => {
+                    off_ssd(r).map(|m| (m, Reason::PolicyChange))
+                }
+                (None, Residence::Hdd) if p.kind() == PolicyKind::SsdOnly => {
+                    Some((Move::Promote, Reason::PolicyChange))
+                }
+                _ => None,
+            };
+            if let Some((mv, reason)) = mv {
+                plan.push(ino, mv, reason, f.size);
+            }
+        }
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,247 @@
+//! Policy rules with hand-built statistics and a manual clock.
+
+use super::*;
+use crate::clock::{Clock, ManualClock};
+use crate::stats::DEFAULT_AGING;
+
+fn stats(files: &[(Ino, u32, Residence, u64)]) -> Stats {
+    let mut s = Stats::new(DEFAULT_AGING);
+    for (i, (ino, counter, residence, size)) in files.iter().enumerate() {
+        s.insert(
+            *ino,
+            FileStats {
+                counter: *counter,
+                residence: *residence,
+                size: *size,
+                seq: i as u64 + 1,
+                ..FileStats::default()
+            },
+        );
+    }
+    s
+}
+
+struct Env {
+    clock: ManualClock,
+    pins: Vec<(Ino, Tier)>,
+    busy: Vec<Ino>,
+    space: Space,
+    evicted: u64,
+    params: Params,
+}
+
+impl Env {
+    fn new(used: u64, limit: u64) -> Self {
+        Env {
+            clock: ManualClock::new(Timestamp::from_secs(1000)),
+            pins: vec![],
+            busy: vec![],
+            space: Space { used, limit },
+            evicted: 0,
+            params: Params::default(),
+        }
+    }
+    fn with<R>(&self, s: &Stats, f: impl FnOnce(&View<'_>) -> R) -> R {
+        let pin = |i: Ino| self.pins.iter().find(|p| p.0 == i).map(|p| p.1);
+        let busy = |i: Ino| self.busy.contains(&i);
+        let v = View {
+            stats: s,
+            now: self.clock.now(),
+            space: self.space,
+            group: 0,
+            params: self.params,
+            pin: &pin,
+            busy: &busy,
+            evicted_bytes: self.evicted,
+        };
+        f(&v)
+    }
+}
+
+fn read_hdd() -> EventKind {
+    EventKind::Read { off: 0, len: 4096, tier: Tier::Hdd, fragment: false }
+}
+
+fn moves(p: &Plan) -> Vec<(Ino, Move)> {
+    p.steps.iter().map(|s| (s.ino, s.mv)).collect()
+}
+
+#[test]
+fn admission_needs_a_counter_above_the_last_eviction() {
+    let mut s = stats(&[(10, 40, Residence::Hdd, 4096), (11, 80, Residence::Hdd, 4096)]);
+    s.last_evicted = Some(40);
+    let env = Env::new(0, 1 << 30);
+    let pol = PolicyKind::DynamicHotDst.policy();
+    let p = env.with(&s, |v| pol.on_access(v, 10, s.get(10).unwrap(), &read_hdd()));
+    assert!(p.is_empty());
+    assert_eq!(p.skipped, vec![(10, NotMoved::BelowAdmission { counter: 40, threshold: 40 })]);
+    let p = env.with(&s, |v| pol.on_access(v, 11, s.get(11).unwrap(), &read_hdd()));
+    assert_eq!(moves(&p), vec![(11, Move::Promote)]);
+    assert_eq!(p.steps[0].reason, Reason::HotOnRead { counter: 80, threshold: 40 });
+    // Caching copies instead of moving.
+    let p = env.with(&s, |v| PolicyKind::OnDemandCache.policy().on_access(v, 11, s.get(11).unwrap(), &read_hdd()));
+    assert_eq!(moves(&p), vec![(11, Move::Copy)]);
+    // Reads served by the SSD, writes and interval policies admit nothing.
+    let ssd = EventKind::Read { off: 0, len: 1, tier: Tier::Ssd, fragment: false };
+    assert!(env.with(&s, |v| pol.on_access(v, 11, s.get(11).unwrap(), &ssd)).is_empty());
+    let iv = PolicyKind::IntervalHotDst.policy();
+    assert!(env.with(&s, |v| iv.on_access(v, 11, s.get(11).unwrap(), &read_hdd())).is_empty());
+}
+
+#[test]
+fn passthrough_open_for_reading_counts_as_a_read() {
+    let s = stats(&[(5, 64, Residence::Hdd, 100)]);
+    let env = Env::new(0, 1 << 30);
+    let open = EventKind::Open { write: false, tier: Tier::Hdd, size: 100, passthrough: true };
+    let p = env.with(&s, |v| PolicyKind::DynamicColdDst.policy().on_access(v, 5, s.get(5).unwrap(), &open));
+    assert_eq!(moves(&p), vec![(5, Move::Promote)]);
+}
+
+#[test]
+fn sieved_files_are_not_admitted_and_growth_past_the_sieve_demotes() {
+    let s = stats(&[
+        (1, 500, Residence::Hdd, 2 << 20),
+        (2, 500, Residence::Ssd, 2 << 20),
+        (3, 500, Residence::Cached, 2 << 20),
+    ]);
+    let env = Env::new(0, 1 << 30);
+    let pol = PolicyKind::DynamicHotDst.policy();
+    let p = env.with(&s, |v| pol.on_access(v, 1, s.get(1).unwrap(), &read_hdd()));
+    assert_eq!(p.skipped, vec![(1, NotMoved::Sieved { size: 2 << 20, sieve: 1 << 20 })]);
+    let grow = EventKind::Write { off: 0, len: 10, tier: Tier::Ssd, size: 2 << 20, fragment: false };
+    let p = env.with(&s, |v| pol.on_access(v, 2, s.get(2).unwrap(), &grow));
+    assert_eq!(moves(&p), vec![(2, Move::Demote)]);
+    let p = env.with(&s, |v| PolicyKind::OnDemandCache.policy().on_access(v, 3, s.get(3).unwrap(), &grow));
+    assert_eq!(moves(&p), vec![(3, Move::DropCopy)], "a cached copy is invalidated");
+    // Baselines never move; a pin to the SSD beats the sieve.
+    assert!(env.with(&s, |v| PolicyKind::SsdOnly.policy().on_access(v, 2, s.get(2).unwrap(), &grow)).is_empty());
+    let mut env = env;
+    env.pins.push((2, Tier::Ssd));
+    assert!(env.with(&s, |v| pol.on_access(v, 2, s.get(2).unwrap(), &grow)).is_empty());
+}
+
+#[test]
+fn pinned_and_busy_files_are_left_alone() {
+    let s = stats(&[(1, 500, Residence::Hdd, 10)]);
+    let mut env = Env::new(0, 1 << 30);
+    env.pins.push((1, Tier::Hdd));
+    let p = env.with(&s, |v| PolicyKind::DynamicHotDst.policy().on_access(v, 1, s.get(1).unwrap(), &read_hdd()));
+    assert_eq!(p.skipped, vec![(1, NotMoved::Pinned { tier: Tier::Hdd })]);
+    env.pins.clear();
+    env.busy.push(1);
+    let p = env.with(&s, |v| PolicyKind::DynamicHotDst.policy().on_access(v, 1, s.get(1).unwrap(), &read_hdd()));
+    assert!(p.is_empty());
+}
+
+#[test]
+fn the_cleaner_evicts_coldest_first_and_spares_pinned_files() {
+    // Files 1..4 on the SSD with counters 30, 10, 20, 10 (2 older than 4).
+    let s = stats(&[
+        (1, 30, Residence::Ssd, 100),
+        (2, 10, Residence::Cached, 100),
+        (3, 20, Residence::Ssd, 100),
+        (4, 10, Residence::Ssd, 100),
+    ]);
+    let mut env = Env::new(400, 400);
+    env.pins.push((4, Tier::Ssd));
+    let (steps, freed) = env.with(&s, |v| evict_for(v, 250, &HashSet::new(), |counter| Reason::Evict { counter }));
+    let order: Vec<_> = steps.iter().map(|s| (s.ino, s.mv)).collect();
+    assert_eq!(order, vec![(2, Move::DropCopy), (3, Move::Demote), (1, Move::Demote)]);
+    assert_eq!(freed, 300);
+    // Ties go to the least recently used.
+    env.pins.clear();
+    let (steps, _) = env.with(&s, |v| evict_for(v, 100, &HashSet::new(), |counter| Reason::Evict { counter }));
+    assert_eq!(steps[0].ino, 2);
+}
+
+#[test]
+fn interval_runs_only_when_due() {
+    let s = stats(&[(1, 100, Residence::Hdd, 10)]);
+    let env = Env::new(0, 1 << 30);
+    let pol = PolicyKind::IntervalHotDst.policy();
+    let (p, ran) = env.with(&s, |v| pol.on_tick(v, None));
+    assert!(ran);
+    assert_eq!(moves(&p), vec![(1, Move::Promote)]);
+    let last = env.clock.now();
+    env.clock.advance(Duration::from_secs(79));
+    let (p, ran) = env.with(&s, |v| pol.on_tick(v, Some(last)));
+    assert!(!ran && p.is_empty());
+    env.clock.advance(Duration::from_secs(1));
+    let (_, ran) = env.with(&s, |v| pol.on_tick(v, Some(last)));
+    assert!(ran, "due after exactly the interval");
+    let (p, ran) = env.with(&s, |v| PolicyKind::IntervalCache.policy().on_tick(v, None));
+    assert!(ran);
+    assert_eq!(moves(&p), vec![(1, Move::Copy)]);
+}
+
+#[test]
+fn interval_stops_when_the_hottest_hdd_file_is_not_hotter_than_the_coldest_ssd_file() {
+    // SSD full with counters 50 and 70; HDD files 90, 60, 40.
+    let s = stats(&[
+        (1, 50, Residence::Ssd, 100),
+        (2, 70, Residence::Ssd, 100),
+        (3, 90, Residence::Hdd, 100),
+        (4, 60, Residence::Hdd, 100),
+        (5, 40, Residence::Hdd, 100),
+    ]);
+    let env = Env::new(200, 200);
+    let p = env.with(&s, |v| interval_run(v, Move::Promote));
+    // 3 (90) swaps with 1 (50); then 4 (60) would need 2 (70) out: stop.
+    assert_eq!(moves(&p), vec![(1, Move::Demote), (3, Move::Promote)]);
+    assert_eq!(p.skipped, vec![(4, NotMoved::NoRoom)]);
+}
+
+#[test]
+fn interval_stops_at_the_admission_threshold_and_keeps_hottest_first_order() {
+    let mut s = stats(&[
+        (1, 30, Residence::Hdd, 10),
+        (2, 90, Residence::Hdd, 10),
+        (3, 90, Residence::Hdd, 10),
+        (4, 31, Residence::Hdd, 10),
+    ]);
+    s.last_evicted = Some(30);
+    let env = Env::new(0, 1 << 30);
+    let p = env.with(&s, |v| interval_run(v, Move::Promote));
+    // 3 was accessed after 2: equal counters, most recent first.
+    assert_eq!(moves(&p), vec![(3, Move::Promote), (2, Move::Promote), (4, Move::Promote)]);
+}
+
+#[test]
+fn background_cleaner_starts_after_the_first_blocking_write() {
+    let s = stats(&[(1, 5, Residence::Ssd, 300), (2, 50, Residence::Ssd, 300)]);
+    let mut env = Env::new(600, 700);
+    let pol = PolicyKind::DynamicColdDstBg.policy();
+    let (p, _) = env.with(&s, |v| pol.on_tick(v, None));
+    assert!(p.is_empty(), "no eviction seen yet: nothing to do");
+    env.evicted = 250;
+    let (p, _) = env.with(&s, |v| pol.on_tick(v, None));
+    assert_eq!(moves(&p), vec![(1, Move::Demote)]);
+    assert_eq!(p.steps[0].reason, Reason::BackgroundClean { counter: 5 });
+    // Plain dynamic cold-DST has no background cleaner.
+    assert!(env.with(&s, |v| PolicyKind::DynamicColdDst.policy().on_tick(v, None)).0.is_empty());
+}
+
+#[test]
+fn conform_moves_what_a_new_policy_does_not_keep() {
+    let s = stats(&[(1, 5, Residence::Ssd, 1), (2, 5, Residence::Cached, 1), (3, 5, Residence::Hdd, 1)]);
+    let env = Env::new(0, 1 << 30);
+    let c = |k: PolicyKind| env.with(&s, |v| moves(&k.policy().conform(v)));
+    assert_eq!(c(PolicyKind::DynamicHotDst), vec![(2, Move::DropCopy)]);
+    assert_eq!(c(PolicyKind::OnDemandCache), vec![(1, Move::Demote)]);
+    assert_eq!(c(PolicyKind::HddOnly), vec![(1, Move::Demote), (2, Move::DropCopy)]);
+    assert_eq!(c(PolicyKind::SsdOnly), vec![(3, Move::Promote), (2, Move::DropCopy)]);
+    let mut env = env;
+    env.pins.push((3, Tier::Ssd));
+    env.pins.push((1, Tier::Hdd));
+    let p = env.with(&s, |v| moves(&PolicyKind::PlainColdDst.policy().conform(v)));
+    assert_eq!(p, vec![(1, Move::Demote), (3, Move::Promote), (2, Move::DropCopy)]);
+}
+
+#[test]
+fn names_roundtrip() {
+    for k in PolicyKind::ALL {
+        assert_eq!(PolicyKind::parse(k.name()), Some(k));
+        assert_eq!(k.policy().kind(), k);
+    }
+    assert_eq!(PolicyKind::parse("lru"), None);
+}
