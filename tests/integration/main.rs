@@ -8,6 +8,7 @@ mod harness;
 mod multiuser;
 mod ops;
 mod persist;
+mod policy;
 mod posix;
 mod stats;
 mod tiering;

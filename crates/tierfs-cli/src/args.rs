@@ -22,6 +22,8 @@ pub enum Command {
     /// Show per-tier usage, requests served, the SSD hit ratio and the
     /// hottest files of a mount (or one file's statistics with --file).
     Stats(StatsArgs),
+    /// Per-directory policies and pins (the user.tierfs.* attributes).
+    Policy(PolicyArgs),
     /// Mount two fresh directories under a demo folder, write and read
     /// files through the mount, show where they are, unmount.
     Demo(DemoArgs),
@@ -149,6 +151,50 @@ pub struct StatsArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct PolicyArgs {
+    #[command(subcommand)]
+    pub cmd: PolicyCmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PolicyCmd {
+    /// Set the policy of a directory (and everything below it).
+    Set {
+        /// A directory on a tierfs mount.
+        path: PathBuf,
+        /// The policy name.
+        policy: String,
+        /// Sieve for this subtree (e.g. 1M).
+        #[arg(long)]
+        sieve: Option<String>,
+        /// Interval for this subtree (e.g. 80s).
+        #[arg(long)]
+        interval: Option<String>,
+    },
+    /// Remove a directory's policy, sieve and interval: it inherits again.
+    Unset {
+        /// A directory on a tierfs mount.
+        path: PathBuf,
+    },
+    /// Pin a file or directory to a tier (ssd, hdd) or remove the pin (none).
+    Pin {
+        /// A file or directory on a tierfs mount.
+        path: PathBuf,
+        /// ssd, hdd or none.
+        #[arg(value_parser = ["ssd", "hdd", "none"])]
+        tier: String,
+    },
+    /// Show the policy tree: every directory with settings and what is in force.
+    Show {
+        /// The mount point [default: the only tierfs mounted].
+        mountpoint: Option<PathBuf>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args, Debug)]
 pub struct DemoArgs {
     /// Folder for the demo (created; its ssd/, hdd/ and mnt/ are reset).
     #[arg(long, default_value = "tierfs-demo")]
@@ -244,7 +290,7 @@ pub fn helper_form(argv: Vec<OsString>) -> Vec<OsString> {
     let prog = argv.first().and_then(|a| std::path::Path::new(a).file_name()).map(|n| n.to_os_string());
     let is_helper_name = prog.as_ref().is_some_and(|p| p.to_string_lossy().starts_with("mount."));
     let first = argv.get(1).map(|a| a.to_string_lossy().into_owned()).unwrap_or_default();
-    let known = ["mount", "umount", "stats", "demo", "help", "-h", "--help", "-V", "--version"];
+    let known = ["mount", "umount", "stats", "policy", "demo", "help", "-h", "--help", "-V", "--version"];
     if !is_helper_name && (known.contains(&first.as_str()) || !first.contains(':')) {
         return argv;
     }

@@ -6,6 +6,7 @@ mod args;
 mod demo;
 mod mount_cmd;
 mod mounts;
+mod policy;
 mod stats;
 mod umount;
 
@@ -34,6 +35,7 @@ pub fn main() -> ExitCode {
         args::Command::Mount(m) => mount_cmd::run(*m),
         args::Command::Umount(u) => umount::run(&u),
         args::Command::Stats(s) => stats::run(&s),
+        args::Command::Policy(p) => policy::run(&p),
         args::Command::Demo(d) => demo::run(&d),
     };
     match r {

@@ -117,6 +117,23 @@ fn render_status(r: &StatusReport) -> String {
             o += &format!("  {}\n", f.path.as_deref().unwrap_or("(unlinked)"));
         }
     }
+    if r.groups.len() > 1 || r.groups.iter().any(|g| !g.own.is_empty()) {
+        o += &format!(
+            "\n{:<24} {:<20} {:>7} {:>10} {:>10} {:>9}\n",
+            "policy directory", "policy", "files", "ssd data", "hdd data", "SSD hits"
+        );
+        for g in &r.groups {
+            o += &format!(
+                "{:<24} {:<20} {:>7} {:>10} {:>10} {:>9}\n",
+                g.dir,
+                g.policy,
+                g.files,
+                format_size(g.bytes_ssd),
+                format_size(g.bytes_hdd),
+                pct(g.ssd_hit_ratio)
+            );
+        }
+    }
     if r.dropped_events > 0 {
         o += &format!("events dropped (statistics thread behind): {}\n", r.dropped_events);
     }

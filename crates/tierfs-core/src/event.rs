@@ -88,6 +88,12 @@ pub enum EventKind {
         /// New parent.
         parent: Ino,
     },
+    /// A directory got a new parent (renamed): its subtree may now inherit
+    /// other settings.
+    DirMoved {
+        /// New parent.
+        parent: Ino,
+    },
 }
 
 /// FUSE direct I/O cuts an application request into pieces of at most

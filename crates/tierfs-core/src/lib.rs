@@ -16,6 +16,7 @@ pub mod event;
 pub mod migrate;
 pub mod policy;
 pub mod report;
+pub mod settings;
 pub mod state;
 pub mod stats;
 pub mod store;

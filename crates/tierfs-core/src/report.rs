@@ -17,6 +17,8 @@ pub enum Request {
         /// Inode number (as `stat` shows it on the mount).
         ino: u64,
     },
+    /// The policy directories and what they govern.
+    Groups,
 }
 
 /// The daemon's answer.
@@ -27,6 +29,8 @@ pub enum Response {
     Status(Box<StatusReport>),
     /// Answer to [`Request::File`].
     File(Box<FileReport>),
+    /// Answer to [`Request::Groups`].
+    Groups(Vec<GroupReport>),
     /// The request failed.
     Error(String),
 }
@@ -120,6 +124,45 @@ pub struct StatusReport {
     pub policy: String,
     /// What the migrator did.
     pub migrations: MigrationReport,
+    /// Activity per policy directory.
+    pub groups: Vec<GroupReport>,
+}
+
+/// One policy directory (a group) and the files it governs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct GroupReport {
+    /// Group number (0: the mount's root).
+    pub group: u32,
+    /// The directory heading the group.
+    pub dir: String,
+    /// Settings set on that directory: name = value (user.tierfs.*).
+    pub own: Vec<(String, String)>,
+    /// Policy in force.
+    pub policy: String,
+    /// Where the policy comes from: a directory, or "mount option".
+    pub policy_from: String,
+    /// Sieve in force, bytes.
+    pub sieve: u64,
+    /// Interval in force, seconds.
+    pub interval_secs: f64,
+    /// Pin of the whole group.
+    pub pin: Option<String>,
+    /// Files in the group.
+    pub files: u64,
+    /// Of which on the SSD only, on the HDD only, and cached.
+    pub files_ssd: u64,
+    /// See `files_ssd`.
+    pub files_hdd: u64,
+    /// See `files_ssd`.
+    pub files_cached: u64,
+    /// Bytes with data on the SSD (moved or copies).
+    pub bytes_ssd: u64,
+    /// Bytes with data on the HDD.
+    pub bytes_hdd: u64,
+    /// Requests served by each tier.
+    pub requests: [u64; 2],
+    /// Share of requests served by the SSD.
+    pub ssd_hit_ratio: f64,
 }
 
 /// Moves made by the engine since mount.

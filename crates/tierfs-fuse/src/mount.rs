@@ -184,7 +184,7 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
             tracing::info!("state flushed; clean shutdown");
         }
     });
-    let fs = TierFs::new(vol.clone(), on_destroy, None);
+    let fs = TierFs::new(vol.clone(), on_destroy, Some(Arc::new(Xattrs(engine.clone()))));
     let (session, mut unmounter) = match mount_session(fs, cfg) {
         Ok(x) => x,
         Err(e) => {
@@ -225,7 +225,33 @@ impl Handler for Control {
                 Some(r) => Response::File(Box::new(r)),
                 None => Response::Error(format!("no file with inode {ino} on this mount")),
             },
+            Request::Groups => Response::Groups(self.0.groups_report()),
         }
+    }
+}
+
+/// The `user.tierfs.*` attributes, answered by the engine.
+struct Xattrs(Arc<Engine<DirStore>>);
+
+impl crate::VirtualXattrs for Xattrs {
+    fn get(&self, ino: u64, name: &std::ffi::OsStr) -> Option<tierfs_core::Result<Vec<u8>>> {
+        self.0.xattr_get(ino, name)
+    }
+    fn set(
+        &self,
+        ctx: &tierfs_core::vfs::Ctx,
+        ino: u64,
+        name: &std::ffi::OsStr,
+        value: &[u8],
+        flags: i32,
+    ) -> Option<tierfs_core::Result<()>> {
+        self.0.xattr_change(ctx, ino, name, Some(value), flags)
+    }
+    fn remove(&self, ctx: &tierfs_core::vfs::Ctx, ino: u64, name: &std::ffi::OsStr) -> Option<tierfs_core::Result<()>> {
+        self.0.xattr_change(ctx, ino, name, None, 0)
+    }
+    fn list(&self, ino: u64) -> Vec<u8> {
+        self.0.xattr_list(ino)
     }
 }
 

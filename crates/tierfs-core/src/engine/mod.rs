@@ -9,22 +9,29 @@
 //! the SSD space account, and the foreground cleaner that evicts the
 //! coldest files when a write or a migration finds no SSD room.
 
+pub mod groups;
 pub mod rate;
 
 use crate::clock::{Clock, Timestamp};
+use crate::error::{err, Error, Result};
 use crate::event::{Event, EventKind, EventSink};
 use crate::migrate::{Control, Move, Outcome, Skip};
 use crate::policy::{evict_for, Params, Plan, PolicyKind, Reason, Space, Step, View};
-use crate::report::{FileReport, MigrationReport, StatusReport, TierReport};
+use crate::report::{FileReport, GroupReport, MigrationReport, StatusReport, TierReport};
+use crate::settings::{Key, Settings};
 use crate::state::ns::Ino;
 use crate::state::Kv;
 use crate::stats::{self, FileStats, Group, Residence, Stats, StatsStore};
 use crate::store::Store;
 use crate::tier::Tier;
+use crate::vfs::Ctx;
 use crate::vfs::{Hooks, IoMode, Volume};
+use groups::{Effective, Groups, Stored};
 use parking_lot::{Condvar, Mutex};
 use rate::RateLimiter;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Weak};
@@ -155,6 +162,9 @@ pub struct Engine<S: Store> {
     counters: Counters,
     notes: Mutex<HashMap<Ino, String>>,
     last_run: Mutex<HashMap<Group, Timestamp>>,
+    groups: Mutex<Groups>,
+    /// Directories whose subtree must be regrouped (settings changed, renamed).
+    regroup: Mutex<Vec<Ino>>,
 }
 
 /// Notes kept for `tierfs stats --file` (the latest decision per file).
@@ -223,6 +233,36 @@ impl<S: Store> Engine<S> {
         // SAFETY: malloc_trim has no preconditions.
         unsafe { libc::malloc_trim(0) };
         let limiter = RateLimiter::new(cfg.migrate_rate, (cfg.migrate_rate / 4).max(1 << 20));
+        let mut groups = Groups::new(cfg.policy, cfg.params);
+        let stored: Vec<(Ino, Stored, bool)> = vol
+            .ns
+            .all_settings()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(ino, b)| {
+                let st = Stored::decode(&b)?;
+                let is_dir = vol.ns.record(ino).ok().flatten().map(|r| r.kind == crate::store::FileKind::Dir)?;
+                Some((ino, st, is_dir))
+            })
+            .collect();
+        let renumbered = groups.load(stored);
+        if !renumbered.is_empty() {
+            let mut b = vol.ns.batch();
+            for (ino, st) in &renumbered {
+                b.put_settings(*ino, st.encode());
+            }
+            if let Err(e) = vol.ns.commit(b, false) {
+                tracing::warn!(error = %e, "could not store group numbers");
+            }
+        }
+        // Statistics that name a group that no longer exists (settings
+        // changed just before a crash) are regrouped from the tree.
+        let parent_of = |d: Ino| vol.ns.first_link(d).ok().flatten().map(|l| l.0);
+        let stale: Vec<Ino> = stats.iter().filter(|(_, f)| !groups.exists(f.group)).map(|(i, _)| i).collect();
+        for ino in stale {
+            let g = parent_of(ino).map(|p| groups.group_of(p, &parent_of)).unwrap_or(0);
+            stats.set_group(ino, g);
+        }
         let e = Arc::new(Engine {
             vol,
             stats: Mutex::new(stats),
@@ -243,20 +283,31 @@ impl<S: Store> Engine<S> {
             counters: Counters::default(),
             notes: Mutex::new(HashMap::new()),
             last_run: Mutex::new(HashMap::new()),
+            groups: Mutex::new(groups),
+            regroup: Mutex::new(Vec::new()),
         });
         e.vol.set_hooks(Arc::new(EngineHooks(Arc::downgrade(&e))));
         e
     }
 
-    /// The policy and settings of a group.
-    fn setting(&self, _group: Group) -> (PolicyKind, Params) {
-        (self.cfg.policy, self.cfg.params)
+    fn parent_of(&self, d: Ino) -> Option<Ino> {
+        self.vol.ns.first_link(d).ok().flatten().map(|l| l.0)
     }
 
-    /// The policy group of a directory (all files are in group 0 until
-    /// per-directory policies are set).
-    fn group_of(&self, _dir: Ino) -> Group {
-        0
+    /// The settings in force for a group.
+    fn effective(&self, g: Group) -> Effective {
+        self.groups.lock().effective(g, &|d| self.parent_of(d))
+    }
+
+    /// The policy and settings of a group.
+    fn setting(&self, group: Group) -> (PolicyKind, Params) {
+        let e = self.effective(group);
+        (e.policy, e.params)
+    }
+
+    /// The policy group whose files include the entries of `dir`.
+    fn group_of(&self, dir: Ino) -> Group {
+        self.groups.lock().group_of(dir, &|d| self.parent_of(d))
     }
 
     fn space(&self) -> Space {
@@ -273,14 +324,18 @@ impl<S: Store> Engine<S> {
             || (open && self.vol.open_inode(ino).is_some_and(|o| o.handle_counts().1 > 0))
     }
 
-    fn pin(&self, _ino: Ino) -> Option<Tier> {
-        None
+    /// A file's pin: its own, else its group's.
+    fn pin(&self, ino: Ino, group: Option<Group>) -> Option<Tier> {
+        if let Some(t) = self.groups.lock().file_pin(ino) {
+            return Some(t);
+        }
+        group.and_then(|g| self.effective(g).pin)
     }
 
     /// Runs `f` with a view of group `g` (`open`: see [`Engine::is_busy`]).
     fn with_view<R>(&self, st: &Stats, g: Group, open: bool, f: impl FnOnce(&View<'_>) -> R) -> R {
         let (_, params) = self.setting(g);
-        let pin = |i: Ino| self.pin(i);
+        let pin = |i: Ino| self.pin(i, st.get(i).map(|f| f.group));
         let busy = |i: Ino| self.is_busy(i, open);
         let v = View {
             stats: st,
@@ -326,7 +381,22 @@ impl<S: Store> Engine<S> {
     pub fn ingest(&self, batch: &[Event]) {
         let mut st = self.stats.lock();
         for ev in batch {
+            if st.get(ev.ino).is_none()
+                && matches!(ev.kind, EventKind::Open { .. } | EventKind::Read { .. } | EventKind::Write { .. })
+            {
+                // A file the statistics do not know yet (lost in a crash):
+                // start it in the right group.
+                if let Ok(rec) = self.vol.record(ev.ino) {
+                    let g = self.parent_of(ev.ino).map(|p| self.group_of(p)).unwrap_or(0);
+                    st.insert(ev.ino, FileStats { residence: rec.placement.into(), group: g, ..FileStats::default() });
+                }
+            }
+            if let EventKind::DirMoved { .. } = ev.kind {
+                self.regroup.lock().push(ev.ino);
+                continue;
+            }
             if ev.kind == EventKind::Remove {
+                self.groups.lock().forget_file(ev.ino);
                 if let Some(f) = st.get(ev.ino) {
                     if f.residence.on_ssd() {
                         self.release(f.size);
@@ -351,7 +421,23 @@ impl<S: Store> Engine<S> {
     /// flushing.
     pub fn maintain(&self, now: Timestamp, last_flush: &mut Timestamp, force_flush: bool) {
         let mut st = self.stats.lock();
-        let groups: Vec<Group> = vec![0];
+        let dirs: Vec<Ino> = std::mem::take(&mut *self.regroup.lock());
+        if !dirs.is_empty() {
+            self.groups.lock().invalidate();
+            let mut touched: HashSet<Group> = HashSet::new();
+            for d in dirs {
+                self.regroup_subtree(&mut st, d, &mut touched);
+            }
+            for g in touched {
+                let (kind, _) = self.setting(g);
+                let plan = self.with_view(&st, g, false, |v| kind.policy().conform(v));
+                if !plan.is_empty() {
+                    tracing::info!(group = g, moves = plan.steps.len(), policy = %kind, "files move to where their policy wants them");
+                }
+                self.enqueue(plan);
+            }
+        }
+        let groups: Vec<Group> = self.groups.lock().all().into_iter().map(|(g, _)| g).collect();
         for g in groups {
             let (kind, _) = self.setting(g);
             let last = self.last_run.lock().get(&g).copied();
@@ -372,6 +458,28 @@ impl<S: Store> Engine<S> {
                 Err(e) => tracing::warn!(error = %e, "statistics flush failed"),
             }
             *last_flush = now;
+        }
+    }
+
+    /// Puts every file below `dir` in its (new) group and collects the
+    /// groups whose files or settings may have changed.
+    fn regroup_subtree(&self, st: &mut Stats, dir: Ino, touched: &mut HashSet<Group>) {
+        let top = self.groups.lock().group_of_dir_head(dir).unwrap_or_else(|| self.group_of(dir));
+        touched.insert(top);
+        let mut stack = vec![dir];
+        while let Some(d) = stack.pop() {
+            let g = self.group_of(d);
+            touched.insert(g);
+            let Ok(children) = self.vol.ns.children(d) else { continue };
+            for c in children {
+                match c.kind {
+                    crate::store::FileKind::Dir => stack.push(c.ino),
+                    crate::store::FileKind::File if st.get(c.ino).is_some_and(|f| f.group != g) => {
+                        st.set_group(c.ino, g);
+                    }
+                    _ => {}
+                }
+            }
         }
     }
 
@@ -652,7 +760,207 @@ impl<S: Store> Engine<S> {
             stats_enabled: self.cfg.stats_enabled,
             policy: self.cfg.policy.name().into(),
             migrations,
+            groups: self.groups_report(),
         }
+    }
+
+    /// Every policy directory and what it governs.
+    pub fn groups_report(&self) -> Vec<GroupReport> {
+        self.sync_events();
+        let all = self.groups.lock().all();
+        let mut out: HashMap<Group, GroupReport> = HashMap::new();
+        for (g, info) in &all {
+            let e = self.effective(*g);
+            let own = Key::ALL.iter().filter_map(|k| info.own.get(*k).map(|v| (k.name().to_string(), v))).collect();
+            out.insert(
+                *g,
+                GroupReport {
+                    group: *g,
+                    dir: self.vol.path_of(info.dir).unwrap_or_else(|| format!("(inode {})", info.dir)),
+                    own,
+                    policy: e.policy.name().into(),
+                    policy_from: match e.policy_from {
+                        Some(d) => self.vol.path_of(d).unwrap_or_default(),
+                        None => "mount option".into(),
+                    },
+                    sieve: e.params.sieve,
+                    interval_secs: e.params.interval.as_secs_f64(),
+                    pin: e.pin.map(|t| t.name().to_string()),
+                    ..GroupReport::default()
+                },
+            );
+        }
+        let st = self.stats.lock();
+        for (_, f) in st.iter() {
+            let Some(r) = out.get_mut(&f.group) else { continue };
+            r.files += 1;
+            match f.residence {
+                Residence::Ssd => {
+                    r.files_ssd += 1;
+                    r.bytes_ssd += f.size;
+                }
+                Residence::Hdd => {
+                    r.files_hdd += 1;
+                    r.bytes_hdd += f.size;
+                }
+                Residence::Cached => {
+                    r.files_cached += 1;
+                    r.bytes_ssd += f.size;
+                    r.bytes_hdd += f.size;
+                }
+            }
+        }
+        for (g, served) in &st.served_by_group {
+            if let Some(r) = out.get_mut(g) {
+                r.requests = served.reqs;
+                r.ssd_hit_ratio = served.ssd_hit_ratio();
+            }
+        }
+        let mut v: Vec<GroupReport> = out.into_values().collect();
+        v.sort_by(|a, b| a.dir.cmp(&b.dir));
+        v
+    }
+
+    /// The settings stored on one inode.
+    fn own_settings(&self, ino: Ino) -> Settings {
+        self.vol
+            .ns
+            .settings(ino)
+            .ok()
+            .flatten()
+            .and_then(|b| Stored::decode(&b))
+            .map(|s| s.settings)
+            .unwrap_or_default()
+    }
+
+    /// The group an inode's settings are read from: a directory's own (or
+    /// inherited) group, a file's directory's group.
+    fn node_group(&self, ino: Ino, is_dir: bool) -> Group {
+        if is_dir {
+            self.group_of(ino)
+        } else {
+            self.parent_of(ino).map(|p| self.group_of(p)).unwrap_or(0)
+        }
+    }
+
+    /// getxattr of a `user.tierfs.*` name: the value in force (inherited
+    /// if not set on this inode). `None`: not a tierfs name.
+    pub fn xattr_get(&self, ino: Ino, name: &OsStr) -> Option<Result<Vec<u8>>> {
+        let key = match Key::parse(name.as_bytes()) {
+            Ok(None) => return None,
+            Ok(Some(k)) => k,
+            Err(_) => return Some(err(libc::ENODATA)),
+        };
+        Some((|| {
+            let is_dir = self.vol.getattr(ino)?.kind == crate::store::FileKind::Dir;
+            let e = self.effective(self.node_group(ino, is_dir));
+            let v = match key {
+                Key::Policy => e.policy.name().to_string(),
+                Key::PolicySource => match e.policy_from {
+                    Some(d) => self.vol.path_of(d).unwrap_or_default(),
+                    None => "mount option".into(),
+                },
+                Key::Sieve => crate::config::format_size(e.params.sieve),
+                Key::Interval => crate::config::format_duration(e.params.interval),
+                Key::Pin => {
+                    let own = if is_dir { None } else { self.groups.lock().file_pin(ino) };
+                    match own.or(e.pin) {
+                        Some(t) => t.name().to_string(),
+                        None => return err(libc::ENODATA),
+                    }
+                }
+            };
+            Ok(v.into_bytes())
+        })())
+    }
+
+    /// The `user.tierfs.*` names set on this inode, each NUL-terminated.
+    pub fn xattr_list(&self, ino: Ino) -> Vec<u8> {
+        let own = self.own_settings(ino);
+        let mut out = Vec::new();
+        for k in Key::ALL {
+            if own.get(k).is_some() {
+                out.extend_from_slice(k.name().as_bytes());
+                out.push(0);
+            }
+        }
+        out
+    }
+
+    /// setxattr (value `Some`) or removexattr (`None`) of a tierfs name.
+    /// Only the owner or root may change an inode's settings; bad values
+    /// are EINVAL and change nothing.
+    pub fn xattr_change(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        name: &OsStr,
+        value: Option<&[u8]>,
+        flags: i32,
+    ) -> Option<Result<()>> {
+        let key = match Key::parse(name.as_bytes()) {
+            Ok(None) => return None,
+            Ok(Some(k)) => k,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(self.change_setting(ctx, ino, key, value, flags))
+    }
+
+    fn change_setting(&self, ctx: &Ctx, ino: Ino, key: Key, value: Option<&[u8]>, flags: i32) -> Result<()> {
+        let attr = self.vol.getattr(ino)?;
+        let is_dir = attr.kind == crate::store::FileKind::Dir;
+        let path = self.vol.path_of(ino).unwrap_or_default();
+        if key == Key::PolicySource {
+            return Err(Error::Invalid(format!("{} is read-only", key.name())));
+        }
+        if key.dirs_only() && !is_dir {
+            return Err(Error::Invalid(format!("{} is set on directories, and {path} is not one", key.name())));
+        }
+        if attr.kind != crate::store::FileKind::File && !is_dir {
+            return Err(Error::Invalid(format!("{path}: only files and directories take tierfs settings")));
+        }
+        if ctx.uid != 0 && ctx.uid != attr.uid {
+            tracing::warn!(uid = ctx.uid, path, "only the owner or root may change tierfs settings");
+            return err(libc::EPERM);
+        }
+        let mut own = self.own_settings(ino);
+        let was_set = own.get(key).is_some();
+        match value {
+            Some(v) => {
+                if flags & libc::XATTR_CREATE != 0 && was_set {
+                    return err(libc::EEXIST);
+                }
+                if flags & libc::XATTR_REPLACE != 0 && !was_set {
+                    return err(libc::ENODATA);
+                }
+                own.set(key, v)?;
+            }
+            None => {
+                if !own.unset(key) {
+                    return err(libc::ENODATA);
+                }
+            }
+        }
+        let stored = {
+            let mut g = self.groups.lock();
+            if is_dir {
+                g.set_dir(ino, own)
+            } else {
+                g.set_file_pin(ino, own.pin);
+                Stored { settings: own, group: None }
+            }
+        };
+        let mut b = self.vol.ns.batch();
+        if own.is_empty() && stored.group.is_none() {
+            b.del_settings(ino);
+        } else {
+            b.put_settings(ino, stored.encode());
+        }
+        self.vol.ns.commit(b, true)?;
+        tracing::info!(path, setting = key.name(), value = ?own.get(key), "tierfs setting changed");
+        let dir = if is_dir { ino } else { self.parent_of(ino).unwrap_or(crate::state::ns::ROOT_INO) };
+        self.regroup.lock().push(dir);
+        Ok(())
     }
 
     /// SSD bytes accounted as used.

@@ -360,6 +360,7 @@ impl Stats {
                 let g = group_of(parent);
                 self.set_group(ino, g);
             }
+            EventKind::DirMoved { .. } => {}
         }
     }
 

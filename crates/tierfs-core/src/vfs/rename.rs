@@ -234,8 +234,21 @@ impl<S: Store> Volume<S> {
                 self.emit(bi, EventKind::Remove);
             }
         }
-        if parent != new_parent && ka != FileKind::Dir {
-            self.emit(a, EventKind::Moved { parent: new_parent });
+        if parent != new_parent {
+            let kind = |k| {
+                if k == FileKind::Dir {
+                    EventKind::DirMoved { parent: new_parent }
+                } else {
+                    EventKind::Moved { parent: new_parent }
+                }
+            };
+            self.emit(a, kind(ka));
+            if let Some((bi, kb)) = b.filter(|_| exchange) {
+                self.emit(
+                    bi,
+                    if kb == FileKind::Dir { EventKind::DirMoved { parent } } else { EventKind::Moved { parent } },
+                );
+            }
         }
         Ok(())
     }
