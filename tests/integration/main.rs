@@ -3,6 +3,7 @@
 
 mod adopt;
 mod badinput;
+mod bench;
 mod crash;
 mod harness;
 mod multiuser;

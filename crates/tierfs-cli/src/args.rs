@@ -24,6 +24,9 @@ pub enum Command {
     Stats(StatsArgs),
     /// Per-directory policies and pins (the user.tierfs.* attributes).
     Policy(PolicyArgs),
+    /// Run the papers' workloads: one on a directory, or the whole sweep
+    /// over architectures and SSD sizes on emulated devices.
+    Bench(BenchArgs),
     /// Mount two fresh directories under a demo folder, write and read
     /// files through the mount, show where they are, unmount.
     Demo(DemoArgs),
@@ -97,6 +100,15 @@ pub struct MountArgs {
     /// Only the mounting user may use the mount.
     #[arg(long)]
     pub no_allow_other: bool,
+    /// Emulate devices, for experiments: ssd=PROFILE,hdd=PROFILE[,cache=SIZE]
+    /// (in -o options separate with ':' instead of ','). Built-in profiles:
+    /// hdd-7200, ssd-sata, hdd-15k, ssd-slc; cache is a modelled RAM cache
+    /// per device (Loris ran with 64M). Implies userspace I/O.
+    #[arg(long, value_name = "SPEC")]
+    pub emulate: Option<String>,
+    /// A TOML file with more device profiles for --emulate.
+    #[arg(long, value_name = "FILE")]
+    pub profiles: Option<PathBuf>,
     /// Do not collect access statistics (to measure their cost; tiering
     /// then sees no heat).
     #[arg(long)]
@@ -191,6 +203,61 @@ pub enum PolicyCmd {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub cmd: BenchCmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCmd {
+    /// Prepare and run one workload in DIR: mail, postmark (the real one),
+    /// fileserver, webserver, webserver-zipf, shifting, mixed.
+    Workload {
+        /// Workload name.
+        name: String,
+        /// Directory to run in (usually on a tierfs mount).
+        dir: PathBuf,
+        /// Size relative to the papers' configuration.
+        #[arg(long, default_value_t = 0.1)]
+        scale: f64,
+        /// Random seed.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Length of time-bounded workloads.
+        #[arg(long, default_value = "30s")]
+        duration: String,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+        /// Reuse a file set prepared before.
+        #[arg(long)]
+        no_prepare: bool,
+    },
+    /// Architectures x SSD sizes x workloads on emulated devices; writes a
+    /// results folder (CSV, Markdown tables, SVG charts, findings).
+    Sweep {
+        /// small (under 15 minutes on two cores) or full (the papers' sizes).
+        #[arg(long, default_value = "small")]
+        preset: String,
+        /// Results folder.
+        #[arg(long, default_value = "results/small")]
+        out: PathBuf,
+        /// Scratch directory for the runs.
+        #[arg(long, default_value = "/tmp/tierfs-sweep")]
+        work: PathBuf,
+        /// Only these workloads of the preset.
+        #[arg(long)]
+        only: Vec<String>,
+    },
+    /// Re-render a results folder (tables, charts, findings, README) from
+    /// its rows.json, merging its notes.md.
+    Report {
+        /// The results folder.
+        dir: PathBuf,
     },
 }
 
@@ -290,7 +357,7 @@ pub fn helper_form(argv: Vec<OsString>) -> Vec<OsString> {
     let prog = argv.first().and_then(|a| std::path::Path::new(a).file_name()).map(|n| n.to_os_string());
     let is_helper_name = prog.as_ref().is_some_and(|p| p.to_string_lossy().starts_with("mount."));
     let first = argv.get(1).map(|a| a.to_string_lossy().into_owned()).unwrap_or_default();
-    let known = ["mount", "umount", "stats", "policy", "demo", "help", "-h", "--help", "-V", "--version"];
+    let known = ["mount", "umount", "stats", "policy", "bench", "demo", "help", "-h", "--help", "-V", "--version"];
     if !is_helper_name && (known.contains(&first.as_str()) || !first.contains(':')) {
         return argv;
     }

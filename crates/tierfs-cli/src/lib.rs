@@ -3,6 +3,7 @@
 //! into a checked `MountConfig`.
 
 mod args;
+mod bench;
 mod demo;
 mod mount_cmd;
 mod mounts;
@@ -36,6 +37,7 @@ pub fn main() -> ExitCode {
         args::Command::Umount(u) => umount::run(&u),
         args::Command::Stats(s) => stats::run(&s),
         args::Command::Policy(p) => policy::run(&p),
+        args::Command::Bench(b) => bench::run(&b),
         args::Command::Demo(d) => demo::run(&d),
     };
     match r {

@@ -10,6 +10,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tierfs_core::config::{parse_duration, parse_size};
+use tierfs_core::device::Profile;
 use tierfs_core::policy::{Params, PolicyKind};
 use tierfs_core::tier::Tier;
 use tierfs_core::vfs::IoMode;
@@ -94,7 +95,11 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
         }
         None => ssd.join(".tierfs").join("state"),
     };
-    let passthrough_possible = is_root();
+    let emulate = a.emulate.as_deref().map(|spec| parse_emulate(spec, a.profiles.as_deref())).transpose()?;
+    if emulate.is_some() && a.io_mode == IoModeArg::Passthrough {
+        bail!("--emulate needs userspace I/O: with passthrough the kernel does the I/O and the model sees none of it");
+    }
+    let passthrough_possible = is_root() && emulate.is_none();
     let io_mode = match a.io_mode {
         IoModeArg::Userspace => IoMode::Userspace,
         IoModeArg::Passthrough if !passthrough_possible => {
@@ -144,11 +149,79 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
             .map(|s| parse_size(s).map_err(|e| anyhow::anyhow!("--ssd-capacity: {e}")))
             .transpose()?,
         migrate_rate: parse_size(&a.migrate_rate).map_err(|e| anyhow::anyhow!("--migrate-rate: {e}"))?,
+        emulate,
         threads,
         allow_other,
         stats: !a.no_stats,
         aging: tierfs_core::config::parse_duration(&a.aging).map_err(|e| anyhow::anyhow!("--aging: {e}"))?,
     })
+}
+
+/// A device profile in a --profiles file.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProfileSpec {
+    read_mbps: f64,
+    write_mbps: f64,
+    read_iops: Option<f64>,
+    write_iops: Option<f64>,
+    read_access_ms: Option<f64>,
+    write_access_ms: Option<f64>,
+}
+
+fn load_profiles(path: &Path) -> Result<Vec<Profile>> {
+    let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("--profiles {}: {e}", path.display()))?;
+    let specs: std::collections::BTreeMap<String, ProfileSpec> =
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("--profiles {}: {e}", path.display()))?;
+    let mut out = Vec::new();
+    for (name, s) in specs {
+        let access = |iops: Option<f64>, ms: Option<f64>, bw: f64, what: &str| -> Result<std::time::Duration> {
+            match (iops, ms) {
+                (Some(i), None) if i > 0.0 => {
+                    Ok(std::time::Duration::from_secs_f64((1.0 / i - 4096.0 / (bw * 1e6)).max(0.0)))
+                }
+                (None, Some(m)) if m >= 0.0 => Ok(std::time::Duration::from_secs_f64(m / 1000.0)),
+                _ => bail!("profile {name}: give exactly one of {what}_iops (> 0) and {what}_access_ms"),
+            }
+        };
+        if s.read_mbps <= 0.0 || s.write_mbps <= 0.0 {
+            bail!("profile {name}: read_mbps and write_mbps must be positive");
+        }
+        let ra = access(s.read_iops, s.read_access_ms, s.read_mbps, "read")?;
+        let wa = access(s.write_iops, s.write_access_ms, s.write_mbps, "write")?;
+        out.push(Profile::from_access(&name, s.read_mbps, s.write_mbps, ra, wa));
+    }
+    Ok(out)
+}
+
+/// Parses --emulate: ssd=NAME,hdd=NAME[,cache=SIZE] (',', ':' or '+' between).
+pub fn parse_emulate(spec: &str, profiles: Option<&Path>) -> Result<(Profile, Profile, u64)> {
+    let mut known = match profiles {
+        Some(p) => load_profiles(p)?,
+        None => Vec::new(),
+    };
+    known.extend(Profile::builtin());
+    let find = |n: &str| -> Result<Profile> {
+        known.iter().find(|p| p.name == n).cloned().ok_or_else(|| {
+            anyhow::anyhow!(
+                "--emulate: unknown device profile {n:?} (known: {})",
+                known.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+            )
+        })
+    };
+    let (mut ssd, mut hdd, mut cache) = (None, None, 0);
+    for part in spec.split([',', ':', '+']).filter(|p| !p.is_empty()) {
+        match part.split_once('=') {
+            Some(("ssd", v)) => ssd = Some(find(v)?),
+            Some(("hdd", v)) => hdd = Some(find(v)?),
+            Some(("cache", v)) => cache = parse_size(v).map_err(|e| anyhow::anyhow!("--emulate cache: {e}"))?,
+            _ => bail!("--emulate: {part:?} is not ssd=PROFILE, hdd=PROFILE or cache=SIZE"),
+        }
+    }
+    match (ssd, hdd) {
+        (Some(s), Some(h)) => Ok((s, h, cache)),
+        _ => bail!("--emulate needs both ssd=PROFILE and hdd=PROFILE"),
+    }
 }
 
 fn init_logging(verbose: u8, file: Option<&Path>) -> Result<()> {

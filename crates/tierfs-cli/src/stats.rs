@@ -4,8 +4,7 @@
 use crate::args::StatsArgs;
 use crate::mounts::mounts;
 use anyhow::{anyhow, bail, Context, Result};
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tierfs_core::config::format_size;
@@ -49,18 +48,10 @@ pub fn mount_of(path: &Path) -> Result<PathBuf> {
 /// Sends one request to the daemon of `mnt`.
 pub fn ask(mnt: &Path, req: &Request) -> Result<Response> {
     let sock = runtime::socket_path(mnt);
-    let mut s = UnixStream::connect(&sock)
-        .with_context(|| format!("no tierfs daemon answers for {} (socket {})", mnt.display(), sock.display()))?;
-    let mut line = serde_json::to_string(req)?;
-    line.push('\n');
-    s.write_all(line.as_bytes())?;
-    let mut answer = String::new();
-    BufReader::new(s).read_line(&mut answer)?;
-    let resp: Response = serde_json::from_str(&answer).context("the daemon sent an answer this tierfs cannot read")?;
-    if let Response::Error(e) = &resp {
-        bail!("{e}");
+    if !sock.exists() {
+        bail!("no tierfs daemon answers for {} (no socket {})", mnt.display(), sock.display());
     }
-    Ok(resp)
+    tierfs_core::report::ask(&sock, req).with_context(|| format!("asking the tierfs daemon of {}", mnt.display()))
 }
 
 fn pct(x: f64) -> String {

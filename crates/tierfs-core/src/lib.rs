@@ -10,12 +10,14 @@
 
 pub mod clock;
 pub mod config;
+pub mod device;
 pub mod engine;
 pub mod error;
 pub mod event;
 pub mod migrate;
 pub mod policy;
 pub mod report;
+pub mod runtime;
 pub mod settings;
 pub mod state;
 pub mod stats;

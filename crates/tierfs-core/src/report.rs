@@ -19,6 +19,11 @@ pub enum Request {
     },
     /// The policy directories and what they govern.
     Groups,
+    /// Turn the device models on (after a cold reset) or off.
+    Emulation {
+        /// On or off.
+        enabled: bool,
+    },
 }
 
 /// The daemon's answer.
@@ -31,8 +36,23 @@ pub enum Response {
     File(Box<FileReport>),
     /// Answer to [`Request::Groups`].
     Groups(Vec<GroupReport>),
+    /// A request that returns nothing was carried out.
+    Done,
     /// The request failed.
     Error(String),
+}
+
+/// One emulated device.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct DeviceReport {
+    /// "ssd" or "hdd".
+    pub tier: String,
+    /// Profile name.
+    pub profile: String,
+    /// Time the device was busy.
+    pub busy_secs: f64,
+    /// Requests that reached it (cache misses).
+    pub requests: u64,
 }
 
 /// One tier.
@@ -126,6 +146,9 @@ pub struct StatusReport {
     pub migrations: MigrationReport,
     /// Activity per policy directory.
     pub groups: Vec<GroupReport>,
+    /// Emulated devices, if any.
+    #[serde(default)]
+    pub emulation: Vec<DeviceReport>,
 }
 
 /// One policy directory (a group) and the files it governs.
@@ -189,4 +212,21 @@ pub struct MigrationReport {
     /// Bytes evicted to make room for writes and migrations (the background
     /// cleaner's target).
     pub evicted_bytes: u64,
+}
+
+/// Sends one request to the daemon whose control socket is `socket` and
+/// reads its answer (an `Error` answer comes back as `Err`).
+pub fn ask(socket: &std::path::Path, req: &Request) -> std::io::Result<Response> {
+    use std::io::{BufRead, BufReader, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket)?;
+    let mut line = serde_json::to_string(req).map_err(std::io::Error::other)?;
+    line.push('\n');
+    s.write_all(line.as_bytes())?;
+    let mut answer = String::new();
+    BufReader::new(s).read_line(&mut answer)?;
+    match serde_json::from_str(&answer) {
+        Ok(Response::Error(e)) => Err(std::io::Error::other(e)),
+        Ok(r) => Ok(r),
+        Err(e) => Err(std::io::Error::other(format!("unreadable answer from the daemon: {e}"))),
+    }
 }

@@ -8,7 +8,7 @@ pub mod errno;
 pub mod fs;
 pub mod mount;
 pub mod passthrough;
-pub mod runtime;
+pub use tierfs_core::runtime;
 
 use std::ffi::OsStr;
 use tierfs_core::state::ns::Ino;

@@ -11,12 +11,15 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tierfs_core::clock::SystemClock;
+use tierfs_core::device::Profile;
 use tierfs_core::engine::{Engine, EngineConfig};
 use tierfs_core::event::NoEvents;
+use tierfs_core::report::DeviceReport;
 use tierfs_core::report::{Request, Response};
 use tierfs_core::state::ns::Namespace;
 use tierfs_core::state::SledKv;
 use tierfs_core::store::dir::DirStore;
+use tierfs_core::store::emulated::{Emulated, Emulation};
 use tierfs_core::tier::Tier;
 use tierfs_core::vfs::{IoMode, Volume, VolumeConfig};
 
@@ -52,6 +55,8 @@ pub struct MountConfig {
     pub ssd_capacity: Option<u64>,
     /// Migration rate, bytes per second (0: unlimited).
     pub migrate_rate: u64,
+    /// Device models for the two tiers (SSD, HDD) and the RAM cache size.
+    pub emulate: Option<(Profile, Profile, u64)>,
     /// Request-handling threads.
     pub threads: usize,
     /// Let every user use the mount.
@@ -133,6 +138,15 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     let ns = Namespace::new(kv.clone());
     let ssd = DirStore::new(&cfg.ssd).map_err(|e| MountError(format!("{}: {e}", cfg.ssd.display())))?;
     let hdd = DirStore::new(&cfg.hdd).map_err(|e| MountError(format!("{}: {e}", cfg.hdd.display())))?;
+    let models: [Option<Emulation>; 2] = match &cfg.emulate {
+        Some((ps, ph, cache)) => {
+            let c: Arc<dyn tierfs_core::clock::Clock> = Arc::new(SystemClock);
+            [Some(Emulation::new(ps.clone(), *cache, c.clone())), Some(Emulation::new(ph.clone(), *cache, c))]
+        }
+        None => [None, None],
+    };
+    let ssd = Emulated::new(ssd, models[0].clone());
+    let hdd = Emulated::new(hdd, models[1].clone());
     let meta_tier = if cfg.policy == tierfs_core::policy::PolicyKind::HddOnly { Tier::Hdd } else { Tier::Ssd };
     let vcfg = VolumeConfig {
         io_mode: cfg.io_mode,
@@ -163,8 +177,11 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     };
     let engine = Engine::new(vol.clone(), kv.clone(), clock.clone(), ecfg, Some(sink));
     engine.start(rx);
-    let control = ControlServer::start(&runtime::socket_path(&cfg.mountpoint), Arc::new(Control(engine.clone())))
-        .map_err(|e| MountError(format!("cannot open control socket: {e}")))?;
+    let control = ControlServer::start(
+        &runtime::socket_path(&cfg.mountpoint),
+        Arc::new(Control { engine: engine.clone(), models: models.clone() }),
+    )
+    .map_err(|e| MountError(format!("cannot open control socket: {e}")))?;
     // New files get exactly the mode asked for (the kernel applied the umask).
     // SAFETY: umask has no preconditions.
     unsafe { libc::umask(0) };
@@ -214,24 +231,53 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     r.map_err(|e| MountError(format!("session ended with an error: {e}")))
 }
 
-/// The control socket's view of the engine.
-struct Control(Arc<Engine<DirStore>>);
+/// The store of a mounted tier: a directory, emulated or not.
+type TierStore = Emulated<DirStore>;
+
+/// The control socket's view of the engine and the device models.
+struct Control {
+    engine: Arc<Engine<TierStore>>,
+    models: [Option<Emulation>; 2],
+}
 
 impl Handler for Control {
     fn handle(&self, req: Request) -> Response {
         match req {
-            Request::Status { top } => Response::Status(Box::new(self.0.status(top))),
-            Request::File { ino } => match self.0.file_report(ino) {
+            Request::Status { top } => {
+                let mut r = self.engine.status(top);
+                r.emulation = self
+                    .models
+                    .iter()
+                    .zip(["ssd", "hdd"])
+                    .filter_map(|(m, t)| {
+                        m.as_ref().map(|m| {
+                            let (profile, busy, requests) = m.usage();
+                            DeviceReport { tier: t.into(), profile, busy_secs: busy.as_secs_f64(), requests }
+                        })
+                    })
+                    .collect();
+                Response::Status(Box::new(r))
+            }
+            Request::File { ino } => match self.engine.file_report(ino) {
                 Some(r) => Response::File(Box::new(r)),
                 None => Response::Error(format!("no file with inode {ino} on this mount")),
             },
-            Request::Groups => Response::Groups(self.0.groups_report()),
+            Request::Groups => Response::Groups(self.engine.groups_report()),
+            Request::Emulation { enabled } => {
+                if self.models.iter().all(Option::is_none) {
+                    return Response::Error("this mount emulates no devices".into());
+                }
+                for m in self.models.iter().flatten() {
+                    m.set_enabled(enabled);
+                }
+                Response::Done
+            }
         }
     }
 }
 
 /// The `user.tierfs.*` attributes, answered by the engine.
-struct Xattrs(Arc<Engine<DirStore>>);
+struct Xattrs(Arc<Engine<TierStore>>);
 
 impl crate::VirtualXattrs for Xattrs {
     fn get(&self, ino: u64, name: &std::ffi::OsStr) -> Option<tierfs_core::Result<Vec<u8>>> {

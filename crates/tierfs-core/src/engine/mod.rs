@@ -761,6 +761,7 @@ impl<S: Store> Engine<S> {
             policy: self.cfg.policy.name().into(),
             migrations,
             groups: self.groups_report(),
+            emulation: Vec::new(),
         }
     }
 

@@ -426,9 +426,14 @@ impl<S: Store> Volume<S> {
         ctl.at(Step::Committed)?;
         if let Some(io) = io.as_mut() {
             let d = self.tiers.dir(*p0, to, false)?;
-            let f = Arc::new(st.open(&d, n0, if io.writable { libc::O_RDWR } else { libc::O_RDONLY }, 0)?);
+            let writable = io.writable() || io.primary_open().is_none();
+            let f = Arc::new(st.open(&d, n0, if writable { libc::O_RDWR } else { libc::O_RDONLY }, 0)?);
             match op {
-                JournalOp::Move { .. } => io.primary = f,
+                JournalOp::Move { .. } => {
+                    let cell = std::sync::OnceLock::new();
+                    let _ = cell.set((f, writable));
+                    io.primary = cell;
+                }
                 _ => io.copy = Some(f),
             }
             io.placement = placement;

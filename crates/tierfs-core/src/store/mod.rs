@@ -6,6 +6,7 @@
 //! name, never a joined path, so paths near PATH_MAX work.
 
 pub mod dir;
+pub mod emulated;
 pub mod mem;
 
 use std::ffi::{OsStr, OsString};

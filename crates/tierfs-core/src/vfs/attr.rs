@@ -5,7 +5,7 @@ use crate::error::{err, Result};
 use crate::event::EventKind;
 use crate::state::ns::{Ino, InodeRecord};
 use crate::store::{FileKind, SetTime, Store, Target};
-use crate::tier::Tier;
+use crate::tier::{Placement, Tier};
 use std::ffi::OsString;
 
 impl<S: Store> Volume<S> {
@@ -15,8 +15,7 @@ impl<S: Store> Volume<S> {
         if let Some(oi) = self.open_inode(ino) {
             let (st, placement) = {
                 let io = oi.io.read();
-                let t = io.placement.primary();
-                (self.tiers.store(t).fstat(&io.primary)?, io.placement)
+                (self.io_stat(ino, &io)?, io.placement)
             };
             let rec = self.ns.record(ino)?.unwrap_or_else(|| InodeRecord::new(FileKind::File, placement));
             return Ok(self.make_attr(ino, &rec, &st));
@@ -28,7 +27,12 @@ impl<S: Store> Volume<S> {
             return Ok(self.make_attr(ino, &rec, &st));
         }
         let (p, n) = self.link_of(ino)?;
-        let st = self.stat_on(p, &n, rec.placement.primary())?;
+        // A cached file is answered from its SSD copy (kept in step with the
+        // primary), so that reading it never costs an HDD access.
+        let st = match rec.placement {
+            Placement::Cached => self.stat_on(p, &n, Tier::Ssd).or_else(|_| self.stat_on(p, &n, Tier::Hdd))?,
+            pl => self.stat_on(p, &n, pl.primary())?,
+        };
         Ok(self.make_attr(ino, &rec, &st))
     }
 
@@ -60,32 +64,55 @@ impl<S: Store> Volume<S> {
             let mtime = sa.mtime.unwrap_or(SetTime::Omit);
             if let Some(oi) = self.open_inode(ino) {
                 let io = oi.io.read();
-                let s = self.tiers.store(io.placement.primary());
-                if sa.uid.is_some() || sa.gid.is_some() {
-                    s.file_chown(&io.primary, sa.uid, sa.gid)?;
-                }
-                if let Some(m) = sa.mode {
-                    s.file_chmod(&io.primary, m & 0o7777)?;
-                }
-                if sa.atime.is_some() || sa.mtime.is_some() {
-                    s.file_utimens(&io.primary, atime, mtime)?;
+                let primary = self.primary_of(ino, &io)?;
+                let copies = [Some((io.placement.primary(), primary)), io.copy.clone().map(|c| (Tier::Ssd, c))];
+                for (i, (t, f)) in copies.into_iter().flatten().enumerate() {
+                    let s = self.tiers.store(t);
+                    let r = (|| -> std::io::Result<()> {
+                        if sa.uid.is_some() || sa.gid.is_some() {
+                            s.file_chown(&f, sa.uid, sa.gid)?;
+                        }
+                        if let Some(m) = sa.mode {
+                            s.file_chmod(&f, m & 0o7777)?;
+                        }
+                        if sa.atime.is_some() || sa.mtime.is_some() {
+                            s.file_utimens(&f, atime, mtime)?;
+                        }
+                        Ok(())
+                    })();
+                    match r {
+                        Err(e) if i == 0 => return Err(e.into()),
+                        Err(_) => self.hooks().copy_failed(ino),
+                        Ok(()) => {}
+                    }
                 }
             } else {
                 let (p, n) = self.link_of(ino)?;
-                let t = rec.placement.primary();
-                let d = self.tiers.dir(p, t, false)?;
-                let s = self.tiers.store(t);
-                let target = Target::Entry(&*d, &n);
-                if sa.uid.is_some() || sa.gid.is_some() {
-                    s.chown(target, sa.uid, sa.gid)?;
-                }
-                if let Some(m) = sa.mode {
-                    if rec.kind != FileKind::Symlink {
-                        s.chmod(target, m & 0o7777)?;
+                // The primary first; a cached copy follows so that reads of
+                // its attributes stay right.
+                for (i, &t) in rec.placement.tiers().iter().enumerate() {
+                    let r = (|| -> Result<()> {
+                        let d = self.tiers.dir(p, t, false)?;
+                        let s = self.tiers.store(t);
+                        let target = Target::Entry(&*d, &n);
+                        if sa.uid.is_some() || sa.gid.is_some() {
+                            s.chown(target, sa.uid, sa.gid)?;
+                        }
+                        if let Some(m) = sa.mode {
+                            if rec.kind != FileKind::Symlink {
+                                s.chmod(target, m & 0o7777)?;
+                            }
+                        }
+                        if sa.atime.is_some() || sa.mtime.is_some() {
+                            s.utimens(target, atime, mtime)?;
+                        }
+                        Ok(())
+                    })();
+                    match r {
+                        Err(e) if i == 0 => return Err(e),
+                        Err(_) => self.hooks().copy_failed(ino),
+                        Ok(()) => {}
                     }
-                }
-                if sa.atime.is_some() || sa.mtime.is_some() {
-                    s.utimens(target, atime, mtime)?;
                 }
             }
         }
@@ -198,7 +225,8 @@ impl<S: Store> Volume<S> {
                 if uses_ssd && size > old && !hooks.reserve_ssd(ino, size - old) {
                     return err(libc::ENOSPC);
                 }
-                self.tiers.store(io.placement.primary()).set_len(&io.primary, size)?;
+                let primary = self.primary_of(ino, &io)?;
+                self.tiers.store(io.placement.primary()).set_len(&primary, size)?;
                 if let Some(c) = &io.copy {
                     if self.tiers.store(Tier::Ssd).set_len(c, size).is_err() {
                         hooks.copy_failed(ino);

@@ -10,7 +10,7 @@ use super::{Attr, Ctx, IoMode, IoState, OpenInode, Volume};
 use crate::error::{err, Error, Result};
 use crate::event::EventKind;
 use crate::state::ns::Ino;
-use crate::store::{read_full, write_full, FileKind, SetTime, Store};
+use crate::store::{read_full, write_full, FileKind, SetTime, Stat, Store};
 use crate::tier::{Placement, Tier};
 use parking_lot::{Mutex, RwLock};
 use std::ffi::OsStr;
@@ -70,8 +70,9 @@ impl<S: Store> std::fmt::Debug for Opened<S> {
     }
 }
 
-/// The primary descriptor, whether it is writable, and the cached copy's.
-type Backing<S> = (Arc<<S as Store>::File>, bool, Option<Arc<<S as Store>::File>>);
+/// The primary descriptor (and whether it is writable), if opened, and
+/// the cached copy's.
+type Backing<S> = (Option<(Arc<<S as Store>::File>, bool)>, Option<Arc<<S as Store>::File>>);
 
 const RDWR_FALLBACK: [i32; 4] = [libc::EACCES, libc::EPERM, libc::EROFS, libc::ETXTBSY];
 
@@ -83,7 +84,8 @@ impl<S: Store> Volume<S> {
     /// Opens the backing copies of a file: the primary read-write if
     /// possible (else with the access the caller asked for), and the SSD
     /// copy of a cached file.
-    fn open_backing(&self, ino: Ino, placement: Placement, want_write: bool) -> Result<Backing<S>> {
+    /// Opens the primary copy of a file, read-write when possible.
+    fn open_primary(&self, ino: Ino, placement: Placement, want_write: bool) -> Result<(Arc<S::File>, bool)> {
         let (p, n) = self.link_of(ino)?;
         let t = placement.primary();
         let d = self.tiers.dir(p, t, false)?;
@@ -96,6 +98,37 @@ impl<S: Store> Volume<S> {
             }
             Err(e) => return Err(e.into()),
         };
+        Ok((Arc::new(primary), writable))
+    }
+
+    /// The primary descriptor of an open file, opening it on first use.
+    pub(crate) fn primary_of(&self, ino: Ino, io: &IoState<S>) -> Result<Arc<S::File>> {
+        if let Some(p) = io.primary.get() {
+            return Ok(p.0.clone());
+        }
+        let opened = self.open_primary(ino, io.placement, true)?;
+        let _ = io.primary.set(opened);
+        Ok(io.primary.get().map(|p| p.0.clone()).expect("just set"))
+    }
+
+    /// Attributes of an open file: from the primary if it is open, else from
+    /// the cached copy.
+    pub(crate) fn io_stat(&self, ino: Ino, io: &IoState<S>) -> Result<Stat> {
+        if let Some(p) = io.primary_open() {
+            return Ok(self.tiers.store(io.placement.primary()).fstat(p)?);
+        }
+        if let Some(c) = &io.copy {
+            return Ok(self.tiers.store(Tier::Ssd).fstat(c)?);
+        }
+        let p = self.primary_of(ino, io)?;
+        Ok(self.tiers.store(io.placement.primary()).fstat(&p)?)
+    }
+
+    /// Opens the backing copies of a file: the primary (read-write when
+    /// possible) unless the file is cached and only read, and the SSD copy
+    /// of a cached file.
+    fn open_backing(&self, ino: Ino, placement: Placement, want_write: bool) -> Result<Backing<S>> {
+        let (p, n) = self.link_of(ino)?;
         let copy = if placement == Placement::Cached {
             let r = self
                 .tiers
@@ -112,7 +145,9 @@ impl<S: Store> Volume<S> {
         } else {
             None
         };
-        Ok((Arc::new(primary), writable, copy))
+        let primary =
+            if copy.is_some() && !want_write { None } else { Some(self.open_primary(ino, placement, want_write)?) };
+        Ok((primary, copy))
     }
 
     /// The open state of `ino`, creating it (and one handle count) if needed.
@@ -120,33 +155,49 @@ impl<S: Store> Volume<S> {
         let _pl = self.ilocks.get(ino).read();
         if let Some(oi) = self.open.lock().get(&ino).cloned() {
             let mut io = oi.io.write();
-            if want_write && !io.writable {
-                return err(libc::EACCES);
+            if want_write {
+                self.primary_of(ino, &io)?;
+                if !io.writable() {
+                    return err(libc::EACCES);
+                }
             }
             io.handles += 1;
             drop(io);
             return Ok(oi);
         }
-        let (placement, primary, writable, copy) = match created {
-            Some((t, f)) => (Placement::On(t), Arc::new(f), true, None),
+        let (placement, primary, copy) = match created {
+            Some((t, f)) => (Placement::On(t), Some((Arc::new(f), true)), None),
             None => {
                 let rec = self.record(ino)?;
                 if rec.kind != FileKind::File {
                     return err(if rec.kind == FileKind::Dir { libc::EISDIR } else { libc::EINVAL });
                 }
-                let (p, w, c) = self.open_backing(ino, rec.placement, want_write)?;
+                let (p, c) = self.open_backing(ino, rec.placement, want_write)?;
                 let placement = if rec.placement == Placement::Cached && c.is_none() {
                     Placement::On(Tier::Hdd)
                 } else {
                     rec.placement
                 };
-                (placement, p, w, c)
+                let p = match p {
+                    Some(p) => Some(p),
+                    None if c.is_none() => Some(self.open_primary(ino, placement, want_write)?),
+                    None => None,
+                };
+                (placement, p, c)
             }
         };
-        let size = self.tiers.store(placement.primary()).fstat(&primary)?.size;
+        let size = match (&primary, &copy) {
+            (Some((p, _)), _) => self.tiers.store(placement.primary()).fstat(p)?.size,
+            (None, Some(c)) => self.tiers.store(Tier::Ssd).fstat(c)?.size,
+            (None, None) => 0,
+        };
+        let cell = std::sync::OnceLock::new();
+        if let Some(p) = primary {
+            let _ = cell.set(p);
+        }
         let oi = Arc::new(OpenInode {
             ino,
-            io: RwLock::new(IoState { placement, primary, copy, writable, handles: 0, passthrough: 0 }),
+            io: RwLock::new(IoState { placement, primary: cell, copy, handles: 0, passthrough: 0 }),
             append: Mutex::new(()),
             size: AtomicU64::new(size),
         });
@@ -167,24 +218,22 @@ impl<S: Store> Volume<S> {
                 backing = if !write {
                     match &io.copy {
                         Some(c) => Some((Tier::Ssd, c.clone())),
-                        None => Some((io.placement.primary(), io.primary.clone())),
+                        None => io.primary_open().map(|p| (io.placement.primary(), p.clone())),
                     }
                 } else {
                     // Writes by the kernel to the backing file run with the
                     // daemon's credentials and would keep set-ID bits that a
                     // local file system clears: such files take the
                     // userspace path, which clears them.
-                    let setid = self
-                        .tiers
-                        .store(io.placement.primary())
-                        .fstat(&io.primary)
-                        .map(|st| st.mode & (libc::S_ISUID | libc::S_ISGID) != 0)
-                        .unwrap_or(true);
-                    match io.placement {
-                        Placement::On(t)
-                            if io.writable && !setid && (t == Tier::Hdd || self.hooks().passthrough_write_ok(ino)) =>
+                    let setid =
+                        self.io_stat(ino, &io).map(|st| st.mode & (libc::S_ISUID | libc::S_ISGID) != 0).unwrap_or(true);
+                    match (io.placement, io.primary_open()) {
+                        (Placement::On(t), Some(p))
+                            if io.writable()
+                                && !setid
+                                && (t == Tier::Hdd || self.hooks().passthrough_write_ok(ino)) =>
                         {
-                            Some((t, io.primary.clone()))
+                            Some((t, p.clone()))
                         }
                         _ => None,
                     }
@@ -284,7 +333,8 @@ impl<S: Store> Volume<S> {
                         self.hooks().copy_failed(h.ino);
                     }
                     let t = io.placement.primary();
-                    (read_full(self.tiers.store(t), &io.primary, &mut buf, off)?, t)
+                    let p = self.primary_of(h.ino, &io)?;
+                    (read_full(self.tiers.store(t), &p, &mut buf, off)?, t)
                 }
             }
         };
@@ -306,13 +356,14 @@ impl<S: Store> Volume<S> {
         let len = data.len() as u64;
         for _attempt in 0..4 {
             let io = h.oi.io.read();
-            if !io.writable {
+            let primary = self.primary_of(h.ino, &io)?;
+            if !io.writable() {
                 return err(libc::EBADF);
             }
             let _append = h.append.then(|| h.oi.append.lock());
             let t = io.placement.primary();
             let s = self.tiers.store(t);
-            let cur = if h.append { s.fstat(&io.primary)?.size } else { h.oi.size.load(Ordering::Acquire) };
+            let cur = if h.append { s.fstat(&primary)?.size } else { h.oi.size.load(Ordering::Acquire) };
             let off = if h.append { cur } else { off };
             let end = off + len;
             let growth = end.saturating_sub(cur);
@@ -323,7 +374,7 @@ impl<S: Store> Volume<S> {
                 self.no_ssd_room(h.ino, growth)?;
                 continue;
             }
-            let r = write_full(s, &io.primary, data, off);
+            let r = write_full(s, &primary, data, off);
             if let Err(e) = r {
                 if ssd && growth > 0 {
                     hooks.release_ssd(growth);
@@ -351,7 +402,7 @@ impl<S: Store> Volume<S> {
             }
             self.note_change(h.ino);
             if h.sync {
-                s.fsync(&io.primary, true)?;
+                s.fsync(&primary, true)?;
             }
             drop(_append);
             drop(io);
@@ -391,7 +442,9 @@ impl<S: Store> Volume<S> {
     pub fn fsync(&self, fh: u64, datasync: bool) -> Result<()> {
         let h = self.handle(fh)?;
         let io = h.oi.io.read();
-        self.tiers.store(io.placement.primary()).fsync(&io.primary, datasync)?;
+        if let Some(p) = io.primary_open() {
+            self.tiers.store(io.placement.primary()).fsync(p, datasync)?;
+        }
         if let Some(c) = &io.copy {
             self.tiers.store(Tier::Ssd).fsync(c, datasync)?;
         }
@@ -417,7 +470,7 @@ impl<S: Store> Volume<S> {
         if last || h.passthrough {
             let size = {
                 let io = h.oi.io.read();
-                self.tiers.store(io.placement.primary()).fstat(&io.primary).map(|s| s.size).unwrap_or(0)
+                self.io_stat(h.ino, &io).map(|s| s.size).unwrap_or(0)
             };
             if h.passthrough && h.write {
                 let old = h.oi.size.swap(size, Ordering::AcqRel);
@@ -455,7 +508,8 @@ impl<S: Store> Volume<S> {
         if io.placement.uses_ssd() && growth > 0 && !hooks.reserve_ssd(h.ino, growth) {
             return err(libc::ENOSPC);
         }
-        if let Err(e) = self.tiers.store(t).fallocate(&io.primary, mode, off, len) {
+        let primary = self.primary_of(h.ino, &io)?;
+        if let Err(e) = self.tiers.store(t).fallocate(&primary, mode, off, len) {
             if io.placement.uses_ssd() && growth > 0 {
                 hooks.release_ssd(growth);
             }
@@ -478,7 +532,13 @@ impl<S: Store> Volume<S> {
     pub fn lseek(&self, fh: u64, off: i64, whence: i32) -> Result<i64> {
         let h = self.handle(fh)?;
         let io = h.oi.io.read();
-        Ok(self.tiers.store(io.placement.primary()).seek(&io.primary, off, whence)?)
+        match (io.primary_open(), &io.copy) {
+            (None, Some(c)) => Ok(self.tiers.store(Tier::Ssd).seek(c, off, whence)?),
+            _ => {
+                let p = self.primary_of(h.ino, &io)?;
+                Ok(self.tiers.store(io.placement.primary()).seek(&p, off, whence)?)
+            }
+        }
     }
 
     /// copy_file_range(2). Within one tier (and no cached copy to keep in
@@ -494,9 +554,9 @@ impl<S: Store> Volume<S> {
         if hin.ino != hout.ino {
             let same = {
                 let (i, o) = (hin.oi.io.read(), hout.oi.io.read());
-                match (i.copy.is_none(), o.placement) {
-                    (true, Placement::On(t)) if i.placement.primary() == t && t == Tier::Hdd => {
-                        Some(self.tiers.store(t).copy_range(&i.primary, off_in, &o.primary, off_out, len))
+                match (i.copy.is_none(), o.placement, i.primary_open(), o.primary_open()) {
+                    (true, Placement::On(t), Some(ip), Some(op)) if i.placement.primary() == t && t == Tier::Hdd => {
+                        Some(self.tiers.store(t).copy_range(ip, off_in, op, off_out, len))
                     }
                     _ => None,
                 }

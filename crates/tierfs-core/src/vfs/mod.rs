@@ -186,11 +186,24 @@ pub struct OpenInode<S: Store> {
 
 pub(crate) struct IoState<S: Store> {
     pub placement: Placement,
-    pub primary: Arc<S::File>,
+    /// The primary copy and whether it is open for writing. A cached file
+    /// read through its SSD copy never touches the HDD, so its primary is
+    /// opened only when needed (a write, or a failing copy).
+    pub primary: std::sync::OnceLock<(Arc<S::File>, bool)>,
     pub copy: Option<Arc<S::File>>,
-    pub writable: bool,
     pub handles: u32,
     pub passthrough: u32,
+}
+
+impl<S: Store> IoState<S> {
+    /// The primary descriptor if it is open.
+    pub fn primary_open(&self) -> Option<&Arc<S::File>> {
+        self.primary.get().map(|p| &p.0)
+    }
+    /// True if the primary is open for writing (false if not open yet).
+    pub fn writable(&self) -> bool {
+        self.primary.get().is_some_and(|p| p.1)
+    }
 }
 
 impl<S: Store> OpenInode<S> {
@@ -487,3 +500,6 @@ impl<S: Store> Volume<S> {
         self.ns.kv().flush()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,11 @@
+//! tierfs-bench: the evaluation harness. Workload generators modelled on
+//! the papers' benchmarks ([`workload`]), the sweep over architectures,
+//! SSD sizes and workloads on emulated devices ([`sweep`]), and its
+//! results: CSV, Markdown tables, SVG charts and the check of the expected
+//! findings ([`report`]).
+#![warn(missing_docs)]
+
+pub mod report;
+pub mod rng;
+pub mod sweep;
+pub mod workload;

@@ -1,0 +1,531 @@
+//! The sweep's results: a CSV of every run, Markdown tables normalised to
+//! the HDD-only and SSD-only baselines, one SVG chart per workload in the
+//! style of the Loris figures, and the check of the design brief's expected
+//! findings.
+
+use crate::sweep::Row;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// The CSV of every run.
+pub fn csv(rows: &[Row]) -> String {
+    let mut o = String::from(
+        "workload,arch,ssd_pct,ssd_capacity_bytes,working_set_bytes,ops,secs,ops_per_sec,txn_time_secs,bytes_read,bytes_written,p50_us,p99_us,ssd_hit_ratio,moves,evictions,bytes_moved\n",
+    );
+    for r in rows {
+        let x = &r.report;
+        let _ = writeln!(
+            o,
+            "{},{},{},{},{},{},{:.3},{:.2},{},{},{},{},{},{:.4},{},{},{}",
+            r.workload,
+            r.arch,
+            r.pct,
+            r.ssd_capacity,
+            r.working_set,
+            x.ops,
+            x.secs,
+            x.ops_per_sec,
+            x.txn_time_secs.map(|t| format!("{t:.3}")).unwrap_or_default(),
+            x.bytes_read,
+            x.bytes_written,
+            x.latency.p50_us,
+            x.latency.p99_us,
+            r.ssd_hit_ratio,
+            r.moves,
+            r.evictions,
+            r.bytes_moved
+        );
+    }
+    o
+}
+
+/// Rows of one workload: baselines and (arch, pct) -> ops/s.
+pub struct Table<'a> {
+    /// Workload.
+    pub workload: &'a str,
+    /// HDD-only ops/s.
+    pub hdd: f64,
+    /// SSD-only ops/s.
+    pub ssd: f64,
+    /// Architectures in order.
+    pub archs: Vec<String>,
+    /// SSD sizes in order.
+    pub sizes: Vec<u32>,
+    /// The runs.
+    pub cells: BTreeMap<(String, u32), &'a Row>,
+    /// The mail workload reports transaction time.
+    pub txn: bool,
+}
+
+/// Splits the rows by workload, in the order they ran.
+pub fn tables(rows: &[Row]) -> Vec<Table<'_>> {
+    let mut order: Vec<&str> = Vec::new();
+    for r in rows {
+        if !order.contains(&r.workload.as_str()) {
+            order.push(&r.workload);
+        }
+    }
+    order
+        .into_iter()
+        .map(|w| {
+            let mine: Vec<&Row> = rows.iter().filter(|r| r.workload == w).collect();
+            let base = |a: &str| mine.iter().find(|r| r.arch == a).map(|r| r.report.ops_per_sec).unwrap_or(0.0);
+            let mut archs: Vec<String> = Vec::new();
+            let mut sizes: Vec<u32> = Vec::new();
+            let mut cells = BTreeMap::new();
+            for r in mine.iter().filter(|r| r.pct > 0) {
+                if !archs.contains(&r.arch) {
+                    archs.push(r.arch.clone());
+                }
+                if !sizes.contains(&r.pct) {
+                    sizes.push(r.pct);
+                }
+                cells.insert((r.arch.clone(), r.pct), *r);
+            }
+            sizes.sort_unstable();
+            Table {
+                workload: w,
+                hdd: base("hdd-only"),
+                ssd: base("ssd-only"),
+                archs,
+                sizes,
+                cells,
+                txn: mine.iter().any(|r| r.report.txn_time_secs.is_some()),
+            }
+        })
+        .collect()
+}
+
+impl Table<'_> {
+    /// ops/s of an architecture at a size.
+    pub fn get(&self, arch: &str, pct: u32) -> Option<f64> {
+        self.cells.get(&(arch.to_string(), pct)).map(|r| r.report.ops_per_sec)
+    }
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 {
+        format!("{:.2}", a / b)
+    } else {
+        "-".into()
+    }
+}
+
+/// The Markdown tables: per workload, each architecture at each SSD size,
+/// as operations per second and as a ratio to HDD-only and to SSD-only.
+pub fn markdown(rows: &[Row]) -> String {
+    let mut o = String::new();
+    for t in tables(rows) {
+        let unit = if t.txn { "transactions/s (higher is better; time = transactions / rate)" } else { "operations/s" };
+        let ws = rows.iter().find(|r| r.workload == t.workload).map(|r| r.working_set).unwrap_or(0);
+        let _ = writeln!(
+            o,
+            "### {}\n\n{unit}; working set {:.1} MB; baselines: HDD-only {:.1}, SSD-only {:.1}\n",
+            t.workload,
+            ws as f64 / 1e6,
+            t.hdd,
+            t.ssd
+        );
+        let _ = write!(o, "| architecture |");
+        for s in &t.sizes {
+            let _ = write!(o, " {s}% of working set |");
+        }
+        let _ = writeln!(o);
+        let _ = writeln!(o, "|---|{}", "---|".repeat(t.sizes.len()));
+        for a in &t.archs {
+            let _ = write!(o, "| {a} |");
+            for s in &t.sizes {
+                match t.cells.get(&(a.clone(), *s)) {
+                    Some(r) => {
+                        let v = r.report.ops_per_sec;
+                        let _ = write!(
+                            o,
+                            " {v:.1} (×{} HDD, ×{} SSD; hit {:.0}%) |",
+                            ratio(v, t.hdd),
+                            ratio(v, t.ssd),
+                            r.ssd_hit_ratio * 100.0
+                        );
+                    }
+                    None => {
+                        let _ = write!(o, " - |");
+                    }
+                }
+            }
+            let _ = writeln!(o);
+        }
+        let _ = writeln!(o);
+    }
+    o
+}
+
+const COLORS: &[&str] =
+    &["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"];
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// A grouped bar chart of one workload: a group per SSD size, a bar per
+/// architecture, lines for the baselines.
+pub fn svg(t: &Table<'_>) -> String {
+    let (w, h) = (760.0, 380.0);
+    let (left, right, top, bottom) = (70.0, 200.0, 40.0, 50.0);
+    let plot_w = w - left - right;
+    let plot_h = h - top - bottom;
+    let max =
+        t.cells.values().map(|r| r.report.ops_per_sec).chain([t.hdd, t.ssd]).fold(0.0f64, f64::max).max(1.0) * 1.1;
+    let y = |v: f64| top + plot_h - v / max * plot_h;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(o, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+    let unit = if t.txn { "transactions/s" } else { "operations/s" };
+    let _ = writeln!(
+        o,
+        r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{} ({unit})</text>"#,
+        left + plot_w / 2.0,
+        esc(t.workload)
+    );
+    // Axes and grid.
+    for i in 0..=5 {
+        let v = max / 5.0 * i as f64;
+        let yy = y(v);
+        let _ =
+            writeln!(o, r##"<line x1="{left}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="#ddd"/>"##, left + plot_w);
+        let _ = writeln!(o, r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{v:.0}</text>"#, left - 6.0, yy + 4.0);
+    }
+    let _ = writeln!(o, r#"<line x1="{left}" y1="{top}" x2="{left}" y2="{:.1}" stroke="black"/>"#, top + plot_h);
+    let groups = t.sizes.len().max(1) as f64;
+    let gw = plot_w / groups;
+    let bars = t.archs.len().max(1) as f64;
+    let bw = gw * 0.8 / bars;
+    for (gi, s) in t.sizes.iter().enumerate() {
+        let gx = left + gw * gi as f64 + gw * 0.1;
+        for (ai, a) in t.archs.iter().enumerate() {
+            if let Some(v) = t.get(a, *s) {
+                let x = gx + bw * ai as f64;
+                let _ = writeln!(
+                    o,
+                    r#"<rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{} at {s}%: {v:.1}</title></rect>"#,
+                    y(v),
+                    bw * 0.92,
+                    top + plot_h - y(v),
+                    COLORS[ai % COLORS.len()],
+                    esc(a)
+                );
+            }
+        }
+        let _ = writeln!(
+            o,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">SSD = {s}% of working set</text>"#,
+            gx + gw * 0.4,
+            top + plot_h + 20.0
+        );
+    }
+    for (v, label, color) in [(t.hdd, "HDD-only", "#d62728"), (t.ssd, "SSD-only", "#2ca02c")] {
+        let yy = y(v);
+        let _ = writeln!(
+            o,
+            r#"<line x1="{left}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="{color}" stroke-width="2" stroke-dasharray="6,4"/>"#,
+            left + plot_w
+        );
+        let _ = writeln!(
+            o,
+            r#"<text x="{:.1}" y="{:.1}" fill="{color}">{label} {v:.0}</text>"#,
+            left + plot_w + 6.0,
+            yy + 4.0
+        );
+    }
+    for (ai, a) in t.archs.iter().enumerate() {
+        let ly = top + 40.0 + 18.0 * ai as f64;
+        let lx = left + plot_w + 10.0;
+        let _ = writeln!(
+            o,
+            r#"<rect x="{lx:.1}" y="{:.1}" width="12" height="12" fill="{}"/>"#,
+            ly - 10.0,
+            COLORS[ai % COLORS.len()]
+        );
+        let _ = writeln!(o, r#"<text x="{:.1}" y="{ly:.1}">{}</text>"#, lx + 18.0, esc(a));
+    }
+    o.push_str("</svg>\n");
+    o
+}
+
+/// The verdict on one expected finding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The measurements show it.
+    Holds,
+    /// They do not.
+    DoesNotHold,
+    /// Not measured by this preset.
+    NotMeasured,
+}
+
+/// One expected finding and what the sweep showed.
+#[derive(Clone, Debug)]
+pub struct Finding {
+    /// Number in the design brief.
+    pub n: u32,
+    /// The claim.
+    pub claim: &'static str,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The numbers behind it.
+    pub evidence: String,
+}
+
+fn verdict(ok: bool) -> Verdict {
+    if ok {
+        Verdict::Holds
+    } else {
+        Verdict::DoesNotHold
+    }
+}
+
+/// Checks the design brief's expected findings against the runs.
+pub fn findings(rows: &[Row]) -> Vec<Finding> {
+    let ts = tables(rows);
+    let table = |w: &str| ts.iter().find(|t| t.workload == w);
+    let mut out = Vec::new();
+    let na = |n, claim| Finding { n, claim, verdict: Verdict::NotMeasured, evidence: "not in this preset".into() };
+
+    let c1 = "With Zipf locality every hybrid architecture beats HDD-only, even at 25 %.";
+    out.push(match table("webserver-zipf") {
+        Some(t) if !t.sizes.is_empty() => {
+            let s = t.sizes[0];
+            let vals: Vec<(String, f64)> = t.archs.iter().filter_map(|a| t.get(a, s).map(|v| (a.clone(), v))).collect();
+            let ok = vals.iter().all(|(_, v)| *v > t.hdd);
+            Finding {
+                n: 1,
+                claim: c1,
+                verdict: verdict(ok),
+                evidence: format!(
+                    "at {s}%: {} against HDD-only {:.1}",
+                    vals.iter().map(|(a, v)| format!("{a} {v:.1}")).collect::<Vec<_>>().join(", "),
+                    t.hdd
+                ),
+            }
+        }
+        _ => na(1, c1),
+    });
+
+    let c2 = "A short migration interval thrashes on uniform workloads; a long one does not.";
+    out.push(match table("webserver") {
+        Some(t) => {
+            let mut iv: Vec<(&String, std::time::Duration)> = t
+                .archs
+                .iter()
+                .filter_map(|a| {
+                    let d = a.strip_prefix("interval-hot-dst-")?;
+                    Some((a, tierfs_core::config::parse_duration(d).ok()?))
+                })
+                .collect();
+            iv.sort_by_key(|x| x.1);
+            let short = iv.first().map(|x| x.0);
+            let long = iv.last().map(|x| x.0).filter(|l| Some(*l) != short);
+            match (short, long) {
+                (Some(sh), Some(lo)) => {
+                    let pairs: Vec<(u32, f64, f64)> =
+                        t.sizes.iter().filter_map(|s| Some((*s, t.get(sh, *s)?, t.get(lo, *s)?))).collect();
+                    let ok = !pairs.is_empty() && pairs.iter().all(|(_, a, b)| a < b);
+                    Finding {
+                        n: 2,
+                        claim: c2,
+                        verdict: verdict(ok),
+                        evidence: pairs
+                            .iter()
+                            .map(|(s, a, b)| format!("{s}%: {sh} {a:.1}, {lo} {b:.1}"))
+                            .collect::<Vec<_>>()
+                            .join("; "),
+                    }
+                }
+                _ => na(2, c2),
+            }
+        }
+        None => na(2, c2),
+    });
+
+    let c3 = "Plain cold-DST collapses under shifting locality; dynamic cold-DST recovers.";
+    out.push(match table("shifting") {
+        Some(t) => {
+            let pairs: Vec<(u32, f64, f64)> = t
+                .sizes
+                .iter()
+                .filter_map(|s| Some((*s, t.get("plain-cold-dst", *s)?, t.get("dynamic-cold-dst", *s)?)))
+                .collect();
+            let ok = !pairs.is_empty() && pairs.iter().all(|(_, p, d)| p < d);
+            Finding {
+                n: 3,
+                claim: c3,
+                verdict: verdict(ok),
+                evidence: pairs
+                    .iter()
+                    .map(|(s, p, d)| format!("{s}%: plain {p:.1}, dynamic {d:.1}"))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            }
+        }
+        None => na(3, c3),
+    });
+
+    let c4 = "Caching wins on read-heavy work at small SSD sizes; DST wins on append-heavy work.";
+    out.push(match (table("webserver"), table("fileserver")) {
+        (Some(web), Some(fsv)) => {
+            let s = web.sizes.first().copied().unwrap_or(25);
+            let wc = web.get("on-demand-cache", s);
+            let wd = web.get("dynamic-hot-dst", s);
+            let fd: Vec<(u32, f64, f64)> = fsv
+                .sizes
+                .iter()
+                .filter_map(|s| Some((*s, fsv.get("dynamic-hot-dst", *s)?, fsv.get("on-demand-cache", *s)?)))
+                .collect();
+            let read_ok = matches!((wc, wd), (Some(c), Some(d)) if c > d);
+            let append_ok = !fd.is_empty() && fd.iter().all(|(_, d, c)| d > c);
+            Finding {
+                n: 4,
+                claim: c4,
+                verdict: verdict(read_ok && append_ok),
+                evidence: format!(
+                    "webserver at {s}%: on-demand-cache {:.1}, dynamic-hot-dst {:.1}; fileserver: {}",
+                    wc.unwrap_or(0.0),
+                    wd.unwrap_or(0.0),
+                    fd.iter().map(|(s, d, c)| format!("{s}% DST {d:.1} / cache {c:.1}")).collect::<Vec<_>>().join(", ")
+                ),
+            }
+        }
+        _ => na(4, c4),
+    });
+
+    let c5 = "Per-directory policies beat every single architecture on the mixed workload.";
+    out.push(match table("mixed") {
+        Some(t) => {
+            let per: Vec<String> = t
+                .sizes
+                .iter()
+                .map(|s| {
+                    let ta = t.get("type-aware", *s).unwrap_or(0.0);
+                    let best = t
+                        .archs
+                        .iter()
+                        .filter(|a| *a != "type-aware")
+                        .filter_map(|a| t.get(a, *s).map(|v| (a, v)))
+                        .fold(None::<(&String, f64)>, |m, x| if m.is_none_or(|m| x.1 > m.1) { Some(x) } else { m });
+                    match best {
+                        Some((a, v)) => format!("{s}%: type-aware {ta:.1}, best single {a} {v:.1}"),
+                        None => format!("{s}%: type-aware {ta:.1}"),
+                    }
+                })
+                .collect();
+            let ok = t.sizes.iter().all(|s| {
+                let ta = t.get("type-aware", *s).unwrap_or(0.0);
+                t.archs.iter().filter(|a| *a != "type-aware").all(|a| t.get(a, *s).is_none_or(|v| ta > v))
+            });
+            Finding {
+                n: 5,
+                claim: c5,
+                verdict: verdict(ok && t.archs.contains(&"type-aware".to_string())),
+                evidence: per.join("; "),
+            }
+        }
+        None => na(5, c5),
+    });
+
+    let c6 = "Hystor: postmark time falls steadily with SSD size, and a write-back area cuts it further.";
+    out.push(match table("mail") {
+        Some(t) => {
+            let a = t.archs.first().cloned().unwrap_or_default();
+            let times: Vec<(u32, f64)> = t
+                .sizes
+                .iter()
+                .filter_map(|s| t.cells.get(&(a.clone(), *s)).and_then(|r| r.report.txn_time_secs.map(|x| (*s, x))))
+                .collect();
+            let falls = times.windows(2).all(|w| w[1].1 < w[0].1) && times.len() >= 2;
+            Finding {
+                n: 6,
+                claim: c6,
+                verdict: Verdict::DoesNotHold,
+                evidence: format!(
+                    "{a} transaction time {}: {}; no write-back area exists yet (sub-file extents are a later issue), so the second half cannot hold",
+                    if falls { "falls with SSD size" } else { "does not fall steadily" },
+                    times.iter().map(|(s, x)| format!("{s}% {x:.2} s")).collect::<Vec<_>>().join(", ")
+                ),
+            }
+        }
+        None => na(6, c6),
+    });
+    out
+}
+
+/// Reads notes: one line "N: sentence" per finding.
+pub fn parse_notes(text: &str) -> BTreeMap<u32, String> {
+    text.lines()
+        .filter_map(|l| {
+            let (n, s) = l.split_once(':')?;
+            Some((n.trim().trim_start_matches('-').trim().parse().ok()?, s.trim().to_string()))
+        })
+        .collect()
+}
+
+/// The findings as a Markdown table, with the note on each one that does
+/// not hold.
+pub fn findings_markdown(f: &[Finding], notes: &BTreeMap<u32, String>) -> String {
+    let mut o = String::from("| # | expected finding | verdict | measured | why not |\n|---|---|---|---|---|\n");
+    for x in f {
+        let v = match x.verdict {
+            Verdict::Holds => "**holds**",
+            Verdict::DoesNotHold => "does not hold",
+            Verdict::NotMeasured => "not measured",
+        };
+        let why = if x.verdict == Verdict::Holds {
+            ""
+        } else {
+            notes.get(&x.n).map(String::as_str).unwrap_or("(no note yet)")
+        };
+        let _ = writeln!(o, "| {} | {} | {v} | {} | {why} |", x.n, x.claim, x.evidence);
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::Report;
+
+    fn row(w: &str, a: &str, pct: u32, ops: f64) -> Row {
+        Row {
+            workload: w.into(),
+            arch: a.into(),
+            pct,
+            report: Report { ops_per_sec: ops, ..Report::default() },
+            working_set: 1_000_000,
+            ..Row::default()
+        }
+    }
+
+    #[test]
+    fn findings_are_judged_from_the_numbers() {
+        let rows = vec![
+            row("webserver-zipf", "hdd-only", 0, 10.0),
+            row("webserver-zipf", "ssd-only", 0, 100.0),
+            row("webserver-zipf", "dynamic-hot-dst", 25, 20.0),
+            row("webserver-zipf", "on-demand-cache", 25, 9.0),
+            row("shifting", "hdd-only", 0, 10.0),
+            row("shifting", "ssd-only", 0, 100.0),
+            row("shifting", "plain-cold-dst", 25, 12.0),
+            row("shifting", "dynamic-cold-dst", 25, 30.0),
+        ];
+        let f = findings(&rows);
+        assert_eq!(f[0].verdict, Verdict::DoesNotHold, "on-demand-cache lost to HDD-only: {:?}", f[0]);
+        assert_eq!(f[1].verdict, Verdict::NotMeasured);
+        assert_eq!(f[2].verdict, Verdict::Holds);
+        let md = markdown(&rows);
+        assert!(md.contains("×2.00 HDD") && md.contains("×0.20 SSD"), "{md}");
+        let t = &tables(&rows)[0];
+        let chart = svg(t);
+        assert!(chart.starts_with("<svg") && chart.contains("HDD-only") && chart.contains("dynamic-hot-dst"));
+        assert!(csv(&rows).lines().count() == rows.len() + 1);
+    }
+}

@@ -1,0 +1,381 @@
+//! The sweep: architectures × SSD sizes × workloads on emulated devices.
+//!
+//! For each workload the HDD-only baseline runs first; the size of the
+//! file set it leaves is the working set, and the SSD sizes are 25/50/75 %
+//! of it. Every run gets fresh directories and a fresh mount; the file set
+//! is prepared with the device models paused (it is not measured), then
+//! the models restart cold and the workload runs.
+
+use crate::workload::{self, Params, Report, Workload};
+use serde::{Deserialize, Serialize};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use tierfs_core::report::{ask, Request, Response, StatusReport};
+use tierfs_core::runtime;
+
+/// One architecture as the sweep runs it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Arch {
+    /// Label in tables and charts.
+    pub label: String,
+    /// `--policy`.
+    pub policy: String,
+    /// `--interval`, if any.
+    pub interval: Option<String>,
+    /// Per-directory policies from the workload (the mixed workload).
+    pub type_aware: bool,
+}
+
+impl Arch {
+    /// A policy under its own name.
+    pub fn plain(policy: &str) -> Self {
+        Arch { label: policy.into(), policy: policy.into(), interval: None, type_aware: false }
+    }
+    /// An interval policy with its interval in the label.
+    pub fn interval(policy: &str, interval: &str) -> Self {
+        Arch {
+            label: format!("{policy}-{interval}"),
+            policy: policy.into(),
+            interval: Some(interval.into()),
+            type_aware: false,
+        }
+    }
+    /// Per-directory policies (the root keeps `policy`).
+    pub fn type_aware(policy: &str) -> Self {
+        Arch { label: "type-aware".into(), policy: policy.into(), interval: None, type_aware: true }
+    }
+}
+
+/// What to run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Preset {
+    /// Name.
+    pub name: String,
+    /// Workload settings (scale, seed, run length).
+    pub params: Params,
+    /// Scale of the mail workload (transaction-bound, so sized apart).
+    pub mail_scale: f64,
+    /// Before the measured run, the workload runs this long (with another
+    /// seed) with the device models paused: a fast-forward to the steady
+    /// state the papers' half-hour runs reach, so that a short run measures
+    /// placement after warm-up rather than the warm-up itself.
+    pub warmup: Duration,
+    /// Device profiles (SSD, HDD) and the modelled RAM cache.
+    pub ssd: String,
+    /// See `ssd`.
+    pub hdd: String,
+    /// Modelled RAM cache per device, bytes.
+    pub cache: u64,
+    /// SSD sizes, percent of the working set.
+    pub sizes: Vec<u32>,
+    /// Workloads and the architectures to run on each.
+    pub plan: Vec<(String, Vec<Arch>)>,
+}
+
+impl Preset {
+    /// A preset by name: `small` (under 15 minutes on two cores) or `full`
+    /// (the papers' sizes; many hours).
+    pub fn named(name: &str) -> Option<Preset> {
+        match name {
+            "small" => Some(Preset::small()),
+            "full" => Some(Preset::full()),
+            _ => None,
+        }
+    }
+
+    fn small() -> Preset {
+        let a = Arch::plain;
+        let zipf = vec![
+            a("dynamic-hot-dst"),
+            Arch::interval("interval-hot-dst", "4s"),
+            a("dynamic-cold-dst"),
+            a("on-demand-cache"),
+            Arch::interval("interval-cache", "4s"),
+        ];
+        let uniform = vec![
+            a("dynamic-hot-dst"),
+            Arch::interval("interval-hot-dst", "500ms"),
+            Arch::interval("interval-hot-dst", "4s"),
+            a("on-demand-cache"),
+        ];
+        Preset {
+            name: "small".into(),
+            params: Params { scale: 0.02, seed: 42, duration: Duration::from_secs(5) },
+            mail_scale: 0.004,
+            warmup: Duration::from_secs(2),
+            ssd: "ssd-sata".into(),
+            hdd: "hdd-7200".into(),
+            cache: 2 << 20,
+            sizes: vec![25, 50, 75],
+            plan: vec![
+                ("webserver-zipf".into(), zipf),
+                ("webserver".into(), uniform),
+                ("shifting".into(), vec![a("plain-cold-dst"), a("dynamic-cold-dst")]),
+                ("fileserver".into(), vec![a("dynamic-hot-dst"), a("on-demand-cache")]),
+                ("mail".into(), vec![a("dynamic-hot-dst")]),
+                (
+                    "mixed".into(),
+                    vec![
+                        Arch::type_aware("dynamic-hot-dst"),
+                        a("dynamic-hot-dst"),
+                        a("dynamic-cold-dst"),
+                        a("on-demand-cache"),
+                    ],
+                ),
+            ],
+        }
+    }
+
+    fn full() -> Preset {
+        let a = Arch::plain;
+        let all = || {
+            vec![
+                a("dynamic-hot-dst"),
+                Arch::interval("interval-hot-dst", "5s"),
+                Arch::interval("interval-hot-dst", "80s"),
+                a("plain-cold-dst"),
+                a("dynamic-cold-dst"),
+                a("dynamic-cold-dst-bg"),
+                a("on-demand-cache"),
+                Arch::interval("interval-cache", "5s"),
+            ]
+        };
+        let mut mixed = all();
+        mixed.insert(0, Arch::type_aware("dynamic-hot-dst"));
+        Preset {
+            name: "full".into(),
+            params: Params { scale: 1.0, seed: 42, duration: Duration::from_secs(1800) },
+            mail_scale: 1.0,
+            warmup: Duration::ZERO,
+            ssd: "ssd-sata".into(),
+            hdd: "hdd-7200".into(),
+            cache: 64 << 20,
+            sizes: vec![25, 50, 75],
+            plan: ["mail", "fileserver", "webserver", "webserver-zipf", "shifting"]
+                .iter()
+                .map(|w| (w.to_string(), all()))
+                .chain(std::iter::once(("mixed".to_string(), mixed)))
+                .collect(),
+        }
+    }
+
+    /// Number of runs (baselines included).
+    pub fn runs(&self) -> usize {
+        self.plan.iter().map(|(_, archs)| 2 + archs.len() * self.sizes.len()).sum()
+    }
+
+    fn params_for(&self, workload: &str) -> Params {
+        let mut p = self.params;
+        if workload == "mail" || workload == "postmark" {
+            p.scale = self.mail_scale;
+        }
+        p
+    }
+
+    /// The warm-up run: the same workload, another seed, `warmup` long.
+    fn warmup_params(&self, workload: &str) -> Params {
+        let mut p = self.params_for(workload);
+        p.seed += 1000;
+        p.duration = self.warmup;
+        p
+    }
+}
+
+/// One measured run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Row {
+    /// Workload.
+    pub workload: String,
+    /// Architecture label ("hdd-only", "ssd-only" for the baselines).
+    pub arch: String,
+    /// SSD size, percent of the working set (0 for baselines).
+    pub pct: u32,
+    /// `--ssd-capacity` in bytes (0: none).
+    pub ssd_capacity: u64,
+    /// Working set of the workload, bytes.
+    pub working_set: u64,
+    /// The workload's measure.
+    pub report: Report,
+    /// Requests served by the SSD / all.
+    pub ssd_hit_ratio: f64,
+    /// Moves made (promotions + demotions + copies + drops).
+    pub moves: u64,
+    /// Evictions.
+    pub evictions: u64,
+    /// Bytes moved between tiers.
+    pub bytes_moved: u64,
+}
+
+/// Where and with what the sweep runs.
+pub struct Runner<'a> {
+    /// The tierfs binary.
+    pub bin: PathBuf,
+    /// Scratch directory for the runs.
+    pub work: PathBuf,
+    /// The preset.
+    pub preset: &'a Preset,
+    /// Called with (runs done, runs in all, text) as the sweep goes.
+    pub progress: &'a mut dyn FnMut(usize, usize, &str),
+}
+
+fn run_cmd(cmd: &mut Command) -> io::Result<()> {
+    let out = cmd.output()?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "{:?} failed: {}",
+            cmd.get_args().collect::<Vec<_>>(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// Bytes of regular files below `dir`, `.tierfs` excluded.
+pub fn tree_bytes(dir: &Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(dir) else { return 0 };
+    let mut n = 0;
+    for e in rd.flatten() {
+        if e.file_name() == ".tierfs" {
+            continue;
+        }
+        match e.file_type() {
+            Ok(t) if t.is_dir() => n += tree_bytes(&e.path()),
+            Ok(t) if t.is_file() => n += e.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => {}
+        }
+    }
+    n
+}
+
+fn status(mnt: &Path) -> io::Result<StatusReport> {
+    match ask(&runtime::socket_path(mnt), &Request::Status { top: 0 })? {
+        Response::Status(s) => Ok(*s),
+        _ => Err(io::Error::other("unexpected answer")),
+    }
+}
+
+fn set_policy(dir: &Path, policy: &str) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let p = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    // SAFETY: valid NUL-terminated strings and a value of its length.
+    let r =
+        unsafe { libc::setxattr(p.as_ptr(), c"user.tierfs.policy".as_ptr(), policy.as_ptr().cast(), policy.len(), 0) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl Runner<'_> {
+    /// Runs one workload under one architecture on a fresh mount.
+    pub fn run_one(
+        &self,
+        w: &dyn Workload,
+        warm: Option<&dyn Workload>,
+        arch: &Arch,
+        capacity: Option<u64>,
+    ) -> io::Result<(Report, StatusReport, u64)> {
+        let dir = self.work.join("run");
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+        let (ssd, hdd, mnt, state) = (dir.join("ssd"), dir.join("hdd"), dir.join("mnt"), dir.join("state"));
+        for d in [&ssd, &hdd, &mnt, &state] {
+            std::fs::create_dir_all(d)?;
+        }
+        let spec = format!("ssd={},hdd={},cache={}", self.preset.ssd, self.preset.hdd, self.preset.cache);
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("mount").args([&ssd, &hdd, &mnt]).arg("--daemon").args(["--io-mode", "userspace", "--emulate", &spec]);
+        cmd.args(["--policy", &arch.policy, "--migrate-rate", "0", "--threads", "4"]).arg("--state-dir").arg(&state);
+        if let Some(i) = &arch.interval {
+            cmd.args(["--interval", i]);
+        }
+        if let Some(c) = capacity {
+            cmd.args(["--ssd-capacity", &c.to_string()]);
+        }
+        run_cmd(&mut cmd)?;
+        let result = (|| -> io::Result<(Report, StatusReport)> {
+            let socket = runtime::socket_path(&mnt);
+            ask(&socket, &Request::Emulation { enabled: false })?;
+            if arch.type_aware {
+                for (sub, policy) in w.type_aware() {
+                    std::fs::create_dir_all(mnt.join(sub))?;
+                    set_policy(&mnt.join(sub), policy)?;
+                }
+            }
+            w.prepare(&mnt)?;
+            let settle = || -> io::Result<()> {
+                // Let the moves the preparation (or warm-up) caused finish.
+                let t = Instant::now();
+                while status(&mnt)?.migrations.queued > 0 && t.elapsed() < Duration::from_secs(120) {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Ok(())
+            };
+            settle()?;
+            if let Some(warm) = warm {
+                warm.run(&mnt)?;
+                settle()?;
+            }
+            ask(&socket, &Request::Emulation { enabled: true })?;
+            let r = w.run(&mnt)?;
+            Ok((r, status(&mnt)?))
+        })();
+        // The data left on both tiers; the sweep takes it from the HDD-only
+        // run, where nothing is copied.
+        let ws = tree_bytes(&ssd) + tree_bytes(&hdd);
+        let unmounted = run_cmd(Command::new(&self.bin).arg("umount").arg(&mnt));
+        let (r, s) = result?;
+        unmounted?;
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok((r, s, ws))
+    }
+
+    /// Runs the whole preset.
+    pub fn run(&mut self) -> io::Result<Vec<Row>> {
+        let preset = self.preset;
+        let total = preset.runs();
+        let mut done = 0;
+        let mut rows = Vec::new();
+        for (wname, archs) in &preset.plan {
+            let w = workload::by_name(wname, preset.params_for(wname))
+                .ok_or_else(|| io::Error::other(format!("unknown workload {wname}")))?;
+            let warm =
+                (!preset.warmup.is_zero()).then(|| workload::by_name(wname, preset.warmup_params(wname))).flatten();
+            let mut one = |this: &mut Self, arch: &Arch, pct: u32, cap: Option<u64>, ws: u64| -> io::Result<Row> {
+                let label = if pct == 0 { arch.label.clone() } else { format!("{} at {pct}%", arch.label) };
+                (this.progress)(done, total, &format!("{wname}: {label} ..."));
+                let (r, s, measured_ws) = this.run_one(w.as_ref(), warm.as_deref(), arch, cap)?;
+                done += 1;
+                let m = &s.migrations;
+                let row = Row {
+                    workload: wname.clone(),
+                    arch: arch.label.clone(),
+                    pct,
+                    ssd_capacity: cap.unwrap_or(0),
+                    working_set: if ws == 0 { measured_ws } else { ws },
+                    ssd_hit_ratio: s.ssd_hit_ratio,
+                    moves: m.promotions + m.demotions + m.copies + m.drops,
+                    evictions: m.evictions,
+                    bytes_moved: m.bytes_moved,
+                    report: r,
+                };
+                (this.progress)(done, total, &format!("{wname}: {label}: {:.0} ops/s", row.report.ops_per_sec));
+                Ok(row)
+            };
+            let hdd = one(self, &Arch::plain("hdd-only"), 0, None, 0)?;
+            let ws = hdd.working_set.max(1);
+            rows.push(hdd);
+            rows.push(one(self, &Arch::plain("ssd-only"), 0, None, ws)?);
+            for arch in archs {
+                for &pct in &preset.sizes {
+                    let cap = ws * pct as u64 / 100;
+                    rows.push(one(self, arch, pct, Some(cap), ws)?);
+                }
+            }
+        }
+        Ok(rows)
+    }
+}

@@ -1,0 +1,60 @@
+//! The mixed workload (Loris §V-E): the file server and the web server in
+//! two directories at once, after a dummy file set that flushes data off
+//! the SSD. The type-aware configuration caches the web server's files and
+//! tiers the file server's.
+
+use super::{FileServer, Params, Report, WebServer, Workload};
+use std::io;
+use std::path::Path;
+
+/// See the module documentation.
+pub struct Mixed {
+    /// Settings.
+    pub p: Params,
+}
+
+impl Mixed {
+    fn parts(&self) -> (FileServer, WebServer) {
+        (FileServer { p: self.p, sub: "fs" }, WebServer { p: self.p, zipf: false, sub: "web" })
+    }
+}
+
+impl Workload for Mixed {
+    fn name(&self) -> &'static str {
+        "mixed"
+    }
+    fn type_aware(&self) -> Vec<(&'static str, &'static str)> {
+        vec![("web", "on-demand-cache"), ("fs", "dynamic-hot-dst")]
+    }
+    fn prepare(&self, dir: &Path) -> io::Result<()> {
+        let (fs, web) = self.parts();
+        std::fs::create_dir_all(dir.join("fs"))?;
+        std::fs::create_dir_all(dir.join("web"))?;
+        fs.prepare(dir)?;
+        web.prepare(dir)?;
+        // The dummy set that pushes the others off the SSD.
+        super::webserver::make_set(&dir.join("dummy"), &self.p, self.p.seed + 7).map(drop)
+    }
+    fn run(&self, dir: &Path) -> io::Result<Report> {
+        let (fs, web) = self.parts();
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| fs.run(dir));
+            let b = s.spawn(|| web.run(dir));
+            (a.join(), b.join())
+        });
+        let a = a.map_err(|_| io::Error::other("file server thread panicked"))??;
+        let b = b.map_err(|_| io::Error::other("web server thread panicked"))??;
+        let secs = a.secs.max(b.secs);
+        Ok(Report {
+            workload: self.name().into(),
+            ops: a.ops + b.ops,
+            secs,
+            ops_per_sec: (a.ops + b.ops) as f64 / secs,
+            txn_time_secs: None,
+            bytes_read: a.bytes_read + b.bytes_read,
+            bytes_written: a.bytes_written + b.bytes_written,
+            latency: if a.latency.p99_us > b.latency.p99_us { a.latency } else { b.latency },
+            files: a.files + b.files,
+        })
+    }
+}

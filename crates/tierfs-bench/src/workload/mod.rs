@@ -1,0 +1,331 @@
+//! Workload generators modelled on the papers' benchmarks. Each has a
+//! preparation phase (the file set; not measured) and a measured run, a
+//! fixed seed and a scale factor (1.0 = the papers' sizes).
+
+mod fileserver;
+mod mail;
+mod mixed;
+mod postmark;
+mod webserver;
+
+pub use fileserver::FileServer;
+pub use mail::Mail;
+pub use mixed::Mixed;
+pub use postmark::PostmarkReal;
+pub use webserver::{Shifting, WebServer};
+
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Settings shared by all workloads.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Params {
+    /// Size relative to the papers' configuration (file and transaction counts).
+    pub scale: f64,
+    /// Random seed.
+    pub seed: u64,
+    /// Length of time-bounded runs.
+    pub duration: Duration,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params { scale: 1.0, seed: 42, duration: Duration::from_secs(60) }
+    }
+}
+
+impl Params {
+    /// `n` scaled, at least `min`.
+    pub fn scaled(&self, n: u64, min: u64) -> u64 {
+        ((n as f64 * self.scale).round() as u64).max(min)
+    }
+}
+
+/// Latency percentiles of one run, in microseconds.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct Latency {
+    /// Median.
+    pub p50_us: u64,
+    /// 90th percentile.
+    pub p90_us: u64,
+    /// 99th percentile.
+    pub p99_us: u64,
+    /// Slowest.
+    pub max_us: u64,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Report {
+    /// Workload name.
+    pub workload: String,
+    /// Operations done.
+    pub ops: u64,
+    /// Seconds measured.
+    pub secs: f64,
+    /// Operations per second.
+    pub ops_per_sec: f64,
+    /// For transaction-bound workloads (mail): seconds of transactions.
+    pub txn_time_secs: Option<f64>,
+    /// Bytes read.
+    pub bytes_read: u64,
+    /// Bytes written.
+    pub bytes_written: u64,
+    /// Operation latencies.
+    pub latency: Latency,
+    /// Files in the set after the run.
+    pub files: u64,
+}
+
+/// A workload.
+pub trait Workload: Send + Sync {
+    /// Its name.
+    fn name(&self) -> &'static str;
+    /// Directories of the file set that may take their own policy, with
+    /// the policy a per-directory ("type-aware") configuration gives them.
+    fn type_aware(&self) -> Vec<(&'static str, &'static str)> {
+        Vec::new()
+    }
+    /// Creates the file set below `dir` (not measured).
+    fn prepare(&self, dir: &Path) -> io::Result<()>;
+    /// Runs the measured part.
+    fn run(&self, dir: &Path) -> io::Result<Report>;
+}
+
+/// Every workload by name.
+pub fn by_name(name: &str, p: Params) -> Option<Box<dyn Workload>> {
+    Some(match name {
+        "mail" => Box::new(Mail { p }),
+        "postmark" => Box::new(PostmarkReal { p }),
+        "fileserver" => Box::new(FileServer { p, sub: "" }),
+        "webserver" => Box::new(WebServer { p, zipf: false, sub: "" }),
+        "webserver-zipf" => Box::new(WebServer { p, zipf: true, sub: "" }),
+        "shifting" => Box::new(Shifting { p }),
+        "mixed" => Box::new(Mixed { p }),
+        _ => return None,
+    })
+}
+
+/// The workload names.
+pub const NAMES: &[&str] = &["mail", "postmark", "fileserver", "webserver", "webserver-zipf", "shifting", "mixed"];
+
+/// Counts operations, bytes and latencies.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    lat: Vec<u32>,
+    read: u64,
+    written: u64,
+}
+
+impl Recorder {
+    /// Times one operation returning (bytes read, bytes written).
+    pub fn op(&mut self, f: impl FnOnce() -> io::Result<(u64, u64)>) -> io::Result<()> {
+        let t = Instant::now();
+        let (r, w) = f()?;
+        self.lat.push(t.elapsed().as_micros().min(u32::MAX as u128) as u32);
+        self.read += r;
+        self.written += w;
+        Ok(())
+    }
+
+    /// Adds another recorder's counts.
+    pub fn merge(&mut self, o: Recorder) {
+        self.lat.extend(o.lat);
+        self.read += o.read;
+        self.written += o.written;
+    }
+
+    /// The report of a run that took `secs`.
+    pub fn report(mut self, workload: &str, secs: f64, files: u64) -> Report {
+        self.lat.sort_unstable();
+        let pct = |q: f64| -> u64 {
+            if self.lat.is_empty() {
+                0
+            } else {
+                self.lat[((self.lat.len() - 1) as f64 * q).round() as usize] as u64
+            }
+        };
+        let ops = self.lat.len() as u64;
+        Report {
+            workload: workload.into(),
+            ops,
+            secs,
+            ops_per_sec: if secs > 0.0 { ops as f64 / secs } else { 0.0 },
+            txn_time_secs: None,
+            bytes_read: self.read,
+            bytes_written: self.written,
+            latency: Latency { p50_us: pct(0.5), p90_us: pct(0.9), p99_us: pct(0.99), max_us: pct(1.0) },
+            files,
+        }
+    }
+}
+
+/// Writes a new file of `size` bytes in `io` pieces.
+pub fn write_file(path: &Path, size: u64, io: usize, byte: u8) -> io::Result<u64> {
+    let mut f = fs::File::create(path)?;
+    let buf = vec![byte; io];
+    let mut left = size;
+    while left > 0 {
+        let n = (left as usize).min(io);
+        f.write_all(&buf[..n])?;
+        left -= n as u64;
+    }
+    Ok(size)
+}
+
+/// Reads a whole file in `io` pieces.
+pub fn read_whole(path: &Path, io: usize) -> io::Result<u64> {
+    let mut f = fs::File::open(path)?;
+    let mut buf = vec![0u8; io];
+    let mut total = 0;
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok(total);
+        }
+        total += n as u64;
+    }
+}
+
+/// Appends `n` bytes in one write.
+pub fn append(path: &Path, n: usize) -> io::Result<u64> {
+    let mut f = fs::OpenOptions::new().append(true).create(true).open(path)?;
+    f.write_all(&vec![0x5a; n])?;
+    Ok(n as u64)
+}
+
+/// A file set laid out as filebench does: directories of `width` entries.
+#[derive(Clone, Debug)]
+pub struct FileSet {
+    /// Root of the set.
+    pub root: PathBuf,
+    /// Files, by number.
+    pub files: Vec<PathBuf>,
+    width: usize,
+    next: u64,
+}
+
+impl FileSet {
+    /// Names for `n` files below `root`, `width` to a directory.
+    pub fn new(root: PathBuf, n: u64, width: usize) -> Self {
+        let mut s = FileSet { root, files: Vec::new(), width: width.max(1), next: 0 };
+        for _ in 0..n {
+            let p = s.new_path();
+            s.files.push(p);
+        }
+        s
+    }
+
+    /// The files that exist below `root` now (a run may follow another
+    /// that created and deleted files), in number order.
+    pub fn scan(root: PathBuf, width: usize) -> io::Result<Self> {
+        let mut found: Vec<(u64, PathBuf)> = Vec::new();
+        for d in fs::read_dir(&root)? {
+            let d = d?.path();
+            if !d.is_dir() {
+                continue;
+            }
+            for f in fs::read_dir(&d)? {
+                let f = f?.path();
+                let n = f
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.strip_prefix('f'))
+                    .and_then(|n| n.parse().ok());
+                if let Some(n) = n {
+                    found.push((n, f));
+                }
+            }
+        }
+        found.sort();
+        let next = found.last().map(|x| x.0 + 1).unwrap_or(0);
+        Ok(FileSet { root, files: found.into_iter().map(|x| x.1).collect(), width: width.max(1), next })
+    }
+
+    /// The path for the next new file.
+    pub fn new_path(&mut self) -> PathBuf {
+        let i = self.next;
+        self.next += 1;
+        self.root.join(format!("d{}", i / self.width as u64)).join(format!("f{i}"))
+    }
+
+    /// Creates the directories of every file.
+    pub fn make_dirs(&self) -> io::Result<()> {
+        let mut last = None;
+        for f in &self.files {
+            let d = f.parent().expect("files are in directories");
+            if last != Some(d) {
+                fs::create_dir_all(d)?;
+                last = Some(d);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quick() -> Params {
+        Params { scale: 0.002, seed: 1, duration: Duration::from_millis(300) }
+    }
+
+    #[test]
+    fn every_workload_prepares_and_runs_on_a_plain_directory() {
+        for name in NAMES.iter().filter(|n| **n != "postmark") {
+            let tmp = tempfile::tempdir().unwrap();
+            let w = by_name(name, quick()).unwrap();
+            w.prepare(tmp.path()).unwrap();
+            let r = w.run(tmp.path()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(r.ops > 0, "{name}: {r:?}");
+            assert!(r.bytes_read + r.bytes_written > 0, "{name}");
+            assert!(r.latency.p50_us <= r.latency.p99_us && r.latency.p99_us <= r.latency.max_us);
+        }
+        assert!(by_name("nope", quick()).is_none());
+    }
+
+    #[test]
+    fn a_run_after_another_run_finds_the_files_that_are_left() {
+        for name in ["mail", "fileserver"] {
+            let tmp = tempfile::tempdir().unwrap();
+            let w = by_name(name, quick()).unwrap();
+            w.prepare(tmp.path()).unwrap();
+            let mut warm = quick();
+            warm.seed = 99;
+            by_name(name, warm).unwrap().run(tmp.path()).unwrap();
+            w.run(tmp.path()).unwrap_or_else(|e| panic!("{name} after a warm-up: {e}"));
+        }
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_file_set() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        for d in [a.path(), b.path()] {
+            by_name("webserver", quick()).unwrap().prepare(d).unwrap();
+        }
+        let sizes = |d: &Path| -> Vec<u64> {
+            let mut v: Vec<u64> = walk(d).into_iter().map(|p| fs::metadata(p).unwrap().len()).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(sizes(a.path()), sizes(b.path()));
+    }
+
+    fn walk(d: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+        out
+    }
+}

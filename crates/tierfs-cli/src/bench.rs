@@ -1,0 +1,178 @@
+//! `tierfs bench`: run one workload on a directory, or the whole sweep.
+
+use crate::args::{BenchArgs, BenchCmd};
+use anyhow::{bail, Context, Result};
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Instant;
+use tierfs_bench::report;
+use tierfs_bench::sweep::{Preset, Runner};
+use tierfs_bench::workload::{self, Params};
+use tierfs_core::config::parse_duration;
+
+fn machine() -> String {
+    let uname = std::process::Command::new("uname")
+        .arg("-srm")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().next().and_then(|l| l.split_whitespace().nth(1)).and_then(|k| k.parse::<u64>().ok()))
+        .map(|k| format!("{:.1} GiB", k as f64 / 1048576.0))
+        .unwrap_or_default();
+    format!("{uname}, {cpus} cores, {mem}")
+}
+
+fn commit() -> String {
+    let exe = std::env::current_exe().ok();
+    let dir = exe.as_ref().and_then(|e| e.ancestors().find(|d| d.join(".git").exists())).map(|d| d.to_path_buf());
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(dir.unwrap_or_else(|| ".".into()))
+        .output();
+    out.ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn bar(done: usize, total: usize, text: &str, started: Instant) {
+    let width = 30;
+    let fill = (done * width).checked_div(total).unwrap_or(0);
+    let eta = if done == 0 {
+        String::new()
+    } else {
+        let per = started.elapsed().as_secs_f64() / done as f64;
+        format!(" ~{:.0}s left", per * (total - done) as f64)
+    };
+    let mut e = std::io::stderr().lock();
+    let _ = write!(e, "\r\x1b[K[{}{}] {done}/{total}{eta}  {text}", "#".repeat(fill), ".".repeat(width - fill));
+    if text.ends_with("ops/s") {
+        let _ = writeln!(e);
+    }
+    let _ = e.flush();
+}
+
+/// How a results folder was produced.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Meta {
+    command: String,
+    minutes: f64,
+    machine: String,
+    commit: String,
+    preset: Preset,
+}
+
+/// Writes the tables, charts, findings and README of a results folder from
+/// its runs. `notes` holds one line "N: sentence" per expected finding
+/// that does not hold, written after looking at the results.
+fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta, notes: &str) -> Result<String> {
+    std::fs::write(out.join("results.csv"), report::csv(rows))?;
+    let table = report::markdown(rows);
+    std::fs::write(out.join("table.md"), &table)?;
+    for t in report::tables(rows) {
+        std::fs::write(out.join(format!("chart-{}.svg", t.workload)), report::svg(&t))?;
+    }
+    let f = report::findings(rows);
+    let fm = report::findings_markdown(&f, &report::parse_notes(notes));
+    std::fs::write(out.join("findings.md"), &fm)?;
+    let p = &meta.preset;
+    let charts: String = report::tables(rows).iter().map(|t| format!("![{0}](chart-{0}.svg)\n", t.workload)).collect();
+    let readme = format!(
+        "# tierfs sweep: preset {}\n\nProduced by `{}` in {:.1} minutes; tables re-rendered from `rows.json` by `tierfs bench report --dir <this folder>` (which merges `notes.md`).\n\n- machine: {}\n- tierfs commit: {}\n- devices: SSD `{}`, HDD `{}`, modelled RAM cache of {} per device\n- workloads at scale {} (mail {}), seed {}, {} s per time-bounded run after a {} s warm-up with the device models paused\n- SSD sizes: {:?} % of the working set measured by the HDD-only run\n\nFiles: `results.csv` (every run), `table.md` (normalised to HDD-only and SSD-only), `chart-*.svg`, `findings.md`, `rows.json`, `meta.json`, `notes.md`.\n\n## Expected findings\n\n{fm}\n## Charts\n\n{charts}\n## Tables\n\n{table}",
+        p.name,
+        meta.command,
+        meta.minutes,
+        meta.machine,
+        meta.commit,
+        p.ssd,
+        p.hdd,
+        tierfs_core::config::format_size(p.cache),
+        p.params.scale,
+        p.mail_scale,
+        p.params.seed,
+        p.params.duration.as_secs(),
+        p.warmup.as_secs(),
+        p.sizes
+    );
+    std::fs::write(out.join("README.md"), readme)?;
+    Ok(fm)
+}
+
+pub fn run(a: &BenchArgs) -> Result<ExitCode> {
+    match &a.cmd {
+        BenchCmd::Workload { name, dir, scale, seed, duration, json, no_prepare } => {
+            let p = Params {
+                scale: *scale,
+                seed: *seed,
+                duration: parse_duration(duration).map_err(|e| anyhow::anyhow!("--duration: {e}"))?,
+            };
+            let w = workload::by_name(name, p)
+                .ok_or_else(|| anyhow::anyhow!("unknown workload {name:?} (one of: {})", workload::NAMES.join(", ")))?;
+            std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
+            if !no_prepare {
+                let t = Instant::now();
+                w.prepare(dir).with_context(|| format!("preparing {name} in {}", dir.display()))?;
+                eprintln!("prepared {name} in {:.1} s", t.elapsed().as_secs_f64());
+            }
+            let r = w.run(dir).with_context(|| format!("running {name} in {}", dir.display()))?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!("{name}: {} operations in {:.2} s = {:.1} ops/s", r.ops, r.secs, r.ops_per_sec);
+                if let Some(t) = r.txn_time_secs {
+                    println!("  transaction time {t:.2} s");
+                }
+                println!("  read {} bytes, wrote {} bytes, {} files", r.bytes_read, r.bytes_written, r.files);
+                println!(
+                    "  latency p50 {} µs, p90 {} µs, p99 {} µs, max {} µs",
+                    r.latency.p50_us, r.latency.p90_us, r.latency.p99_us, r.latency.max_us
+                );
+            }
+        }
+        BenchCmd::Sweep { preset, out, work, only } => {
+            let mut p =
+                Preset::named(preset).ok_or_else(|| anyhow::anyhow!("unknown preset {preset:?} (small or full)"))?;
+            if !only.is_empty() {
+                p.plan.retain(|(w, _)| only.contains(w));
+                if p.plan.is_empty() {
+                    bail!("--only names no workload of the preset");
+                }
+            }
+            std::fs::create_dir_all(out)?;
+            std::fs::create_dir_all(work)?;
+            let bin = std::env::current_exe()?;
+            let started = Instant::now();
+            let mut progress = |d: usize, t: usize, s: &str| bar(d, t, s, started);
+            let mut runner = Runner { bin, work: work.clone(), preset: &p, progress: &mut progress };
+            let rows = runner.run()?;
+            let took = started.elapsed();
+            eprintln!("\nsweep done in {:.1} min", took.as_secs_f64() / 60.0);
+            let meta = Meta {
+                command: format!("tierfs {}", std::env::args().skip(1).collect::<Vec<_>>().join(" ")),
+                minutes: took.as_secs_f64() / 60.0,
+                machine: machine(),
+                commit: commit(),
+                preset: p,
+            };
+            std::fs::write(out.join("meta.json"), serde_json::to_string_pretty(&meta)?)?;
+            std::fs::write(out.join("rows.json"), serde_json::to_string_pretty(&rows)?)?;
+            let notes = std::fs::read_to_string(out.join("notes.md")).unwrap_or_default();
+            let fm = render(out, &rows, &meta, &notes)?;
+            println!("{fm}");
+            println!("results in {}", out.display());
+        }
+        BenchCmd::Report { dir } => {
+            let rows: Vec<tierfs_bench::sweep::Row> =
+                serde_json::from_str(&std::fs::read_to_string(dir.join("rows.json")).context("rows.json")?)?;
+            let meta: Meta =
+                serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).context("meta.json")?)?;
+            let notes = std::fs::read_to_string(dir.join("notes.md")).unwrap_or_default();
+            let fm = render(dir, &rows, &meta, &notes)?;
+            println!("{fm}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

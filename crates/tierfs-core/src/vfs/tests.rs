@@ -1,0 +1,129 @@
+//! Volume operations over in-memory stores: the cases the differential
+//! tests on real mounts do not reach (files on different tiers).
+
+use super::*;
+use crate::clock::ManualClock;
+use crate::device::Profile;
+use crate::event::NoEvents;
+use crate::migrate::{Move, NoCrash};
+use crate::state::MemKv;
+use crate::store::emulated::{Emulated, Emulation};
+use crate::store::mem::MemStore;
+use std::time::Duration;
+
+const CTX: Ctx = Ctx { uid: 0, gid: 0, pid: 1 };
+
+fn volume() -> Volume<MemStore> {
+    Volume::new(
+        MemStore::new(),
+        MemStore::new(),
+        Namespace::new(Arc::new(MemKv::new())),
+        VolumeConfig::default(),
+        Arc::new(NoEvents),
+        Arc::new(ManualClock::new(Timestamp::from_secs(1))),
+    )
+    .unwrap()
+}
+
+fn file(v: &Volume<impl Store>, parent: Ino, name: &str, data: &[u8]) -> Ino {
+    let (a, o) = v.create(&CTX, parent, OsStr::new(name), 0o644, 0, libc::O_RDWR).unwrap();
+    v.write(o.fh, 0, data).unwrap();
+    v.release(o.fh).unwrap();
+    a.ino
+}
+
+fn read(v: &Volume<impl Store>, ino: Ino) -> Vec<u8> {
+    let o = v.open(ino, libc::O_RDONLY).unwrap();
+    let d = v.read(o.fh, 0, 1 << 20).unwrap();
+    v.release(o.fh).unwrap();
+    d
+}
+
+fn on(v: &Volume<MemStore>, parent: Ino, name: &str, t: Tier) -> bool {
+    v.stat_on(parent, OsStr::new(name), t).is_ok()
+}
+
+#[test]
+fn rename_over_a_file_on_the_other_tier() {
+    let v = volume();
+    let a = file(&v, ROOT_INO, "a", b"on ssd");
+    let b = file(&v, ROOT_INO, "b", b"on hdd");
+    assert!(matches!(v.migrate(a, Move::Promote, &NoCrash).unwrap(), crate::migrate::Outcome::Done(_)));
+    v.rename(ROOT_INO, OsStr::new("a"), ROOT_INO, OsStr::new("b"), 0).unwrap();
+    assert_eq!(v.lookup(ROOT_INO, OsStr::new("b")).unwrap().ino, a);
+    assert_eq!(read(&v, a), b"on ssd");
+    assert!(on(&v, ROOT_INO, "b", Tier::Ssd) && !on(&v, ROOT_INO, "b", Tier::Hdd), "the replaced HDD file is gone");
+    assert!(v.ns.record(b).unwrap().is_none());
+    assert!(v.lookup(ROOT_INO, OsStr::new("a")).is_err());
+}
+
+#[test]
+fn exchange_across_tiers_and_noreplace() {
+    let v = volume();
+    let a = file(&v, ROOT_INO, "a", b"A");
+    let b = file(&v, ROOT_INO, "b", b"B");
+    v.migrate(a, Move::Promote, &NoCrash).unwrap();
+    let e = v.rename(ROOT_INO, OsStr::new("a"), ROOT_INO, OsStr::new("b"), crate::store::RENAME_NOREPLACE).unwrap_err();
+    assert!(e.is(libc::EEXIST));
+    v.rename(ROOT_INO, OsStr::new("a"), ROOT_INO, OsStr::new("b"), crate::store::RENAME_EXCHANGE).unwrap();
+    assert_eq!(v.lookup(ROOT_INO, OsStr::new("a")).unwrap().ino, b);
+    assert_eq!(v.lookup(ROOT_INO, OsStr::new("b")).unwrap().ino, a);
+    assert!(on(&v, ROOT_INO, "b", Tier::Ssd) && on(&v, ROOT_INO, "a", Tier::Hdd));
+    assert!(!on(&v, ROOT_INO, "a", Tier::Ssd) && !on(&v, ROOT_INO, "b", Tier::Hdd));
+    assert_eq!(read(&v, a), b"A");
+    assert_eq!(read(&v, b), b"B");
+}
+
+#[test]
+fn renaming_a_directory_with_copies_on_both_tiers() {
+    let v = volume();
+    let d = v.mkdir(&CTX, ROOT_INO, OsStr::new("d"), 0o755, 0).unwrap().ino;
+    let e = v.mkdir(&CTX, ROOT_INO, OsStr::new("e"), 0o755, 0).unwrap().ino;
+    let f = file(&v, d, "f", b"hdd");
+    let g = file(&v, d, "g", b"ssd");
+    v.migrate(g, Move::Promote, &NoCrash).unwrap();
+    v.rename(ROOT_INO, OsStr::new("d"), e, OsStr::new("d2"), 0).unwrap();
+    let d2 = v.lookup(e, OsStr::new("d2")).unwrap();
+    assert_eq!(d2.ino, d, "same inode");
+    assert_eq!(v.lookup(ROOT_INO, OsStr::new("e")).unwrap().nlink, 3, "e gained a subdirectory");
+    assert_eq!(read(&v, f), b"hdd");
+    assert_eq!(read(&v, g), b"ssd");
+    assert!(on(&v, d, "f", Tier::Hdd) && on(&v, d, "g", Tier::Ssd));
+    // A directory over a non-empty directory is refused; over an empty one it works.
+    let x = v.mkdir(&CTX, ROOT_INO, OsStr::new("x"), 0o755, 0).unwrap().ino;
+    let e2 = v.rename(ROOT_INO, OsStr::new("x"), e, OsStr::new("d2"), 0).unwrap_err();
+    assert!(e2.is(libc::ENOTEMPTY));
+    v.rmdir(ROOT_INO, OsStr::new("x")).unwrap();
+    let _ = x;
+}
+
+#[test]
+fn reading_a_cached_file_never_touches_the_hdd() {
+    let free = Profile::from_access("free", 1e6, 1e6, Duration::ZERO, Duration::ZERO);
+    let clock: Arc<dyn crate::clock::Clock> = Arc::new(crate::clock::SystemClock);
+    let hdd_model = Emulation::new(free.clone(), 0, clock.clone());
+    let v = Volume::new(
+        Emulated::new(MemStore::new(), Some(Emulation::new(free, 0, clock.clone()))),
+        Emulated::new(MemStore::new(), Some(hdd_model.clone())),
+        Namespace::new(Arc::new(MemKv::new())),
+        VolumeConfig::default(),
+        Arc::new(NoEvents),
+        clock,
+    )
+    .unwrap();
+    let ino = file(&v, ROOT_INO, "page", b"cached content");
+    v.migrate(ino, Move::Copy, &NoCrash).unwrap();
+    let before = hdd_model.usage().2;
+    for _ in 0..3 {
+        assert_eq!(read(&v, ino), b"cached content");
+        assert_eq!(v.getattr(ino).unwrap().size, 14);
+        assert_eq!(v.lookup(ROOT_INO, OsStr::new("page")).unwrap().ino, ino);
+    }
+    assert_eq!(hdd_model.usage().2, before, "no HDD request");
+    // A write goes through to both copies (and so to the HDD).
+    let o = v.open(ino, libc::O_WRONLY).unwrap();
+    v.write(o.fh, 0, b"CACHED").unwrap();
+    v.release(o.fh).unwrap();
+    assert!(hdd_model.usage().2 > before);
+    assert_eq!(read(&v, ino), b"CACHED content");
+}

@@ -1,0 +1,120 @@
+//! The evaluation harness: emulated devices on a real mount, the workload
+//! command, and the checked-in results of the small sweep.
+
+use crate::harness::{tierfs, Area, Mounted};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+#[test]
+fn emulated_hdd_reads_take_the_modelled_time() {
+    let area = Area::new();
+    let m = Mounted::new(&area, &["--emulate", "ssd=ssd-sata,hdd=hdd-7200", "--policy", "hdd-only"]);
+    for i in 0..10 {
+        std::fs::write(m.p(&format!("f{i}")), vec![i as u8; 4096]).unwrap();
+    }
+    // With no RAM cache every read of a different file is a random access:
+    // about 8.9 ms each on the 7200-rpm profile (112 IOPS).
+    let t = Instant::now();
+    for i in 0..10 {
+        assert_eq!(std::fs::read(m.p(&format!("f{i}"))).unwrap(), vec![i as u8; 4096]);
+    }
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(89), "{took:?}");
+    let o = tierfs(&["stats", m.mnt.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["io_mode"], "userspace", "emulation implies userspace I/O");
+    assert_eq!(v["emulation"][1]["profile"], "hdd-7200");
+    assert!(v["emulation"][1]["busy_secs"].as_f64().unwrap() > 0.08, "{v}");
+    m.unmount();
+}
+
+#[test]
+fn bad_emulation_specs_are_refused() {
+    let area = Area::new();
+    let (s, h, m) = (area.ssd(), area.hdd(), area.mnt());
+    let base = ["mount", s.to_str().unwrap(), h.to_str().unwrap(), m.to_str().unwrap()];
+    let profiles = area.path("p.toml");
+    std::fs::write(&profiles, "[mine]\nread_mbps = 10\nwrite_mbps = 10\nread_iops = 50\n").unwrap();
+    for (extra, needle) in [
+        (vec!["--emulate", "ssd=floppy,hdd=hdd-7200"], "unknown device profile"),
+        (vec!["--emulate", "ssd=ssd-sata"], "needs both"),
+        (vec!["--emulate", "ssd=ssd-sata,hdd=hdd-7200", "--io-mode", "passthrough"], "userspace"),
+        (vec!["--emulate", "ssd=mine,hdd=hdd-7200", "--profiles", profiles.to_str().unwrap()], "write_iops"),
+    ] {
+        let mut a: Vec<&str> = base.to_vec();
+        a.extend(extra);
+        let o = tierfs(&a);
+        assert!(!o.status.success());
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains(needle), "{e}");
+    }
+}
+
+#[test]
+fn a_profile_from_a_toml_file_is_used() {
+    let area = Area::new();
+    let profiles = area.path("p.toml");
+    std::fs::write(
+        &profiles,
+        "[slow-disk]\nread_mbps = 50\nwrite_mbps = 50\nread_access_ms = 20\nwrite_access_ms = 20\n",
+    )
+    .unwrap();
+    let spec = "ssd=ssd-sata,hdd=slow-disk";
+    let m = Mounted::new(&area, &["--emulate", spec, "--profiles", profiles.to_str().unwrap(), "--policy", "hdd-only"]);
+    std::fs::write(m.p("f"), b"x").unwrap();
+    let t = Instant::now();
+    let _ = std::fs::read(m.p("f")).unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(20));
+    m.unmount();
+}
+
+#[test]
+fn the_workload_command_runs_on_a_mount() {
+    let area = Area::new();
+    let m = Mounted::new(&area, &["--io-mode", "userspace"]);
+    let dir = m.p("bench");
+    let o = tierfs(&[
+        "bench",
+        "workload",
+        "webserver-zipf",
+        dir.to_str().unwrap(),
+        "--scale",
+        "0.002",
+        "--duration",
+        "1s",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["workload"], "webserver-zipf");
+    assert!(v["ops"].as_u64().unwrap() > 10 && v["ops_per_sec"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["latency"]["p99_us"].as_u64().unwrap() >= v["latency"]["p50_us"].as_u64().unwrap());
+    let o = tierfs(&["bench", "workload", "mail", dir.join("mail").to_str().unwrap(), "--scale", "0.001"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("transaction time"));
+    m.unmount();
+}
+
+#[test]
+fn the_checked_in_small_sweep_is_consistent_with_its_raw_data() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("results/small");
+    let rows: Vec<tierfs_bench::sweep::Row> =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("rows.json")).expect("results/small/rows.json"))
+            .unwrap();
+    let preset = tierfs_bench::sweep::Preset::named("small").unwrap();
+    assert_eq!(rows.len(), preset.runs(), "every run of the preset is there");
+    let notes = std::fs::read_to_string(dir.join("notes.md")).unwrap_or_default();
+    let f = tierfs_bench::report::findings(&rows);
+    let rendered = tierfs_bench::report::findings_markdown(&f, &tierfs_bench::report::parse_notes(&notes));
+    assert_eq!(std::fs::read_to_string(dir.join("findings.md")).unwrap(), rendered, "findings.md renders rows.json");
+    assert_eq!(std::fs::read_to_string(dir.join("table.md")).unwrap(), tierfs_bench::report::markdown(&rows));
+    for x in &f {
+        if x.verdict != tierfs_bench::report::Verdict::Holds {
+            assert!(tierfs_bench::report::parse_notes(&notes).contains_key(&x.n), "finding {} needs a note", x.n);
+        }
+    }
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+    assert!(meta["command"].as_str().unwrap().contains("bench sweep --preset small"));
+    assert!(meta["minutes"].as_f64().unwrap() < 15.0, "the small preset finishes in under 15 minutes");
+}
