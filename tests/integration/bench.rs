@@ -118,3 +118,25 @@ fn the_checked_in_small_sweep_is_consistent_with_its_raw_data() {
     assert!(meta["command"].as_str().unwrap().contains("bench sweep --preset small"));
     assert!(meta["minutes"].as_f64().unwrap() < 15.0, "the small preset finishes in under 15 minutes");
 }
+
+#[test]
+fn sweep_filters_that_select_nothing_are_refused() {
+    let area = Area::new();
+    let work = area.path("work");
+    let out = area.path("out");
+    for (extra, needle) in [
+        (vec!["--only", "nosuchworkload"], "--only names no workload"),
+        (vec!["--arch", "nosucharch"], "--arch names no architecture"),
+        (vec!["--sizes", "0"], "not a percentage"),
+        (vec!["--sizes", "150"], "not a percentage"),
+        (vec!["--preset", "huge"], "unknown preset"),
+    ] {
+        let mut a = vec!["bench", "sweep", "--out", out.to_str().unwrap(), "--work", work.to_str().unwrap()];
+        a.extend(extra);
+        let o = tierfs(&a);
+        assert!(!o.status.success(), "{a:?}");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains(needle), "{a:?}: {e}");
+        assert!(!out.join("rows.json").exists(), "{a:?}: nothing is written");
+    }
+}

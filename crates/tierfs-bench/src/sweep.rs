@@ -89,22 +89,24 @@ impl Preset {
         let a = Arch::plain;
         let zipf = vec![
             a("dynamic-hot-dst"),
-            Arch::interval("interval-hot-dst", "4s"),
+            Arch::interval("interval-hot-dst", "2s"),
             a("dynamic-cold-dst"),
             a("on-demand-cache"),
-            Arch::interval("interval-cache", "4s"),
+            Arch::interval("interval-cache", "2s"),
         ];
         let uniform = vec![
             a("dynamic-hot-dst"),
-            Arch::interval("interval-hot-dst", "500ms"),
-            Arch::interval("interval-hot-dst", "4s"),
+            Arch::interval("interval-hot-dst", "250ms"),
+            Arch::interval("interval-hot-dst", "2s"),
             a("on-demand-cache"),
         ];
         Preset {
             name: "small".into(),
             params: Params { scale: 0.02, seed: 42, duration: Duration::from_secs(5) },
             mail_scale: 0.004,
-            warmup: Duration::from_secs(2),
+            // Longer than the longest interval, so that the interval
+            // policies have acted before the measured run too.
+            warmup: Duration::from_secs(3),
             ssd: "ssd-sata".into(),
             hdd: "hdd-7200".into(),
             cache: 2 << 20,

@@ -252,6 +252,14 @@ pub enum BenchCmd {
         /// Only these workloads of the preset.
         #[arg(long)]
         only: Vec<String>,
+        /// Only these architectures (labels as in the tables, e.g.
+        /// dynamic-cold-dst or interval-hot-dst-4s); the baselines always run.
+        #[arg(long)]
+        arch: Vec<String>,
+        /// SSD sizes in percent of the working set instead of the preset's
+        /// (e.g. --sizes 75 or --sizes 10,50).
+        #[arg(long, value_delimiter = ',')]
+        sizes: Vec<u32>,
     },
     /// Re-render a results folder (tables, charts, findings, README) from
     /// its rows.json, merging its notes.md.

@@ -30,12 +30,25 @@ fn commit() -> String {
     let dir = exe.as_ref().and_then(|e| e.ancestors().find(|d| d.join(".git").exists())).map(|d| d.to_path_buf());
     let out = std::process::Command::new("git")
         .args(["rev-parse", "--short", "HEAD"])
-        .current_dir(dir.unwrap_or_else(|| ".".into()))
+        .current_dir(dir.clone().unwrap_or_else(|| ".".into()))
         .output();
-    out.ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
+    let Some(head) =
+        out.ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    else {
+        return "unknown".into();
+    };
+    // Uncommitted changes to tracked files make the commit name a lie.
+    let dirty = std::process::Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=no"])
+        .current_dir(dir.unwrap_or_else(|| ".".into()))
+        .output()
+        .map(|o| !o.stdout.is_empty())
+        .unwrap_or(false);
+    if dirty {
+        format!("{head} with uncommitted changes")
+    } else {
+        head
+    }
 }
 
 fn bar(done: usize, total: usize, text: &str, started: Instant) {
@@ -81,7 +94,7 @@ fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta,
     let p = &meta.preset;
     let charts: String = report::tables(rows).iter().map(|t| format!("![{0}](chart-{0}.svg)\n", t.workload)).collect();
     let readme = format!(
-        "# tierfs sweep: preset {}\n\nProduced by `{}` in {:.1} minutes; tables re-rendered from `rows.json` by `tierfs bench report --dir <this folder>` (which merges `notes.md`).\n\n- machine: {}\n- tierfs commit: {}\n- devices: SSD `{}`, HDD `{}`, modelled RAM cache of {} per device\n- workloads at scale {} (mail {}), seed {}, {} s per time-bounded run after a {} s warm-up with the device models paused\n- SSD sizes: {:?} % of the working set measured by the HDD-only run\n\nFiles: `results.csv` (every run), `table.md` (normalised to HDD-only and SSD-only), `chart-*.svg`, `findings.md`, `rows.json`, `meta.json`, `notes.md`.\n\n## Expected findings\n\n{fm}\n## Charts\n\n{charts}\n## Tables\n\n{table}",
+        "# tierfs sweep: preset {}\n\nProduced by `{}` in {:.1} minutes; tables re-rendered from `rows.json` by `tierfs bench report <this folder>` (which merges `notes.md`).\n\n- machine: {}\n- tierfs commit: {}\n- devices: SSD `{}`, HDD `{}`, modelled RAM cache of {} per device\n- workloads at scale {} (mail {}), seed {}, {} s per time-bounded run after a {} s warm-up with the device models paused\n- SSD sizes: {:?} % of the working set measured by the HDD-only run\n\nFiles: `results.csv` (every run), `table.md` (normalised to HDD-only and SSD-only), `chart-*.svg`, `findings.md`, `rows.json`, `meta.json`, `notes.md`.\n\n## Expected findings\n\n{fm}\n## Charts\n\n{charts}\n## Tables\n\n{table}",
         p.name,
         meta.command,
         meta.minutes,
@@ -132,7 +145,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 );
             }
         }
-        BenchCmd::Sweep { preset, out, work, only } => {
+        BenchCmd::Sweep { preset, out, work, only, arch, sizes } => {
             let mut p =
                 Preset::named(preset).ok_or_else(|| anyhow::anyhow!("unknown preset {preset:?} (small or full)"))?;
             if !only.is_empty() {
@@ -140,6 +153,21 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 if p.plan.is_empty() {
                     bail!("--only names no workload of the preset");
                 }
+            }
+            if !arch.is_empty() {
+                for (_, archs) in &mut p.plan {
+                    archs.retain(|a| arch.contains(&a.label));
+                }
+                p.plan.retain(|(_, archs)| !archs.is_empty());
+                if p.plan.is_empty() {
+                    bail!("--arch names no architecture the preset runs on these workloads");
+                }
+            }
+            if !sizes.is_empty() {
+                if let Some(bad) = sizes.iter().find(|&&s| s == 0 || s > 100) {
+                    bail!("--sizes: {bad} is not a percentage between 1 and 100");
+                }
+                p.sizes = sizes.clone();
             }
             std::fs::create_dir_all(out)?;
             std::fs::create_dir_all(work)?;

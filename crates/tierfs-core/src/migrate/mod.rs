@@ -7,10 +7,13 @@
 //! 1. copy data, xattrs, mode, owner and times to a temporary file in the
 //!    target tier's `.tierfs/staging` ([`Step::Copied`]);
 //! 2. check the source did not change while copying, else retry up to
-//!    [`MAX_ATTEMPTS`] times ([`Step::Verified`]);
+//!    [`MAX_ATTEMPTS`] times; a source that only grew (appends: see
+//!    [`Volume::change_gen`]) is caught up by copying its new tail, at most
+//!    `CATCH_UPS` times ([`Step::Verified`]);
 //! 3. fsync the copy ([`Step::Synced`]);
 //! 4. switch-over, with I/O on the file and changes to its directories
-//!    blocked: check again, write a `Prepared` journal entry and flush the
+//!    blocked: check again (copying, fsynced, the tail a growing file
+//!    gained since the last catch-up), write a `Prepared` journal entry and flush the
 //!    state ([`Step::Journaled`]); link the copy under every name of the file
 //!    and remove the temporary name ([`Step::Linked`]); fsync the target
 //!    directories ([`Step::DirSynced`]); commit the new placement with the
@@ -38,6 +41,9 @@ use std::sync::Arc;
 
 /// How often a migration retries when the source keeps changing.
 pub const MAX_ATTEMPTS: u32 = 3;
+/// How often a migration copies the new tail of a file that keeps growing
+/// before it copies the last one in the switch-over.
+const CATCH_UPS: u32 = 8;
 const CHUNK: usize = 1 << 20;
 
 /// What to do with a file.
@@ -197,6 +203,38 @@ fn identity(st: &Stat) -> (u64, crate::store::TimeSpec, crate::store::TimeSpec) 
     (st.size, st.mtime, st.ctime)
 }
 
+/// Copies bytes `start..end` of `src` to the same offsets of `dst`
+/// (sparse-aware: holes stay holes) and sets `dst`'s length to `end`.
+fn copy_range<S: Store>(
+    (sf, src): (&S, &S::File),
+    (st, dst): (&S, &S::File),
+    start: u64,
+    end: u64,
+    ctl: &dyn Control,
+) -> Result<()> {
+    let mut buf = vec![0u8; CHUNK.min((end - start) as usize)];
+    let mut off = start;
+    while off < end {
+        // Skip holes where the store can tell.
+        match sf.seek(src, off as i64, libc::SEEK_DATA) {
+            Ok(d) if d as u64 >= end => break,
+            Ok(d) => off = d as u64,
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => break,
+            Err(_) => {}
+        }
+        let want = ((end - off) as usize).min(CHUNK);
+        ctl.pace(want as u64);
+        let n = read_full(sf, src, &mut buf[..want], off)?;
+        if n == 0 {
+            break;
+        }
+        write_full(st, dst, &buf[..n], off)?;
+        off += n as u64;
+    }
+    st.set_len(dst, end)?;
+    Ok(())
+}
+
 impl<S: Store> Volume<S> {
     /// Runs one migration (see the module documentation).
     pub fn migrate(&self, ino: Ino, mv: Move, ctl: &dyn Control) -> Result<Outcome> {
@@ -232,23 +270,32 @@ impl<S: Store> Volume<S> {
         if to == Tier::Ssd && !hooks.reserve_ssd(ino, size) {
             return Ok(Outcome::Skipped(Skip::NoSpace));
         }
-        let r = self.move_or_copy(ino, op, from, to, ctl);
+        // What is reserved on the SSD for the copy: its size, plus what a
+        // file that grows while it is copied adds.
+        let mut reserved = if to == Tier::Ssd { size } else { 0 };
+        let r = self.move_or_copy(ino, op, from, to, &mut reserved, ctl);
         match &r {
-            Ok(Outcome::Done(_)) => {
+            Ok(Outcome::Done(bytes)) => {
                 if from == Tier::Ssd {
-                    hooks.release_ssd(size);
+                    // Growth on the SSD while moving was reserved by the
+                    // writes; the whole file leaves.
+                    hooks.release_ssd(*bytes);
                 }
             }
-            _ => {
-                if to == Tier::Ssd {
-                    hooks.release_ssd(size);
-                }
-            }
+            _ => hooks.release_ssd(reserved),
         }
         r
     }
 
-    fn move_or_copy(&self, ino: Ino, op: JournalOp, from: Tier, to: Tier, ctl: &dyn Control) -> Result<Outcome> {
+    fn move_or_copy(
+        &self,
+        ino: Ino,
+        op: JournalOp,
+        from: Tier,
+        to: Tier,
+        reserved: &mut u64,
+        ctl: &dyn Control,
+    ) -> Result<Outcome> {
         let sf = self.tiers.store(from);
         let st = self.tiers.store(to);
         let staging = self.tiers.staging(to)?;
@@ -262,24 +309,35 @@ impl<S: Store> Volume<S> {
                 Err(e) if e.raw_os_error() == Some(libc::EPERM) => sf.open(&sd, &n, libc::O_RDONLY, 0)?,
                 r => r?,
             };
-            let st0 = sf.fstat(&src)?;
+            let mut cur = sf.fstat(&src)?;
             let dst = st.open(&staging, &tmp, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o600)?;
-            let copied = self.copy_contents((sf, &src, &sd, &n), (st, &dst, &staging, &tmp), &st0, ctl);
+            let copied = self.copy_contents((sf, &src, &sd, &n), (st, &dst, &staging, &tmp), &cur, ctl);
             if let Err(e) = copied {
                 let _ = st.unlink(&staging, &tmp);
                 return Err(e);
             }
             ctl.at(Step::Copied)?;
-            let unchanged = |now: &Stat| identity(now) == identity(&st0) && v0 == self.change_gen(ino);
-            if !unchanged(&sf.fstat(&src)?) {
+            // A file that is being appended to (a log) only grows: copy the
+            // new tail as long as it keeps growing, a bounded number of
+            // times; the switch-over copies the last one with writes held.
+            let mut changed = false;
+            for _ in 0..CATCH_UPS {
+                let before = identity(&cur);
+                changed = v0 != self.change_gen(ino)
+                    || !self.catch_up(ino, (sf, &src), (st, &dst), to, &mut cur, reserved, ctl)?;
+                if changed || identity(&cur) == before {
+                    break;
+                }
+            }
+            if changed {
                 let _ = st.unlink(&staging, &tmp);
                 continue;
             }
             ctl.at(Step::Verified)?;
             st.fsync(&dst, false)?;
-            drop(dst);
             ctl.at(Step::Synced)?;
-            match self.switch_over(ino, op, from, to, &staging, &tmp, &st0, v0, ctl)? {
+            let src = (sf, &src);
+            match self.switch_over(ino, op, from, to, &staging, &tmp, (src, &dst), &mut cur, v0, reserved, ctl)? {
                 Some(out) => return Ok(out),
                 None => {
                     let _ = st.unlink(&staging, &tmp);
@@ -299,26 +357,7 @@ impl<S: Store> Volume<S> {
         st0: &Stat,
         ctl: &dyn Control,
     ) -> Result<()> {
-        let mut buf = vec![0u8; CHUNK];
-        let mut off = 0u64;
-        while off < st0.size {
-            // Skip holes where the store can tell.
-            match sf.seek(src, off as i64, libc::SEEK_DATA) {
-                Ok(d) if d as u64 >= st0.size => break,
-                Ok(d) => off = d as u64,
-                Err(e) if e.raw_os_error() == Some(libc::ENXIO) => break,
-                Err(_) => {}
-            }
-            let want = ((st0.size - off) as usize).min(CHUNK);
-            ctl.pace(want as u64);
-            let n = read_full(sf, src, &mut buf[..want], off)?;
-            if n == 0 {
-                break;
-            }
-            write_full(st, dst, &buf[..n], off)?;
-            off += n as u64;
-        }
-        st.set_len(dst, st0.size)?;
+        copy_range((sf, src), (st, dst), 0, st0.size, ctl)?;
         if let Ok(list) = sf.listxattr(Target::Entry(sd, name)) {
             for raw in list.split(|b| *b == 0).filter(|x| !x.is_empty()) {
                 let key = OsStr::from_bytes(raw);
@@ -335,6 +374,41 @@ impl<S: Store> Volume<S> {
         Ok(())
     }
 
+    /// Brings the copy up to date with a source that only grew since `cur`
+    /// was taken (see [`Volume::change_gen`]): copies the new tail and the
+    /// times. Returns false if the source changed otherwise (copy again) or
+    /// the SSD has no room for the tail.
+    #[allow(clippy::too_many_arguments)]
+    fn catch_up(
+        &self,
+        ino: Ino,
+        (sf, src): (&S, &S::File),
+        (st, dst): (&S, &S::File),
+        to: Tier,
+        cur: &mut Stat,
+        reserved: &mut u64,
+        ctl: &dyn Control,
+    ) -> Result<bool> {
+        let now = sf.fstat(src)?;
+        if identity(&now) == identity(cur) {
+            return Ok(true);
+        }
+        if now.size < cur.size {
+            return Ok(false);
+        }
+        let tail = now.size - cur.size;
+        if to == Tier::Ssd && tail > 0 {
+            if !self.hooks().reserve_ssd(ino, tail) {
+                return Ok(false);
+            }
+            *reserved += tail;
+        }
+        copy_range((sf, src), (st, dst), cur.size, now.size, ctl)?;
+        st.file_utimens(dst, SetTime::At(now.atime), SetTime::At(now.mtime))?;
+        *cur = now;
+        Ok(true)
+    }
+
     /// The switch-over (step 4 and 5). `None`: the source changed, retry.
     #[allow(clippy::too_many_arguments)]
     fn switch_over(
@@ -345,8 +419,10 @@ impl<S: Store> Volume<S> {
         to: Tier,
         staging: &S::Dir,
         tmp: &OsStr,
-        st0: &Stat,
+        (src, dst): ((&S, &S::File), &S::File),
+        st0: &mut Stat,
         v0: u64,
+        reserved: &mut u64,
         ctl: &dyn Control,
     ) -> Result<Option<Outcome>> {
         let sf = self.tiers.store(from);
@@ -378,6 +454,15 @@ impl<S: Store> Volume<S> {
         }
         if v0 != self.change_gen(ino) {
             return Ok(None);
+        }
+        // Writes are held now: the last tail of a growing file is copied
+        // here, unpaced, and made durable with the rest.
+        let size = st0.size;
+        if !self.catch_up(ino, src, (st, dst), to, st0, reserved, &NoCrash)? {
+            return Ok(None);
+        }
+        if st0.size != size {
+            st.fsync(dst, false)?;
         }
         let (p0, n0) = &links[0];
         let now = self.stat_on(*p0, n0, from)?;

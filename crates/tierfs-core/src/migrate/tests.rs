@@ -283,3 +283,113 @@ fn the_ctime_does_not_move_with_the_file() {
     v.setattr(ino, None, &crate::vfs::SetAttr { mode: Some(0o600), ..Default::default() }).unwrap();
     assert!(v.getattr(ino).unwrap().ctime > before.ctime);
 }
+
+/// A control that appends `chunk` to the file at every paced copy step, up
+/// to `times` times: a log written to while it migrates.
+struct Appender<'a> {
+    v: &'a Volume<MemStore>,
+    ino: Ino,
+    chunk: Vec<u8>,
+    times: std::sync::atomic::AtomicUsize,
+    written: parking_lot::Mutex<Vec<u8>>,
+}
+
+impl Control for Appender<'_> {
+    fn pace(&self, _bytes: u64) {
+        let left = self.times.load(std::sync::atomic::Ordering::SeqCst);
+        if left == 0 {
+            return;
+        }
+        self.times.store(left - 1, std::sync::atomic::Ordering::SeqCst);
+        let o = self.v.open(self.ino, libc::O_WRONLY | libc::O_APPEND).unwrap();
+        self.v.write(o.fh, 0, &self.chunk).unwrap();
+        self.v.release(o.fh).unwrap();
+        self.written.lock().extend_from_slice(&self.chunk);
+    }
+}
+
+fn appender<'a>(v: &'a Volume<MemStore>, ino: Ino, times: usize) -> Appender<'a> {
+    Appender { v, ino, chunk: content(9, 4096), times: times.into(), written: Default::default() }
+}
+
+#[test]
+fn a_log_appended_to_while_it_moves_is_not_stuck_on_its_tier() {
+    // Before, every append made the copy start again, so a file written
+    // all the time could never move (a web server's log stayed on a full
+    // SSD). Now only the new tail is copied. 3 appends are caught up before
+    // the switch-over; 20 outlast the catch-ups, and the switch-over copies
+    // the rest with writes held.
+    for (path, mv, times) in [
+        ("d/one", Move::Promote, 3),
+        ("d/one", Move::Promote, 20),
+        ("on-ssd", Move::Demote, 20),
+        ("two", Move::Copy, 20),
+    ] {
+        let rig = Rig::new();
+        setup(&rig);
+        let v = rig.mount();
+        let ino = lookup(&v, path);
+        let before = read_all(&v, ino);
+        let a = appender(&v, ino, times);
+        let out = v.migrate(ino, mv, &a).unwrap();
+        let mut want = before;
+        want.extend_from_slice(&a.written.lock());
+        // With more appends than catch-ups, the migration ends while the
+        // writer could go on: the catch-up loop is bounded.
+        let left = a.times.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(left == 0, times <= CATCH_UPS as usize, "{path}: {left} appends left");
+        assert_eq!(out, Outcome::Done(want.len() as u64), "{path} {mv:?} with {times} appends");
+        assert_eq!(read_all(&v, ino), want, "{path}: no appended byte lost");
+        let (parent, name) = match path.rsplit_once('/') {
+            Some((d, n)) => (lookup(&v, d), n),
+            None => (ROOT_INO, path),
+        };
+        let on = |t| v.stat_on(parent, OsStr::new(name), t).map(|s| s.size);
+        match mv {
+            Move::Promote => assert_eq!((on(Tier::Ssd).ok(), on(Tier::Hdd).ok()), (Some(want.len() as u64), None)),
+            Move::Demote => assert_eq!((on(Tier::Hdd).ok(), on(Tier::Ssd).ok()), (Some(want.len() as u64), None)),
+            _ => {
+                assert_eq!(v.record(ino).unwrap().placement, Placement::Cached);
+                assert_eq!(on(Tier::Ssd).unwrap(), want.len() as u64, "the cached copy has the tail");
+            }
+        }
+        if mv == Move::Copy {
+            // The appends to the HDD copy were never fsynced.
+            continue;
+        }
+        // A moved file is durable where it now lives, tail included.
+        drop(v);
+        rig.crash();
+        let v = rig.mount();
+        assert_eq!(read_all(&v, ino).len(), want.len(), "{path}: the copied tail was synced");
+    }
+}
+
+#[test]
+fn a_write_before_the_end_during_a_catch_up_copies_again() {
+    // Appends, then an overwrite at offset 0 while the tail is copied: the
+    // catch-up must not take the file for one that only grew.
+    struct Both<'a>(Appender<'a>, std::sync::atomic::AtomicBool);
+    impl Control for Both<'_> {
+        fn pace(&self, b: u64) {
+            self.0.pace(b);
+            if self.0.times.load(std::sync::atomic::Ordering::SeqCst) == 0
+                && !self.1.swap(true, std::sync::atomic::Ordering::SeqCst)
+            {
+                let o = self.0.v.open(self.0.ino, libc::O_WRONLY).unwrap();
+                self.0.v.write(o.fh, 0, b"OVER").unwrap();
+                self.0.v.release(o.fh).unwrap();
+            }
+        }
+    }
+    let rig = Rig::new();
+    setup(&rig);
+    let v = rig.mount();
+    let ino = lookup(&v, "d/one");
+    let mut want = read_all(&v, ino);
+    let b = Both(appender(&v, ino, 2), false.into());
+    assert!(matches!(v.migrate(ino, Move::Promote, &b).unwrap(), Outcome::Done(_)));
+    want.extend_from_slice(&b.0.written.lock());
+    want[..4].copy_from_slice(b"OVER");
+    assert_eq!(read_all(&v, ino), want);
+}

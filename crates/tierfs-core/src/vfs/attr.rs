@@ -115,6 +115,9 @@ impl<S: Store> Volume<S> {
                     }
                 }
             }
+            // A migration copying the file must see this (the ctime alone
+            // is not checked when the file only grew).
+            self.note_change(ino);
         }
         self.getattr(ino)
     }

@@ -360,11 +360,16 @@ impl<S: Store> Volume<S> {
             if !io.writable() {
                 return err(libc::EBADF);
             }
-            let _append = h.append.then(|| h.oi.append.lock());
+            // Writes that may extend the file are serialised, so that each
+            // knows whether it only adds bytes past the end: a migration
+            // copying the file then copies just the new tail.
+            let may_extend = h.append || off >= h.oi.size.load(Ordering::Acquire);
+            let _append = may_extend.then(|| h.oi.append.lock());
             let t = io.placement.primary();
             let s = self.tiers.store(t);
             let cur = if h.append { s.fstat(&primary)?.size } else { h.oi.size.load(Ordering::Acquire) };
             let off = if h.append { cur } else { off };
+            let extends = may_extend && off >= cur;
             let end = off + len;
             let growth = end.saturating_sub(cur);
             let ssd = io.placement.uses_ssd();
@@ -400,7 +405,9 @@ impl<S: Store> Volume<S> {
                 // Another writer extended the file meanwhile.
                 hooks.release_ssd(growth - end.saturating_sub(old));
             }
-            self.note_change(h.ino);
+            if !extends {
+                self.note_change(h.ino);
+            }
             if h.sync {
                 s.fsync(&primary, true)?;
             }

@@ -334,11 +334,15 @@ impl<S: Store> Volume<S> {
         self.hooks.read().clone()
     }
 
-    /// A counter that moves whenever the data of `ino` changes through
-    /// tierfs (writes, truncates, fallocate), whether or not the file stays
-    /// open in between. Counters are shared by stripes of inodes, so a move
-    /// may also come from another file: a migration that sees it changed
-    /// only copies again.
+    /// A counter that moves whenever `ino` changes through tierfs other
+    /// than by appending: writes before the end, truncates, fallocate,
+    /// attribute and xattr changes, whether or not the file stays open in
+    /// between. A write at or past the end (serialised with the other
+    /// writes that may extend the file) leaves it alone, so a migration that
+    /// sees the file grew with the counter unmoved copies only the new tail.
+    /// Counters are shared by stripes of inodes, so a move may also come
+    /// from another file: a migration that sees it changed only copies
+    /// again.
     pub fn change_gen(&self, ino: Ino) -> u64 {
         self.changes[ino as usize % CHANGE_STRIPES].load(Ordering::Acquire)
     }

@@ -33,7 +33,10 @@ impl<S: Store> Volume<S> {
     fn on_all<T>(&self, ino: Ino, f: impl Fn(&S, Target<'_, S::Dir>) -> std::io::Result<T>) -> Result<()> {
         let rec = self.record(ino)?;
         if rec.kind != FileKind::Dir {
-            return self.on_primary(ino, f).map(drop);
+            self.on_primary(ino, f)?;
+            // A migration copying the file must see this.
+            self.note_change(ino);
+            return Ok(());
         }
         let meta = self.tiers.meta;
         for t in [meta, meta.other()] {
