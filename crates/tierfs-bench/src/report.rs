@@ -224,19 +224,28 @@ pub fn svg(t: &Table<'_>) -> String {
             top + plot_h + 20.0
         );
     }
-    for (v, label, color) in [(t.hdd, "HDD-only", "#d62728"), (t.ssd, "SSD-only", "#2ca02c")] {
+    // The baselines: dashed lines across the plot, named in the legend
+    // below the architectures (a label at the line would collide with it).
+    let below = top + 40.0 + 18.0 * t.archs.len() as f64 + 10.0;
+    for (i, (v, label, color)) in
+        [(t.hdd, "HDD-only", "#d62728"), (t.ssd, "SSD-only", "#2ca02c")].into_iter().enumerate()
+    {
         let yy = y(v);
+        let dash = r#"stroke-width="2" stroke-dasharray="6,4""#;
         let _ = writeln!(
             o,
-            r#"<line x1="{left}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="{color}" stroke-width="2" stroke-dasharray="6,4"/>"#,
+            r#"<line x1="{left}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="{color}" {dash}/>"#,
             left + plot_w
         );
+        let (lx, ly) = (left + plot_w + 10.0, below + 18.0 * i as f64);
         let _ = writeln!(
             o,
-            r#"<text x="{:.1}" y="{:.1}" fill="{color}">{label} {v:.0}</text>"#,
-            left + plot_w + 6.0,
-            yy + 4.0
+            r#"<line x1="{lx:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{color}" {dash}/>"#,
+            ly - 4.0,
+            lx + 12.0,
+            ly - 4.0
         );
+        let _ = writeln!(o, r#"<text x="{:.1}" y="{ly:.1}" fill="{color}">{label} {v:.0}</text>"#, lx + 18.0);
     }
     for (ai, a) in t.archs.iter().enumerate() {
         let ly = top + 40.0 + 18.0 * ai as f64;
