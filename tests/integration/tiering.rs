@@ -244,3 +244,19 @@ fn bad_policy_options_are_refused() {
         assert!(e.contains(needle), "{e}");
     }
 }
+
+#[test]
+fn the_demo_promotes_the_small_files_it_reads_and_unmounts() {
+    let area = crate::harness::Area::new();
+    let dir = area.path("demo");
+    let o = crate::harness::tierfs(&["demo", "--dir", dir.to_str().unwrap()]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    let line =
+        |name: &str| out.lines().find(|l| l.trim_start().starts_with(name) && !l.contains("bytes")).unwrap_or("");
+    assert!(line("docs/readme.txt").contains("SSD"), "{out}");
+    assert!(line("big.bin").contains("HDD"), "{out}");
+    assert!(dir.join("ssd/docs/readme.txt").exists() && dir.join("hdd/big.bin").exists());
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    assert!(!mounts.contains(dir.join("mnt").to_str().unwrap()), "the demo unmounts");
+}

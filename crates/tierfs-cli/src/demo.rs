@@ -4,6 +4,7 @@ use crate::args::DemoArgs;
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::process::{Command, ExitCode};
+use tierfs_core::report::{ask, Request, Response};
 
 fn tier_of(ssd: &Path, hdd: &Path, rel: &str) -> &'static str {
     match (ssd.join(rel).exists(), hdd.join(rel).exists()) {
@@ -55,9 +56,25 @@ pub fn run(a: &DemoArgs) -> Result<ExitCode> {
                 bail!("{name} read back different data");
             }
         }
-        println!("\nwhere the files are:");
-        for (name, _) in &files {
-            println!("  {name:<28} {}", tier_of(&ssd, &hdd, name));
+        // The reads were served by the HDD, where new files start; the
+        // default policy (dynamic hot-DST) moves the small ones to the SSD
+        // in the background. Wait for those moves.
+        let socket = tierfs_fuse::runtime::socket_path(&mnt);
+        let t = std::time::Instant::now();
+        let mut moved = 0;
+        while t.elapsed() < std::time::Duration::from_secs(10) {
+            if let Ok(Response::Status(s)) = ask(&socket, &Request::Status { top: 0 }) {
+                moved = s.migrations.promotions;
+                if s.migrations.queued == 0 && moved >= 2 {
+                    break;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        println!("\nwhere the files are (new files start on the HDD; {moved} promoted after being read):");
+        for (name, data) in &files {
+            let why = if data.len() > 1 << 20 { "  (larger than the 1 MiB sieve: never promoted)" } else { "" };
+            println!("  {name:<28} {}{why}", tier_of(&ssd, &hdd, name));
         }
         Ok(())
     })();
