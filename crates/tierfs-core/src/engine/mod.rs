@@ -997,6 +997,13 @@ impl<S: Store> Hooks for EngineHooks<S> {
         }
     }
 
+    fn try_reserve_ssd(&self, _ino: Ino, bytes: u64) -> bool {
+        match self.0.upgrade() {
+            Some(e) => e.try_add(bytes),
+            None => true,
+        }
+    }
+
     fn release_ssd(&self, bytes: u64) {
         if let Some(e) = self.0.upgrade() {
             e.release(bytes);

@@ -324,7 +324,7 @@ impl<S: Store> Volume<S> {
             for _ in 0..CATCH_UPS {
                 let before = identity(&cur);
                 changed = v0 != self.change_gen(ino)
-                    || !self.catch_up(ino, (sf, &src), (st, &dst), to, &mut cur, reserved, ctl)?;
+                    || !self.catch_up(ino, (sf, &src), (st, &dst), to, &mut cur, reserved, false, ctl)?;
                 if changed || identity(&cur) == before {
                     break;
                 }
@@ -387,6 +387,7 @@ impl<S: Store> Volume<S> {
         to: Tier,
         cur: &mut Stat,
         reserved: &mut u64,
+        locked: bool,
         ctl: &dyn Control,
     ) -> Result<bool> {
         let now = sf.fstat(src)?;
@@ -398,7 +399,11 @@ impl<S: Store> Volume<S> {
         }
         let tail = now.size - cur.size;
         if to == Tier::Ssd && tail > 0 {
-            if !self.hooks().reserve_ssd(ino, tail) {
+            // Under the switch-over's locks the cleaner must not run: it
+            // takes other files' locks.
+            let hooks = self.hooks();
+            let room = if locked { hooks.try_reserve_ssd(ino, tail) } else { hooks.reserve_ssd(ino, tail) };
+            if !room {
                 return Ok(false);
             }
             *reserved += tail;
@@ -458,7 +463,7 @@ impl<S: Store> Volume<S> {
         // Writes are held now: the last tail of a growing file is copied
         // here, unpaced, and made durable with the rest.
         let size = st0.size;
-        if !self.catch_up(ino, src, (st, dst), to, st0, reserved, &NoCrash)? {
+        if !self.catch_up(ino, src, (st, dst), to, st0, reserved, true, &NoCrash)? {
             return Ok(None);
         }
         if st0.size != size {

@@ -153,8 +153,18 @@ impl<S: Store> Volume<S> {
     /// The open state of `ino`, creating it (and one handle count) if needed.
     fn acquire(&self, ino: Ino, want_write: bool, created: Option<(Tier, S::File)>) -> Result<Arc<OpenInode<S>>> {
         let _pl = self.ilocks.get(ino).read();
-        if let Some(oi) = self.open.lock().get(&ino).cloned() {
+        // The open map's lock is never held while waiting for an inode's
+        // I/O lock: a writer holding that lock may need the map (the
+        // cleaner looks up the files it evicts).
+        loop {
+            let found = self.open.lock().get(&ino).cloned();
+            let Some(oi) = found else { break };
             let mut io = oi.io.write();
+            if io.retired {
+                drop(io);
+                self.forget_open(ino, &oi);
+                continue;
+            }
             if want_write {
                 self.primary_of(ino, &io)?;
                 if !io.writable() {
@@ -197,14 +207,22 @@ impl<S: Store> Volume<S> {
         }
         let oi = Arc::new(OpenInode {
             ino,
-            io: RwLock::new(IoState { placement, primary: cell, copy, handles: 0, passthrough: 0 }),
+            io: RwLock::new(IoState { placement, primary: cell, copy, handles: 0, passthrough: 0, retired: false }),
             append: Mutex::new(()),
             size: AtomicU64::new(size),
         });
-        let mut map = self.open.lock();
-        let oi = map.entry(ino).or_insert(oi).clone();
-        oi.io.write().handles += 1;
-        Ok(oi)
+        loop {
+            let here = self.open.lock().entry(ino).or_insert_with(|| oi.clone()).clone();
+            let mut io = here.io.write();
+            if io.retired {
+                drop(io);
+                self.forget_open(ino, &here);
+                continue;
+            }
+            io.handles += 1;
+            drop(io);
+            return Ok(here);
+        }
     }
 
     /// Registers a handle on an acquired inode and decides passthrough.
@@ -462,18 +480,17 @@ impl<S: Store> Volume<S> {
     pub fn release(&self, fh: u64) -> Result<()> {
         let h = self.handles.write().remove(&fh).ok_or_else(|| Error::errno(libc::EBADF))?;
         let last = {
-            let mut map = self.open.lock();
             let mut io = h.oi.io.write();
             io.handles = io.handles.saturating_sub(1);
             if h.passthrough {
                 io.passthrough = io.passthrough.saturating_sub(1);
             }
-            let last = io.handles == 0;
-            if last {
-                map.remove(&h.ino);
-            }
-            last
+            io.retired = io.handles == 0;
+            io.retired
         };
+        if last {
+            self.forget_open(h.ino, &h.oi);
+        }
         if last || h.passthrough {
             let size = {
                 let io = h.oi.io.read();

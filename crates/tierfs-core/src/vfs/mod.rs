@@ -128,6 +128,11 @@ pub trait Hooks: Send + Sync {
     fn reserve_ssd(&self, _ino: Ino, _bytes: u64) -> bool {
         true
     }
+    /// Like [`Hooks::reserve_ssd`] but never cleans: for callers that hold
+    /// locks the cleaner may need (the migration switch-over).
+    fn try_reserve_ssd(&self, _ino: Ino, _bytes: u64) -> bool {
+        true
+    }
     /// Returns SSD space.
     fn release_ssd(&self, _bytes: u64) {}
     /// The SSD is really full: free space if possible (the cleaner).
@@ -193,6 +198,9 @@ pub(crate) struct IoState<S: Store> {
     pub copy: Option<Arc<S::File>>,
     pub handles: u32,
     pub passthrough: u32,
+    /// The last handle closed: this state is leaving the open map, and an
+    /// open that finds it there must make a new one.
+    pub retired: bool,
 }
 
 impl<S: Store> IoState<S> {
@@ -378,6 +386,15 @@ impl<S: Store> Volume<S> {
     /// The open state of an inode, if it has open handles.
     pub fn open_inode(&self, ino: Ino) -> Option<Arc<OpenInode<S>>> {
         self.open.lock().get(&ino).cloned()
+    }
+
+    /// Takes a retired open state out of the open map (if it is still the
+    /// one there).
+    pub(crate) fn forget_open(&self, ino: Ino, oi: &Arc<OpenInode<S>>) {
+        let mut m = self.open.lock();
+        if m.get(&ino).is_some_and(|x| Arc::ptr_eq(x, oi)) {
+            m.remove(&ino);
+        }
     }
 
     /// Every inode with open handles.

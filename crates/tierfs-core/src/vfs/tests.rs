@@ -127,3 +127,63 @@ fn reading_a_cached_file_never_touches_the_hdd() {
     assert!(hdd_model.usage().2 > before);
     assert_eq!(read(&v, ino), b"CACHED content");
 }
+
+#[test]
+fn closing_one_handle_while_another_writes_and_the_cleaner_runs_does_not_deadlock() {
+    // A write to an SSD file asks for room while it holds the file's I/O
+    // lock, and the cleaner then looks up the files it evicts in the open
+    // map. Closing another handle of the same file used to hold that map
+    // while it waited for the I/O lock: the two threads waited for each
+    // other for ever (seen under the kill -9 crash test).
+    struct Cleaner {
+        v: std::sync::OnceLock<std::sync::Weak<Volume<MemStore>>>,
+        other: AtomicU64,
+        entered: std::sync::mpsc::SyncSender<()>,
+        once: std::sync::atomic::AtomicBool,
+    }
+    impl Hooks for Cleaner {
+        fn reserve_ssd(&self, _ino: Ino, _bytes: u64) -> bool {
+            if !self.once.swap(true, Ordering::SeqCst) {
+                let _ = self.entered.send(());
+                // Give the closing thread time to reach its locks.
+                std::thread::sleep(Duration::from_millis(200));
+                if let Some(v) = self.v.get().and_then(|w| w.upgrade()) {
+                    let _ = v.open_inode(self.other.load(Ordering::SeqCst));
+                }
+            }
+            true
+        }
+    }
+    let v = Arc::new(volume());
+    let x = file(&v, ROOT_INO, "x", b"data");
+    let y = file(&v, ROOT_INO, "y", b"other");
+    assert!(matches!(v.migrate(x, Move::Promote, &NoCrash).unwrap(), crate::migrate::Outcome::Done(_)));
+    let (entered_tx, entered) = std::sync::mpsc::sync_channel(1);
+    let hooks = Arc::new(Cleaner {
+        v: std::sync::OnceLock::new(),
+        other: AtomicU64::new(y),
+        entered: entered_tx,
+        once: false.into(),
+    });
+    let _ = hooks.v.set(Arc::downgrade(&v));
+    v.set_hooks(hooks);
+    let h1 = v.open(x, libc::O_RDWR).unwrap().fh;
+    let h2 = v.open(x, libc::O_RDONLY).unwrap().fh;
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let (vw, vc) = (v.clone(), v.clone());
+    let d1 = done_tx.clone();
+    std::thread::spawn(move || {
+        vw.write(h1, 4, b" grows").unwrap();
+        d1.send("write").unwrap();
+    });
+    entered.recv_timeout(Duration::from_secs(5)).expect("the write asks for room");
+    std::thread::spawn(move || {
+        vc.release(h2).unwrap();
+        done_tx.send("release").unwrap();
+    });
+    for _ in 0..2 {
+        done.recv_timeout(Duration::from_secs(5)).expect("write and release both finish");
+    }
+    v.release(h1).unwrap();
+    assert_eq!(read(&v, x), b"data grows");
+}
