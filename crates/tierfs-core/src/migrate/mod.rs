@@ -167,7 +167,8 @@ pub enum Skip {
     NotRegular,
     /// It is already where it should go.
     AlreadyThere,
-    /// It kept changing while being copied.
+    /// It kept changing while being copied, or its locks stayed taken
+    /// longer than the caller may wait (the foreground cleaner).
     Busy,
     /// It has passthrough handles open; it moves after the last close.
     Deferred,
@@ -437,7 +438,16 @@ impl<S: Store> Volume<S> {
             return Ok(Some(Outcome::Skipped(Skip::Gone)));
         }
         let parents: Vec<Ino> = links.iter().map(|l| l.0).collect();
-        let _dirs = self.locks.lock(&parents);
+        // The foreground cleaner must not wait for a directory another
+        // request holds: that request may be waiting for the very file
+        // whose write is cleaning.
+        let _dirs = match ctl.io_wait() {
+            None => self.locks.lock(&parents),
+            Some(d) => match self.locks.try_lock_for(&parents, d) {
+                Some(g) => g,
+                None => return Ok(Some(Outcome::Skipped(Skip::Busy))),
+            },
+        };
         let Some(_ilock) = lock_within!(ctl, self.ilocks.get(ino), write, try_write_for) else {
             return Ok(Some(Outcome::Skipped(Skip::Busy)));
         };

@@ -34,6 +34,20 @@ impl DirLocks {
         idx.dedup();
         DirGuard { _g: idx.into_iter().map(|i| self.stripes[i].lock()).collect() }
     }
+
+    /// Like [`DirLocks::lock`], giving up (and releasing what it took) if
+    /// the locks are not all free within `wait`.
+    pub(crate) fn try_lock_for(&self, dirs: &[Ino], wait: std::time::Duration) -> Option<DirGuard<'_>> {
+        let deadline = std::time::Instant::now() + wait;
+        let mut idx: Vec<usize> = dirs.iter().map(|d| Self::stripe(*d)).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        let mut g = Vec::with_capacity(idx.len());
+        for i in idx {
+            g.push(self.stripes[i].try_lock_until(deadline)?);
+        }
+        Some(DirGuard { _g: g })
+    }
 }
 
 /// Striped reader-writer locks on inodes: opening a file (which reads its
@@ -61,5 +75,16 @@ mod tests {
     fn same_stripe_twice_does_not_deadlock() {
         let l = DirLocks::new();
         let _g = l.lock(&[5, 5, 5 + STRIPES as u64 * 7, 9]);
+    }
+
+    #[test]
+    fn a_timed_lock_gives_up_and_takes_nothing() {
+        let l = DirLocks::new();
+        let held = l.lock(&[9]);
+        let d = std::time::Duration::from_millis(20);
+        assert!(l.try_lock_for(&[5, 9], d).is_none(), "9 is held");
+        assert!(l.try_lock_for(&[5], d).is_some(), "5 was released when it gave up");
+        drop(held);
+        assert!(l.try_lock_for(&[5, 9], d).is_some());
     }
 }

@@ -187,3 +187,27 @@ fn closing_one_handle_while_another_writes_and_the_cleaner_runs_does_not_deadloc
     v.release(h1).unwrap();
     assert_eq!(read(&v, x), b"data grows");
 }
+
+#[test]
+fn the_cleaner_does_not_wait_for_a_directory_another_request_holds() {
+    // A migration's switch-over holds a directory's lock while it waits for
+    // a file's I/O lock; the write holding that I/O lock may run the
+    // cleaner, which must not then wait for the same directory for ever.
+    struct Foreground;
+    impl crate::migrate::Control for Foreground {
+        fn io_wait(&self) -> Option<Duration> {
+            Some(Duration::from_millis(50))
+        }
+    }
+    let v = volume();
+    let b = file(&v, ROOT_INO, "b", b"evict me");
+    assert!(matches!(v.migrate(b, Move::Promote, &NoCrash).unwrap(), crate::migrate::Outcome::Done(_)));
+    let held = v.locks.lock(&[ROOT_INO]);
+    let t = std::time::Instant::now();
+    let out = v.migrate(b, Move::Demote, &Foreground).unwrap();
+    assert_eq!(out, crate::migrate::Outcome::Skipped(crate::migrate::Skip::Busy));
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    drop(held);
+    assert!(matches!(v.migrate(b, Move::Demote, &Foreground).unwrap(), crate::migrate::Outcome::Done(_)));
+    assert_eq!(read(&v, b), b"evict me");
+}
