@@ -28,22 +28,17 @@ fn machine() -> String {
 fn commit() -> String {
     let exe = std::env::current_exe().ok();
     let dir = exe.as_ref().and_then(|e| e.ancestors().find(|d| d.join(".git").exists())).map(|d| d.to_path_buf());
-    let out = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .current_dir(dir.clone().unwrap_or_else(|| ".".into()))
-        .output();
+    let dir = dir.unwrap_or_else(|| ".".into());
+    let git = |args: &[&str]| {
+        std::process::Command::new("git").args(args).current_dir(&dir).output().ok().filter(|o| o.status.success())
+    };
     let Some(head) =
-        out.ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        git(&["rev-parse", "--short", "HEAD"]).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     else {
         return "unknown".into();
     };
     // Uncommitted changes to tracked files make the commit name a lie.
-    let dirty = std::process::Command::new("git")
-        .args(["status", "--porcelain", "--untracked-files=no"])
-        .current_dir(dir.unwrap_or_else(|| ".".into()))
-        .output()
-        .map(|o| !o.stdout.is_empty())
-        .unwrap_or(false);
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|o| !o.stdout.is_empty());
     if dirty {
         format!("{head} with uncommitted changes")
     } else {

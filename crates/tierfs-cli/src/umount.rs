@@ -7,9 +7,17 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tierfs_fuse::runtime;
 
+/// True while the daemon runs. A daemon that exited but was not reaped yet
+/// by its parent (a zombie) has finished: it holds nothing any more.
 fn alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
-    pid > 0 && unsafe { libc::kill(pid, 0) } == 0
+    if pid <= 0 || unsafe { libc::kill(pid, 0) } != 0 {
+        return false;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state follows the command name, which is in parentheses.
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+    !matches!(state, Some("Z") | Some("X"))
 }
 
 /// Unmounts `mountpoint`; returns the daemon's pid if one was found.

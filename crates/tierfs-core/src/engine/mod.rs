@@ -319,9 +319,9 @@ impl<S: Store> Engine<S> {
     /// cleaner, which needs space now, skips them; a policy plans them
     /// anyway and the move waits for the last close).
     fn is_busy(&self, ino: Ino, open: bool) -> bool {
-        self.moves.lock().busy.contains(&ino)
-            || self.deferred.lock().contains_key(&ino)
-            || (open && self.vol.open_inode(ino).is_some_and(|o| o.handle_counts().1 > 0))
+        let queued = self.moves.lock().busy.contains(&ino);
+        let deferred = queued || self.deferred.lock().contains_key(&ino);
+        deferred || (open && self.vol.open_inode(ino).is_some_and(|o| o.handle_counts().1 > 0))
     }
 
     /// A file's pin: its own, else its group's.
@@ -406,7 +406,8 @@ impl<S: Store> Engine<S> {
             }
             st.apply(ev, &mut |d| self.group_of(d));
             if let EventKind::Close { .. } = ev.kind {
-                if let Some(step) = self.deferred.lock().remove(&ev.ino) {
+                let step = self.deferred.lock().remove(&ev.ino);
+                if let Some(step) = step {
                     self.enqueue(Plan { steps: vec![step], skipped: vec![] });
                 }
             }
@@ -464,7 +465,10 @@ impl<S: Store> Engine<S> {
     /// Puts every file below `dir` in its (new) group and collects the
     /// groups whose files or settings may have changed.
     fn regroup_subtree(&self, st: &mut Stats, dir: Ino, touched: &mut HashSet<Group>) {
-        let top = self.groups.lock().group_of_dir_head(dir).unwrap_or_else(|| self.group_of(dir));
+        // The head lookup's guard must be gone before `group_of` locks the
+        // groups again (a temporary in one expression would deadlock).
+        let head = self.groups.lock().group_of_dir_head(dir);
+        let top = head.unwrap_or_else(|| self.group_of(dir));
         touched.insert(top);
         let mut stack = vec![dir];
         while let Some(d) = stack.pop() {
@@ -1038,3 +1042,6 @@ impl<S: Store> Hooks for EngineHooks<S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -204,6 +204,18 @@ fn identity(st: &Stat) -> (u64, crate::store::TimeSpec, crate::store::TimeSpec) 
     (st.size, st.mtime, st.ctime)
 }
 
+/// Where a copy stands against its source (see `Volume::catch_up`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CatchUp {
+    /// The copy matches the source.
+    Current,
+    /// The source grew and the copy took its new tail; it may grow again.
+    Grew,
+    /// The source changed otherwise (or the SSD has no room for the
+    /// tail): copy again.
+    Changed,
+}
+
 /// Copies bytes `start..end` of `src` to the same offsets of `dst`
 /// (sparse-aware: holes stay holes) and sets `dst`'s length to `end`.
 fn copy_range<S: Store>(
@@ -321,16 +333,14 @@ impl<S: Store> Volume<S> {
             // A file that is being appended to (a log) only grows: copy the
             // new tail as long as it keeps growing, a bounded number of
             // times; the switch-over copies the last one with writes held.
-            let mut changed = false;
+            let mut state = CatchUp::Grew;
             for _ in 0..CATCH_UPS {
-                let before = identity(&cur);
-                changed = v0 != self.change_gen(ino)
-                    || !self.catch_up(ino, (sf, &src), (st, &dst), to, &mut cur, reserved, false, ctl)?;
-                if changed || identity(&cur) == before {
+                state = self.catch_up(ino, v0, (sf, &src), (st, &dst), to, &mut cur, reserved, false, ctl)?;
+                if state != CatchUp::Grew {
                     break;
                 }
             }
-            if changed {
+            if state == CatchUp::Changed {
                 let _ = st.unlink(&staging, &tmp);
                 continue;
             }
@@ -377,12 +387,12 @@ impl<S: Store> Volume<S> {
 
     /// Brings the copy up to date with a source that only grew since `cur`
     /// was taken (see [`Volume::change_gen`]): copies the new tail and the
-    /// times. Returns false if the source changed otherwise (copy again) or
-    /// the SSD has no room for the tail.
+    /// times.
     #[allow(clippy::too_many_arguments)]
     fn catch_up(
         &self,
         ino: Ino,
+        v0: u64,
         (sf, src): (&S, &S::File),
         (st, dst): (&S, &S::File),
         to: Tier,
@@ -390,13 +400,16 @@ impl<S: Store> Volume<S> {
         reserved: &mut u64,
         locked: bool,
         ctl: &dyn Control,
-    ) -> Result<bool> {
+    ) -> Result<CatchUp> {
+        if v0 != self.change_gen(ino) {
+            return Ok(CatchUp::Changed);
+        }
         let now = sf.fstat(src)?;
         if identity(&now) == identity(cur) {
-            return Ok(true);
+            return Ok(CatchUp::Current);
         }
         if now.size < cur.size {
-            return Ok(false);
+            return Ok(CatchUp::Changed);
         }
         let tail = now.size - cur.size;
         if to == Tier::Ssd && tail > 0 {
@@ -405,14 +418,14 @@ impl<S: Store> Volume<S> {
             let hooks = self.hooks();
             let room = if locked { hooks.try_reserve_ssd(ino, tail) } else { hooks.reserve_ssd(ino, tail) };
             if !room {
-                return Ok(false);
+                return Ok(CatchUp::Changed);
             }
             *reserved += tail;
         }
         copy_range((sf, src), (st, dst), cur.size, now.size, ctl)?;
         st.file_utimens(dst, SetTime::At(now.atime), SetTime::At(now.mtime))?;
         *cur = now;
-        Ok(true)
+        Ok(CatchUp::Grew)
     }
 
     /// The switch-over (step 4 and 5). `None`: the source changed, retry.
@@ -467,17 +480,12 @@ impl<S: Store> Volume<S> {
                 return Ok(Some(Outcome::Skipped(Skip::Deferred)));
             }
         }
-        if v0 != self.change_gen(ino) {
-            return Ok(None);
-        }
         // Writes are held now: the last tail of a growing file is copied
         // here, unpaced, and made durable with the rest.
-        let size = st0.size;
-        if !self.catch_up(ino, src, (st, dst), to, st0, reserved, true, &NoCrash)? {
-            return Ok(None);
-        }
-        if st0.size != size {
-            st.fsync(dst, false)?;
+        match self.catch_up(ino, v0, src, (st, dst), to, st0, reserved, true, &NoCrash)? {
+            CatchUp::Changed => return Ok(None),
+            CatchUp::Grew => st.fsync(dst, false)?,
+            CatchUp::Current => {}
         }
         let (p0, n0) = &links[0];
         let now = self.stat_on(*p0, n0, from)?;

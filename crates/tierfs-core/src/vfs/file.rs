@@ -159,12 +159,7 @@ impl<S: Store> Volume<S> {
         loop {
             let found = self.open.lock().get(&ino).cloned();
             let Some(oi) = found else { break };
-            let mut io = oi.io.write();
-            if io.retired {
-                drop(io);
-                self.forget_open(ino, &oi);
-                continue;
-            }
+            let Some(mut io) = self.live_io(ino, &oi) else { continue };
             if want_write {
                 self.primary_of(ino, &io)?;
                 if !io.writable() {
@@ -213,16 +208,28 @@ impl<S: Store> Volume<S> {
         });
         loop {
             let here = self.open.lock().entry(ino).or_insert_with(|| oi.clone()).clone();
-            let mut io = here.io.write();
-            if io.retired {
-                drop(io);
-                self.forget_open(ino, &here);
-                continue;
+            let joined = self.live_io(ino, &here).map(|mut io| io.handles += 1).is_some();
+            if joined {
+                return Ok(here);
             }
-            io.handles += 1;
-            drop(io);
-            return Ok(here);
         }
+    }
+
+    /// The I/O state of an open inode found in the open map, locked for
+    /// writing; `None` (and the state taken out of the map) if its last
+    /// handle closed meanwhile, so the caller looks again.
+    fn live_io<'a>(
+        &self,
+        ino: Ino,
+        oi: &'a Arc<OpenInode<S>>,
+    ) -> Option<parking_lot::RwLockWriteGuard<'a, super::IoState<S>>> {
+        let io = oi.io.write();
+        if io.retired {
+            drop(io);
+            self.forget_open(ino, oi);
+            return None;
+        }
+        Some(io)
     }
 
     /// Registers a handle on an acquired inode and decides passthrough.

@@ -26,27 +26,27 @@ impl DirLocks {
         (ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % STRIPES
     }
 
-    /// Locks the directories, in a fixed order so that two callers never
-    /// deadlock.
-    pub(crate) fn lock(&self, dirs: &[Ino]) -> DirGuard<'_> {
+    /// The stripes of `dirs`, each once, in the one order every caller
+    /// takes them in, so that two callers never deadlock.
+    fn ordered(dirs: &[Ino]) -> Vec<usize> {
         let mut idx: Vec<usize> = dirs.iter().map(|d| Self::stripe(*d)).collect();
         idx.sort_unstable();
         idx.dedup();
-        DirGuard { _g: idx.into_iter().map(|i| self.stripes[i].lock()).collect() }
+        idx
+    }
+
+    /// Locks the directories.
+    pub(crate) fn lock(&self, dirs: &[Ino]) -> DirGuard<'_> {
+        DirGuard { _g: Self::ordered(dirs).into_iter().map(|i| self.stripes[i].lock()).collect() }
     }
 
     /// Like [`DirLocks::lock`], giving up (and releasing what it took) if
     /// the locks are not all free within `wait`.
     pub(crate) fn try_lock_for(&self, dirs: &[Ino], wait: std::time::Duration) -> Option<DirGuard<'_>> {
         let deadline = std::time::Instant::now() + wait;
-        let mut idx: Vec<usize> = dirs.iter().map(|d| Self::stripe(*d)).collect();
-        idx.sort_unstable();
-        idx.dedup();
-        let mut g = Vec::with_capacity(idx.len());
-        for i in idx {
-            g.push(self.stripes[i].try_lock_until(deadline)?);
-        }
-        Some(DirGuard { _g: g })
+        let g: Option<Vec<_>> =
+            Self::ordered(dirs).into_iter().map(|i| self.stripes[i].try_lock_until(deadline)).collect();
+        Some(DirGuard { _g: g? })
     }
 }
 
