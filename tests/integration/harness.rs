@@ -199,3 +199,44 @@ pub fn wait_for(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     }
     cond()
 }
+
+/// An extended attribute of `p` as text, if it has one.
+pub fn xattr(p: &Path, name: &str) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let cp = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
+    let cn = std::ffi::CString::new(name).ok()?;
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: valid NUL-terminated strings and a buffer of the given length.
+    let n = unsafe { libc::lgetxattr(cp.as_ptr(), cn.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        return None;
+    }
+    buf.truncate(n as usize);
+    String::from_utf8(buf).ok()
+}
+
+/// Waits (up to three seconds: a migration in flight has a file on both
+/// tiers for a moment) until the file at `rel` is on the tiers its
+/// placement names, as `user.tierfs.placement` tells, and returns that
+/// placement; `Err` with what was seen if it never is.
+pub fn settled_placement(area: &Area, mnt: &Path, rel: &str) -> Result<String, String> {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let on_ssd = area.ssd().join(rel).exists();
+        let on_hdd = area.hdd().join(rel).exists();
+        let placement = xattr(&mnt.join(rel), "user.tierfs.placement").unwrap_or_default();
+        let fits = match placement.as_str() {
+            "ssd" => on_ssd && !on_hdd,
+            "hdd" => on_hdd && !on_ssd,
+            "hdd+ssd-copy" => on_ssd && on_hdd,
+            _ => false,
+        };
+        if fits {
+            return Ok(placement);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{rel}: placement {placement:?}, on ssd={on_ssd} hdd={on_hdd}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -7,6 +7,7 @@ mod bench;
 mod crash;
 mod hardening;
 mod harness;
+mod killloop;
 mod multiuser;
 mod ops;
 mod persist;

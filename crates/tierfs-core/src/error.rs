@@ -21,6 +21,9 @@ pub enum Error {
     /// A value given by a user (xattr, option) was rejected.
     #[error("invalid value: {0}")]
     Invalid(String),
+    /// Background work stopped because the mount is shutting down.
+    #[error("cancelled: the mount is shutting down")]
+    Cancelled,
 }
 
 /// Result with the core error.

@@ -29,11 +29,14 @@ pub enum Key {
     Interval,
     /// `user.tierfs.pin` (files and directories).
     Pin,
+    /// `user.tierfs.placement` (read-only: where a file's data is now,
+    /// `ssd`, `hdd` or `hdd+ssd-copy`).
+    Placement,
 }
 
 impl Key {
     /// Every key, for listing.
-    pub const ALL: [Key; 5] = [Key::Policy, Key::PolicySource, Key::Sieve, Key::Interval, Key::Pin];
+    pub const ALL: [Key; 6] = [Key::Policy, Key::PolicySource, Key::Sieve, Key::Interval, Key::Pin, Key::Placement];
 
     /// The full xattr name.
     pub fn name(self) -> &'static str {
@@ -43,6 +46,7 @@ impl Key {
             Key::Sieve => "user.tierfs.sieve",
             Key::Interval => "user.tierfs.interval",
             Key::Pin => "user.tierfs.pin",
+            Key::Placement => "user.tierfs.placement",
         }
     }
 
@@ -56,7 +60,7 @@ impl Key {
         match Key::ALL.into_iter().find(|k| k.name().as_bytes() == name) {
             Some(k) => Ok(Some(k)),
             None => Err(Error::Invalid(format!(
-                "unknown tierfs attribute {:?} (known: user.tierfs.policy, .sieve, .interval, .pin)",
+                "unknown tierfs attribute {:?} (known: user.tierfs.policy, .sieve, .interval, .pin, .placement)",
                 String::from_utf8_lossy(name)
             ))),
         }
@@ -65,6 +69,11 @@ impl Key {
     /// True for keys that only directories take.
     pub fn dirs_only(self) -> bool {
         matches!(self, Key::Policy | Key::Sieve | Key::Interval)
+    }
+
+    /// True for keys that only show what is (they cannot be set).
+    pub fn read_only(self) -> bool {
+        matches!(self, Key::PolicySource | Key::Placement)
     }
 }
 
@@ -129,7 +138,7 @@ impl Settings {
             Key::Sieve => self.sieve.map(format_size),
             Key::Interval => self.interval.map(format_duration),
             Key::Pin => self.pin.map(|t| t.name().to_string()),
-            Key::PolicySource => None,
+            Key::PolicySource | Key::Placement => None,
         }
     }
 
@@ -159,7 +168,7 @@ impl Settings {
                 self.interval = Some(d);
             }
             Key::Pin => self.pin = Some(Tier::parse(v).ok_or_else(|| bad(format!("unknown tier {v:?} (ssd or hdd)")))?),
-            Key::PolicySource => return Err(bad("is read-only".into())),
+            Key::PolicySource | Key::Placement => return Err(bad("is read-only".into())),
         }
         Ok(())
     }
@@ -171,7 +180,7 @@ impl Settings {
             Key::Sieve => self.sieve.take().is_some(),
             Key::Interval => self.interval.take().is_some(),
             Key::Pin => self.pin.take().is_some(),
-            Key::PolicySource => false,
+            Key::PolicySource | Key::Placement => false,
         }
     }
 
@@ -206,6 +215,7 @@ mod tests {
             (Key::Pin, b"tape"),
             (Key::Policy, b"\xff"),
             (Key::PolicySource, b"/x"),
+            (Key::Placement, b"ssd"),
         ] {
             let e = s.set(k, v).unwrap_err();
             assert!(matches!(e, Error::Invalid(_)), "{k:?} {v:?}");

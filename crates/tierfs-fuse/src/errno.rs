@@ -18,7 +18,7 @@ pub fn errno(e: &Error) -> Errno {
             tracing::warn!("rejected: {msg}");
             Errno::EINVAL
         }
-        Error::State(_) | Error::Corrupt(_) | Error::SimulatedCrash(_) => {
+        Error::State(_) | Error::Corrupt(_) | Error::SimulatedCrash(_) | Error::Cancelled => {
             tracing::error!(error = %e, "state database error");
             Errno::EIO
         }

@@ -867,6 +867,14 @@ impl<S: Store> Engine<S> {
                 },
                 Key::Sieve => crate::config::format_size(e.params.sieve),
                 Key::Interval => crate::config::format_duration(e.params.interval),
+                Key::Placement => {
+                    let rec = self.vol.record(ino)?;
+                    if is_dir {
+                        self.vol.tiers.meta.name().to_string()
+                    } else {
+                        rec.placement.label().to_string()
+                    }
+                }
                 Key::Pin => {
                     let own = if is_dir { None } else { self.groups.lock().file_pin(ino) };
                     match own.or(e.pin) {
@@ -915,7 +923,7 @@ impl<S: Store> Engine<S> {
         let attr = self.vol.getattr(ino)?;
         let is_dir = attr.kind == crate::store::FileKind::Dir;
         let path = self.vol.path_of(ino).unwrap_or_default();
-        if key == Key::PolicySource {
+        if key.read_only() {
             return Err(Error::Invalid(format!("{} is read-only", key.name())));
         }
         if key.dirs_only() && !is_dir {

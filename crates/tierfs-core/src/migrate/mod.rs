@@ -13,24 +13,32 @@
 //! 3. fsync the copy ([`Step::Synced`]);
 //! 4. switch-over, with I/O on the file and changes to its directories
 //!    blocked: check again (copying, fsynced, the tail a growing file
-//!    gained since the last catch-up), write a `Prepared` journal entry and flush the
-//!    state ([`Step::Journaled`]); link the copy under every name of the file
-//!    and remove the temporary name ([`Step::Linked`]); fsync the target
-//!    directories ([`Step::DirSynced`]); commit the new placement with the
-//!    journal entry turned `Committed`, and flush ([`Step::Committed`]); point
-//!    open handles at the new copy;
-//! 5. remove the source names and fsync their directories
-//!    ([`Step::SourceRemoved`]); drop the journal entry ([`Step::Done`]).
+//!    gained since the last catch-up); check that nothing else has the
+//!    file's names on the target tier; write a `Prepared` journal entry,
+//!    with the backing identities of the source and of the staged copy, and
+//!    flush the state ([`Step::Journaled`]); link the copy under every name
+//!    of the file and remove the staging name ([`Step::Linked`]); fsync the
+//!    target directories ([`Step::DirSynced`]); commit the new placement
+//!    with the journal entry turned `Committed`, and flush
+//!    ([`Step::Committed`]); point open handles at the new copy; unlink the
+//!    source names (still under the locks, so that no rename can put
+//!    another file under one of them first);
+//! 5. fsync the source directories ([`Step::SourceRemoved`]); drop the
+//!    journal entry ([`Step::Done`]).
+//!
+//! At most one migration of a file runs at a time, and each attempt stages
+//! its copy under a name of its own (`INO.SEQ`).
 //!
 //! Recovery at mount rolls `Prepared` entries back (removes the target
 //! names) and `Committed` ones forward (removes the source names), then
-//! empties the staging directories. After an unclean shutdown it also drops
-//! every cached SSD copy, since a write-through may have reached only one
-//! of the two copies.
+//! empties the staging directories. A name is removed only if the namespace
+//! still gives it to the file and the backing object is the one the entry
+//! recorded. After an unclean shutdown it also drops every cached SSD copy,
+//! since a write-through may have reached only one of the two copies.
 
 use crate::error::{Error, Result};
 use crate::event::EventKind;
-use crate::state::ns::{CtimeFix, Ino, JournalEntry, JournalOp, JournalState};
+use crate::state::ns::{BackingId, CtimeFix, Ino, JournalEntry, JournalOp, JournalState};
 use crate::store::{read_full, write_full, FileKind, SetTime, Stat, Store, Target};
 use crate::tier::{Placement, Tier};
 use crate::vfs::tiers::STAGING;
@@ -127,6 +135,11 @@ pub trait Control: Sync {
     fn io_wait(&self) -> Option<std::time::Duration> {
         None
     }
+    /// True when the migration should stop (the mount is shutting down):
+    /// checked between copied chunks.
+    fn cancelled(&self) -> bool {
+        false
+    }
 }
 
 /// Takes a lock, waiting at most as long as the control allows.
@@ -174,6 +187,8 @@ pub enum Skip {
     Deferred,
     /// No SSD room under the configured capacity.
     NoSpace,
+    /// Something that is not the file has its name on the target tier.
+    Obstructed,
 }
 
 /// The result of one migration.
@@ -236,6 +251,9 @@ fn copy_range<S: Store>(
             Err(_) => {}
         }
         let want = ((end - off) as usize).min(CHUNK);
+        if ctl.cancelled() {
+            return Err(Error::Cancelled);
+        }
         ctl.pace(want as u64);
         let n = read_full(sf, src, &mut buf[..want], off)?;
         if n == 0 {
@@ -248,9 +266,43 @@ fn copy_range<S: Store>(
     Ok(())
 }
 
+/// Held while a migration of one file runs; a second migration of the same
+/// file finds it taken and does nothing ([`Skip::Busy`]).
+struct Exclusive<'a, S: Store> {
+    vol: &'a Volume<S>,
+    ino: Ino,
+}
+
+impl<S: Store> Drop for Exclusive<'_, S> {
+    fn drop(&mut self) {
+        self.vol.migrating.lock().remove(&self.ino);
+    }
+}
+
+fn backing_id(st: &Stat) -> BackingId {
+    (st.dev, st.ino)
+}
+
+/// True for the errors of a simulated crash: the protocol stops there and
+/// cleans nothing up, as a real crash would not.
+fn is_crash(e: &Error) -> bool {
+    matches!(e, Error::SimulatedCrash(_))
+}
+
 impl<S: Store> Volume<S> {
-    /// Runs one migration (see the module documentation).
+    fn exclusive(&self, ino: Ino) -> Option<Exclusive<'_, S>> {
+        // Its own statement: the guard must be gone before an `Exclusive`
+        // exists (its drop locks the set again), and none may be made for a
+        // file that is taken (its drop would free the other's mark).
+        let fresh = self.migrating.lock().insert(ino);
+        fresh.then(|| Exclusive { vol: self, ino })
+    }
+
+    /// Runs one migration (see the module documentation). At most one
+    /// migration of a file runs at a time: another one asked for meanwhile
+    /// returns [`Skip::Busy`] at once.
     pub fn migrate(&self, ino: Ino, mv: Move, ctl: &dyn Control) -> Result<Outcome> {
+        let Some(_only) = self.exclusive(ino) else { return Ok(Outcome::Skipped(Skip::Busy)) };
         let Some(rec) = self.ns.record(ino)? else { return Ok(Outcome::Skipped(Skip::Gone)) };
         if rec.kind != FileKind::File {
             return Ok(Outcome::Skipped(Skip::NotRegular));
@@ -300,6 +352,20 @@ impl<S: Store> Volume<S> {
         r
     }
 
+    /// Creates a staging file under a name no other migration uses.
+    fn stage(&self, st: &S, staging: &S::Dir, ino: Ino) -> Result<(OsString, S::File)> {
+        loop {
+            let seq = self.staging_seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let tmp = OsString::from(format!("{ino}.{seq}"));
+            match st.open(staging, &tmp, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o600) {
+                Ok(f) => return Ok((tmp, f)),
+                // Left from before a crash, not yet cleaned: take the next.
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
     fn move_or_copy(
         &self,
         ino: Ino,
@@ -312,9 +378,10 @@ impl<S: Store> Volume<S> {
         let sf = self.tiers.store(from);
         let st = self.tiers.store(to);
         let staging = self.tiers.staging(to)?;
-        for attempt in 0..MAX_ATTEMPTS {
-            let tmp = OsString::from(format!("{ino}.{attempt}"));
-            let _ = st.unlink(&staging, &tmp);
+        for _attempt in 0..MAX_ATTEMPTS {
+            if ctl.cancelled() {
+                return Err(Error::Cancelled);
+            }
             let Some((p, n)) = self.ns.first_link(ino)? else { return Ok(Outcome::Skipped(Skip::Gone)) };
             let v0 = self.change_gen(ino);
             let sd = self.tiers.dir(p, from, false)?;
@@ -322,41 +389,60 @@ impl<S: Store> Volume<S> {
                 Err(e) if e.raw_os_error() == Some(libc::EPERM) => sf.open(&sd, &n, libc::O_RDONLY, 0)?,
                 r => r?,
             };
-            let mut cur = sf.fstat(&src)?;
-            let dst = st.open(&staging, &tmp, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o600)?;
-            let copied = self.copy_contents((sf, &src, &sd, &n), (st, &dst, &staging, &tmp), &cur, ctl);
-            if let Err(e) = copied {
-                let _ = st.unlink(&staging, &tmp);
-                return Err(e);
-            }
-            ctl.at(Step::Copied)?;
-            // A file that is being appended to (a log) only grows: copy the
-            // new tail as long as it keeps growing, a bounded number of
-            // times; the switch-over copies the last one with writes held.
-            let mut state = CatchUp::Grew;
-            for _ in 0..CATCH_UPS {
-                state = self.catch_up(ino, v0, (sf, &src), (st, &dst), to, &mut cur, reserved, false, ctl)?;
-                if state != CatchUp::Grew {
-                    break;
-                }
-            }
-            if state == CatchUp::Changed {
-                let _ = st.unlink(&staging, &tmp);
-                continue;
-            }
-            ctl.at(Step::Verified)?;
-            st.fsync(&dst, false)?;
-            ctl.at(Step::Synced)?;
-            let src = (sf, &src);
-            match self.switch_over(ino, op, from, to, &staging, &tmp, (src, &dst), &mut cur, v0, reserved, ctl)? {
-                Some(out) => return Ok(out),
-                None => {
+            let (tmp, dst) = self.stage(st, &staging, ino)?;
+            // The staging name is this attempt's alone: whatever happens
+            // below, removing it (if still there) removes nothing else.
+            let r = self.attempt(ino, op, (from, to), (&src, &sd, &n), (&staging, &tmp, &dst), v0, reserved, ctl);
+            match r {
+                Err(e) if is_crash(&e) => return Err(e),
+                r => {
+                    // Gone already after a switch-over; a stray otherwise.
                     let _ = st.unlink(&staging, &tmp);
-                    continue;
+                    if let Some(out) = r? {
+                        return Ok(out);
+                    }
                 }
             }
         }
         Ok(Outcome::Skipped(Skip::Busy))
+    }
+
+    /// One attempt: copy, catch up, sync, switch over. `None`: the source
+    /// changed, try again.
+    #[allow(clippy::too_many_arguments)]
+    fn attempt(
+        &self,
+        ino: Ino,
+        op: JournalOp,
+        (from, to): (Tier, Tier),
+        (src, sd, n): (&S::File, &S::Dir, &OsStr),
+        (staging, tmp, dst): (&S::Dir, &OsStr, &S::File),
+        v0: u64,
+        reserved: &mut u64,
+        ctl: &dyn Control,
+    ) -> Result<Option<Outcome>> {
+        let sf = self.tiers.store(from);
+        let st = self.tiers.store(to);
+        let mut cur = sf.fstat(src)?;
+        self.copy_contents((sf, src, sd, n), (st, dst, staging, tmp), &cur, ctl)?;
+        ctl.at(Step::Copied)?;
+        // A file that is being appended to (a log) only grows: copy the
+        // new tail as long as it keeps growing, a bounded number of
+        // times; the switch-over copies the last one with writes held.
+        let mut state = CatchUp::Grew;
+        for _ in 0..CATCH_UPS {
+            state = self.catch_up(ino, v0, (sf, src), (st, dst), to, &mut cur, reserved, false, ctl)?;
+            if state != CatchUp::Grew {
+                break;
+            }
+        }
+        if state == CatchUp::Changed {
+            return Ok(None);
+        }
+        ctl.at(Step::Verified)?;
+        st.fsync(dst, false)?;
+        ctl.at(Step::Synced)?;
+        self.switch_over(ino, op, from, to, (staging, tmp), ((sf, src), dst), &mut cur, v0, reserved, ctl)
     }
 
     /// Copies data (sparse-aware: holes stay holes), xattrs, owner, mode
@@ -436,15 +522,13 @@ impl<S: Store> Volume<S> {
         op: JournalOp,
         from: Tier,
         to: Tier,
-        staging: &S::Dir,
-        tmp: &OsStr,
+        (staging, tmp): (&S::Dir, &OsStr),
         (src, dst): ((&S, &S::File), &S::File),
         st0: &mut Stat,
         v0: u64,
         reserved: &mut u64,
         ctl: &dyn Control,
     ) -> Result<Option<Outcome>> {
-        let sf = self.tiers.store(from);
         let st = self.tiers.store(to);
         let links = self.ns.links(ino)?;
         if links.is_empty() {
@@ -454,14 +538,14 @@ impl<S: Store> Volume<S> {
         // The foreground cleaner must not wait for a directory another
         // request holds: that request may be waiting for the very file
         // whose write is cleaning.
-        let _dirs = match ctl.io_wait() {
+        let dirs = match ctl.io_wait() {
             None => self.locks.lock(&parents),
             Some(d) => match self.locks.try_lock_for(&parents, d) {
                 Some(g) => g,
                 None => return Ok(Some(Outcome::Skipped(Skip::Busy))),
             },
         };
-        let Some(_ilock) = lock_within!(ctl, self.ilocks.get(ino), write, try_write_for) else {
+        let Some(ilock) = lock_within!(ctl, self.ilocks.get(ino), write, try_write_for) else {
             return Ok(Some(Outcome::Skipped(Skip::Busy)));
         };
         if self.ns.links(ino)? != links {
@@ -492,31 +576,47 @@ impl<S: Store> Volume<S> {
         if identity(&now) != identity(st0) {
             return Ok(None);
         }
-        let mut j = JournalEntry { ino, op, state: JournalState::Prepared, links: links.clone() };
+        // Nothing else may have the file's names on the target tier; what
+        // does is left alone (reconciliation sets it aside at the next
+        // mount), never deleted.
+        for (p, n) in &links {
+            let d = self.tiers.dir(*p, to, true)?;
+            if !name_is_free(st, &d, n)? {
+                tracing::error!(ino, tier = %to, name = ?n, "the target tier has something else under the file's name");
+                return Ok(Some(Outcome::Skipped(Skip::Obstructed)));
+            }
+        }
+        let target = backing_id(&st.fstat(dst)?);
+        let source = match op {
+            JournalOp::Move { .. } => Some(backing_id(&now)),
+            _ => None,
+        };
+        let mut j =
+            JournalEntry { ino, op, state: JournalState::Prepared, links: links.clone(), source, target: Some(target) };
         let mut b = self.ns.batch();
         b.put_journal(&j);
         self.ns.commit(b, true)?;
         ctl.at(Step::Journaled)?;
-        for (p, n) in &links {
-            let d = self.tiers.dir(*p, to, true)?;
-            remove_stray(st, &d, n)?;
-            st.link(staging, tmp, &d, n)?;
-        }
-        st.unlink(staging, tmp)?;
-        ctl.at(Step::Linked)?;
-        let mut target_dirs = Vec::new();
-        for (p, _) in &links {
-            if !target_dirs.contains(p) {
-                st.sync_dir(&*self.tiers.dir(*p, to, false)?)?;
-                target_dirs.push(*p);
+        // Until the commit, a failure undoes what was linked: the file stays
+        // where it was.
+        let writable = io.as_ref().is_some_and(|io| io.writable() || io.primary_open().is_none());
+        let linked = self.link_target(to, &links, (staging, tmp), io.is_some().then_some(writable), ctl);
+        let new_fd = match linked {
+            Ok(f) => f,
+            Err(e) => {
+                if !is_crash(&e) {
+                    self.unlink_checked(to, ino, &links, Some(target));
+                    let mut b = self.ns.batch();
+                    b.del_journal(ino);
+                    let _ = self.ns.commit(b, false);
+                }
+                return Err(e);
             }
-        }
-        st.sync_dir(staging)?;
-        ctl.at(Step::DirSynced)?;
+        };
         let mut rec = self.record(ino)?;
-        let (placement, new_primary_tier) = match op {
-            JournalOp::Move { .. } => (Placement::On(to), to),
-            _ => (Placement::Cached, Tier::Hdd),
+        let placement = match op {
+            JournalOp::Move { .. } => Placement::On(to),
+            _ => Placement::Cached,
         };
         if let JournalOp::Move { .. } = op {
             let moved = self.stat_on(*p0, n0, to)?;
@@ -532,10 +632,8 @@ impl<S: Store> Volume<S> {
         b.put_record(ino, &rec).put_journal(&j);
         self.ns.commit(b, true)?;
         ctl.at(Step::Committed)?;
-        if let Some(io) = io.as_mut() {
-            let d = self.tiers.dir(*p0, to, false)?;
-            let writable = io.writable() || io.primary_open().is_none();
-            let f = Arc::new(st.open(&d, n0, if writable { libc::O_RDWR } else { libc::O_RDONLY }, 0)?);
+        if let (Some(io), Some(f)) = (io.as_mut(), new_fd) {
+            let f = Arc::new(f);
             match op {
                 JournalOp::Move { .. } => {
                     let cell = std::sync::OnceLock::new();
@@ -546,25 +644,62 @@ impl<S: Store> Volume<S> {
             }
             io.placement = placement;
         }
+        // The source names go while the locks are held: otherwise a rename
+        // over one of them could put another file there first, and that
+        // file would be the one removed.
+        let removed = match op {
+            JournalOp::Move { .. } => self.unlink_names(from, &links),
+            _ => Ok(Vec::new()),
+        };
         drop(io);
-        drop(_ilock);
-        drop(_dirs);
-        let _ = new_primary_tier;
-        if let JournalOp::Move { .. } = op {
-            self.remove_names(from, &links)?;
-        }
+        drop(ilock);
+        drop(dirs);
+        self.sync_dirs(from, &removed?)?;
         ctl.at(Step::SourceRemoved)?;
         let mut b = self.ns.batch();
         b.del_journal(ino);
         self.ns.commit(b, false)?;
         ctl.at(Step::Done)?;
-        let _ = sf;
         self.emit(ino, EventKind::Placed { placement });
         Ok(Some(Outcome::Done(st0.size)))
     }
 
-    /// Removes every name of a file on one tier and syncs the directories.
-    fn remove_names(&self, t: Tier, links: &[(Ino, OsString)]) -> Result<()> {
+    /// Links the staged copy under every name on the target tier, removes
+    /// the staging name and makes the target directories durable; opens the
+    /// new copy for the file's open handles (`Some(writable)`).
+    fn link_target(
+        &self,
+        to: Tier,
+        links: &[(Ino, OsString)],
+        (staging, tmp): (&S::Dir, &OsStr),
+        open: Option<bool>,
+        ctl: &dyn Control,
+    ) -> Result<Option<S::File>> {
+        let st = self.tiers.store(to);
+        for (p, n) in links {
+            let d = self.tiers.dir(*p, to, true)?;
+            st.link(staging, tmp, &d, n)?;
+        }
+        st.unlink(staging, tmp)?;
+        ctl.at(Step::Linked)?;
+        let mut synced = Vec::new();
+        for (p, _) in links {
+            if !synced.contains(p) {
+                st.sync_dir(&*self.tiers.dir(*p, to, false)?)?;
+                synced.push(*p);
+            }
+        }
+        st.sync_dir(staging)?;
+        ctl.at(Step::DirSynced)?;
+        let Some(writable) = open else { return Ok(None) };
+        let (p0, n0) = &links[0];
+        let d = self.tiers.dir(*p0, to, false)?;
+        Ok(Some(st.open(&d, n0, if writable { libc::O_RDWR } else { libc::O_RDONLY }, 0)?))
+    }
+
+    /// Unlinks every name of a file on one tier (missing ones are fine) and
+    /// returns the directories to sync.
+    fn unlink_names(&self, t: Tier, links: &[(Ino, OsString)]) -> Result<Vec<Ino>> {
         let s = self.tiers.store(t);
         let mut dirs = Vec::new();
         for (p, n) in links {
@@ -579,22 +714,72 @@ impl<S: Store> Volume<S> {
                 Err(e) => return Err(e.into()),
             }
             if !dirs.contains(p) {
-                s.sync_dir(&d)?;
                 dirs.push(*p);
+            }
+        }
+        Ok(dirs)
+    }
+
+    fn sync_dirs(&self, t: Tier, dirs: &[Ino]) -> Result<()> {
+        for p in dirs {
+            match self.tiers.dir(*p, t, false) {
+                Ok(d) => self.tiers.store(t).sync_dir(&d)?,
+                Err(e) if e.is(libc::ENOENT) => {}
+                Err(e) => return Err(e),
             }
         }
         Ok(())
     }
 
-    /// Drops the SSD copy of a cached file: commit first, then unlink.
+    /// Removes the names of `ino` on tier `t` that still are what a journal
+    /// entry says: the namespace still gives the name to `ino`, and the
+    /// backing object is `id` (when known). Anything else under such a name
+    /// (another file renamed there, a directory) stays, with a warning.
+    /// Returns how many names were removed.
+    fn unlink_checked(&self, t: Tier, ino: Ino, links: &[(Ino, OsString)], id: Option<BackingId>) -> u32 {
+        let s = self.tiers.store(t);
+        let mut removed = 0;
+        for (p, n) in links {
+            if !matches!(self.ns.lookup(*p, n), Ok(Some((i, _))) if i == ino) {
+                tracing::warn!(ino, tier = %t, name = ?n, "left alone: the name now belongs to another file");
+                continue;
+            }
+            let Ok(d) = self.tiers.dir(*p, t, false) else { continue };
+            let st = match s.stat(Target::Entry(&d, n)) {
+                Ok(st) => st,
+                Err(_) => continue,
+            };
+            if st.kind() == Some(FileKind::Dir) || id.is_some_and(|id| id != backing_id(&st)) {
+                tracing::warn!(ino, tier = %t, name = ?n, "left alone: not the copy the journal names");
+                continue;
+            }
+            if s.unlink(&d, n).is_ok() {
+                removed += 1;
+                let _ = s.sync_dir(&d);
+            }
+        }
+        removed
+    }
+
+    /// Drops the SSD copy of a cached file: commit first, then unlink the
+    /// copy's names while the locks are still held.
     fn drop_copy(&self, ino: Ino, ctl: &dyn Control) -> Result<Outcome> {
         let links = self.ns.links(ino)?;
         let parents: Vec<Ino> = links.iter().map(|l| l.0).collect();
-        let size = {
-            let _dirs = self.locks.lock(&parents);
+        let (size, removed) = {
+            let _dirs = match ctl.io_wait() {
+                None => self.locks.lock(&parents),
+                Some(d) => match self.locks.try_lock_for(&parents, d) {
+                    Some(g) => g,
+                    None => return Ok(Outcome::Skipped(Skip::Busy)),
+                },
+            };
             let Some(_ilock) = lock_within!(ctl, self.ilocks.get(ino), write, try_write_for) else {
                 return Ok(Outcome::Skipped(Skip::Busy));
             };
+            if self.ns.links(ino)? != links {
+                return Ok(Outcome::Skipped(Skip::Busy));
+            }
             let mut rec = match self.ns.record(ino)? {
                 Some(r) if r.placement == Placement::Cached => r,
                 Some(_) => return Ok(Outcome::Skipped(Skip::AlreadyThere)),
@@ -611,12 +796,19 @@ impl<S: Store> Volume<S> {
             if io.as_ref().is_some_and(|io| io.passthrough > 0) {
                 return Ok(Outcome::Skipped(Skip::Deferred));
             }
-            let size = match links.first() {
-                Some((p, n)) => self.stat_on(*p, n, Tier::Ssd).map(|s| s.size).unwrap_or(0),
-                None => 0,
+            let copy = match links.first() {
+                Some((p, n)) => self.stat_on(*p, n, Tier::Ssd).ok(),
+                None => None,
             };
             rec.placement = Placement::On(Tier::Hdd);
-            let j = JournalEntry { ino, op: JournalOp::DropCopy, state: JournalState::Committed, links: links.clone() };
+            let j = JournalEntry {
+                ino,
+                op: JournalOp::DropCopy,
+                state: JournalState::Committed,
+                links: links.clone(),
+                source: copy.as_ref().map(backing_id),
+                target: None,
+            };
             let mut b = self.ns.batch();
             b.put_record(ino, &rec).put_journal(&j);
             self.ns.commit(b, true)?;
@@ -625,9 +817,9 @@ impl<S: Store> Volume<S> {
                 io.copy = None;
                 io.placement = Placement::On(Tier::Hdd);
             }
-            size
+            (copy.map(|c| c.size).unwrap_or(0), self.unlink_names(Tier::Ssd, &links))
         };
-        self.remove_names(Tier::Ssd, &links)?;
+        self.sync_dirs(Tier::Ssd, &removed?)?;
         ctl.at(Step::SourceRemoved)?;
         let mut b = self.ns.batch();
         b.del_journal(ino);
@@ -640,28 +832,31 @@ impl<S: Store> Volume<S> {
 
     /// Finishes or rolls back half-done migrations, removes stray temporary
     /// files, and after an unclean shutdown drops every cached copy. Runs
-    /// at mount, before any request is served.
+    /// at mount, before any request is served. A journaled name is removed
+    /// only if it still is what the entry says (see `unlink_checked`).
     pub fn recover(&self) -> Result<Recovery> {
         let mut rep = Recovery { unclean: self.ns.meta("clean")?.as_deref() == Some(&[0]), ..Recovery::default() };
         for j in self.ns.journal()? {
-            match (j.state, j.op) {
-                (JournalState::Prepared, JournalOp::Move { to, .. }) => {
-                    self.remove_names(to, &j.links)?;
-                    rep.rolled_back += 1;
+            let undo = match (j.state, j.op) {
+                (JournalState::Prepared, JournalOp::Move { to, .. }) => Some((to, j.target, false)),
+                (JournalState::Prepared, JournalOp::Copy) => Some((Tier::Ssd, j.target, false)),
+                (JournalState::Committed, JournalOp::Move { from, .. }) => Some((from, j.source, true)),
+                (_, JournalOp::DropCopy) => Some((Tier::Ssd, j.source, true)),
+                (JournalState::Committed, JournalOp::Copy) => None,
+            };
+            match undo {
+                Some((t, id, forward)) => {
+                    self.unlink_checked(t, j.ino, &j.links, id);
+                    if forward {
+                        rep.rolled_forward += 1;
+                    } else {
+                        rep.rolled_back += 1;
+                    }
                 }
-                (JournalState::Prepared, JournalOp::Copy) => {
-                    self.remove_names(Tier::Ssd, &j.links)?;
-                    rep.rolled_back += 1;
-                }
-                (JournalState::Committed, JournalOp::Move { from, .. }) => {
-                    self.remove_names(from, &j.links)?;
-                    rep.rolled_forward += 1;
-                }
-                (JournalState::Committed, JournalOp::DropCopy) | (JournalState::Prepared, JournalOp::DropCopy) => {
-                    self.remove_names(Tier::Ssd, &j.links)?;
-                    rep.rolled_forward += 1;
-                }
-                (JournalState::Committed, JournalOp::Copy) => rep.rolled_forward += 1,
+                None => rep.rolled_forward += 1,
+            }
+            if let Some(rec) = self.ns.record(j.ino)? {
+                self.emit(j.ino, EventKind::Placed { placement: rec.placement });
             }
             let mut b = self.ns.batch();
             b.del_journal(j.ino);
@@ -679,12 +874,14 @@ impl<S: Store> Volume<S> {
         if rep.unclean {
             for ino in self.ns.cached()? {
                 let links = self.ns.links(ino)?;
-                self.remove_names(Tier::Ssd, &links)?;
+                let removed = self.unlink_names(Tier::Ssd, &links)?;
+                self.sync_dirs(Tier::Ssd, &removed)?;
                 if let Some(mut rec) = self.ns.record(ino)? {
                     rec.placement = Placement::On(Tier::Hdd);
                     let mut b = self.ns.batch();
                     b.put_record(ino, &rec);
                     self.ns.commit(b, false)?;
+                    self.emit(ino, EventKind::Placed { placement: rec.placement });
                 }
                 rep.copies_dropped += 1;
             }
@@ -706,13 +903,13 @@ impl<S: Store> Volume<S> {
     }
 }
 
-/// By the placement invariant nothing of a file's name lives on the tier
-/// it moves to; anything found there is left over from a crash.
-fn remove_stray<S: Store>(s: &S, d: &S::Dir, n: &OsStr) -> Result<()> {
+/// True if nothing has `n` on the target tier; an empty directory there (a
+/// left-over container) is removed.
+fn name_is_free<S: Store>(s: &S, d: &S::Dir, n: &OsStr) -> Result<bool> {
     match s.stat(Target::Entry(d, n)) {
-        Ok(st) if st.kind() == Some(FileKind::Dir) => Ok(s.rmdir(d, n)?),
-        Ok(_) => Ok(s.unlink(d, n)?),
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        Ok(st) if st.kind() == Some(FileKind::Dir) => Ok(s.rmdir(d, n).is_ok()),
+        Ok(_) => Ok(false),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(true),
         Err(e) => Err(e.into()),
     }
 }

@@ -393,3 +393,75 @@ fn a_write_before_the_end_during_a_catch_up_copies_again() {
     want[..4].copy_from_slice(b"OVER");
     assert_eq!(read_all(&v, ino), want);
 }
+
+/// Stops a migration at one step until the test lets it go on.
+struct PauseAt {
+    step: Step,
+    paused: std::sync::mpsc::SyncSender<()>,
+    resume: parking_lot::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Control for PauseAt {
+    fn at(&self, step: Step) -> crate::Result<()> {
+        if step == self.step {
+            let _ = self.paused.send(());
+            let _ = self.resume.lock().recv_timeout(std::time::Duration::from_secs(10));
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_second_migration_of_the_same_file_does_not_delete_the_first_ones_copy() {
+    // Issue 16: an fsynced file vanished from both tiers. A write that found
+    // no SSD room demoted its own file in the request thread while the
+    // migrator demoted the same file. Both staged their copy under the name
+    // INO.0, so the second one's start unlinked the first one's staging name;
+    // the first switch-over then linked the second one's copy and committed.
+    // Between that commit and the removal of the source, the second
+    // migration's checks still passed: its switch-over deleted the committed
+    // copy as a stray and failed to link its own, whose staging name was gone.
+    // Then the source was removed. Reproduced here step by step: A stops after
+    // its copy is synced, B runs and is held just before it removes the
+    // source, then A goes on.
+    let rig = Rig::new();
+    let sc = setup(&rig);
+    let v = Arc::new(rig.mount());
+    let ino = lookup(&v, "on-ssd");
+    let (a_paused_tx, a_paused) = std::sync::mpsc::sync_channel(1);
+    let (a_resume, a_resume_rx) = std::sync::mpsc::sync_channel(1);
+    let va = v.clone();
+    let a = std::thread::spawn(move || {
+        let ctl = PauseAt { step: Step::Synced, paused: a_paused_tx, resume: parking_lot::Mutex::new(a_resume_rx) };
+        va.migrate(ino, Move::Demote, &ctl)
+    });
+    a_paused.recv_timeout(std::time::Duration::from_secs(5)).expect("A reaches its switch-over");
+    // Hold B where it removes the source, after its switch-over.
+    let (held_tx, held) = std::sync::mpsc::sync_channel(1);
+    let (release, release_rx) = std::sync::mpsc::sync_channel::<()>(1);
+    let release_rx = Arc::new(parking_lot::Mutex::new(release_rx));
+    rig.ssd.set_gate(Some(Arc::new(move |op, name| {
+        if op == "unlink" && name == "on-ssd" && std::thread::current().name() == Some("second") {
+            let _ = held_tx.try_send(());
+            let _ = release_rx.lock().recv_timeout(std::time::Duration::from_secs(10));
+        }
+    })));
+    let vb = v.clone();
+    let b = std::thread::Builder::new()
+        .name("second".into())
+        .spawn(move || vb.migrate(ino, Move::Demote, &NoCrash))
+        .unwrap();
+    let b_held = held.recv_timeout(std::time::Duration::from_secs(2)).is_ok();
+    a_resume.send(()).unwrap();
+    let ra = a.join().unwrap();
+    let _ = release.send(());
+    let rb = b.join().unwrap();
+    rig.ssd.set_gate(None);
+    // At most one of them moved the file; the other did nothing.
+    let done = [&ra, &rb].iter().filter(|r| matches!(r, Ok(Outcome::Done(_)))).count();
+    assert_eq!(done, 1, "A: {ra:?}, B: {rb:?} (B held in its source removal: {b_held})");
+    assert_eq!(read_all(&v, ino), content(3, 5_000), "the file is intact");
+    drop(v);
+    rig.crash();
+    check(&rig, &sc, "two migrations of one file, then a crash");
+}

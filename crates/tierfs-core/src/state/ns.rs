@@ -29,6 +29,8 @@ pub const ROOT_INO: Ino = 1;
 /// Version of the state schema written by this build.
 pub const SCHEMA_VERSION: u32 = 1;
 const REC_V1: u8 = 1;
+/// Journal entries with the backing identities of their copies.
+const JOURNAL_V2: u8 = 2;
 
 /// What the state database knows about one inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +89,10 @@ pub enum JournalState {
     Committed,
 }
 
+/// Which backing object a name on a tier must be for recovery to remove it:
+/// the backing file system's device and inode number.
+pub type BackingId = (u64, u64);
+
 /// One migration in progress, written before the first name appears on
 /// the target tier and removed after the source is gone.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,6 +105,11 @@ pub struct JournalEntry {
     pub state: JournalState,
     /// Every name of the inode: (parent directory, name).
     pub links: Vec<(Ino, OsString)>,
+    /// The copy that rolling forward removes (the source of a move, the SSD
+    /// copy of a dropped cache copy). `None` in entries of older builds.
+    pub source: Option<BackingId>,
+    /// The copy that rolling back removes (the staged target).
+    pub target: Option<BackingId>,
 }
 
 struct Enc(Vec<u8>);
@@ -135,8 +146,12 @@ pub(crate) struct Dec<'a> {
 }
 impl<'a> Dec<'a> {
     pub(crate) fn new(b: &'a [u8], what: &'static str) -> Result<Self> {
+        Ok(Self::versioned(b, what, &[REC_V1])?.0)
+    }
+    /// A cursor over a value written in one of `versions`, and its version.
+    fn versioned(b: &'a [u8], what: &'static str, versions: &[u8]) -> Result<(Self, u8)> {
         match b.split_first() {
-            Some((&REC_V1, rest)) => Ok(Dec { b: rest, what }),
+            Some((v, rest)) if versions.contains(v) => Ok((Dec { b: rest, what }, *v)),
             Some((v, _)) => Err(Error::Corrupt(format!("{what}: unknown format version {v}"))),
             None => Err(Error::Corrupt(format!("{what}: empty value"))),
         }
@@ -208,7 +223,7 @@ fn decode_tier(v: u8) -> Option<Tier> {
 }
 
 fn encode_journal(j: &JournalEntry) -> Vec<u8> {
-    let mut e = Enc::new();
+    let mut e = Enc(vec![JOURNAL_V2]);
     match j.op {
         JournalOp::Move { from, to } => {
             e.u8(0).u8(encode_tier(from)).u8(encode_tier(to));
@@ -228,11 +243,21 @@ fn encode_journal(j: &JournalEntry) -> Vec<u8> {
     for (p, n) in &j.links {
         e.u64(*p).bytes(n.as_bytes());
     }
+    for id in [j.source, j.target] {
+        match id {
+            None => {
+                e.u8(0);
+            }
+            Some((dev, ino)) => {
+                e.u8(1).u64(dev).u64(ino);
+            }
+        }
+    }
     e.0
 }
 
 fn decode_journal(ino: Ino, b: &[u8]) -> Result<JournalEntry> {
-    let mut d = Dec::new(b, "journal entry")?;
+    let (mut d, version) = Dec::versioned(b, "journal entry", &[REC_V1, JOURNAL_V2])?;
     let op = match d.u8()? {
         0 => {
             let from = decode_tier(d.u8()?).ok_or_else(|| d.bad("tier"))?;
@@ -254,7 +279,15 @@ fn decode_journal(ino: Ino, b: &[u8]) -> Result<JournalEntry> {
         let p = d.u64()?;
         links.push((p, OsString::from_vec(d.bytes()?.to_vec())));
     }
-    Ok(JournalEntry { ino, op, state, links })
+    let mut ids = [None, None];
+    if version == JOURNAL_V2 {
+        for id in &mut ids {
+            if d.u8()? != 0 {
+                *id = Some((d.u64()?, d.u64()?));
+            }
+        }
+    }
+    Ok(JournalEntry { ino, op, state, links, source: ids[0], target: ids[1] })
 }
 
 fn key(tag: u8, ino: Ino) -> Vec<u8> {
@@ -549,8 +582,15 @@ mod tests {
             op: JournalOp::Move { from: Tier::Hdd, to: Tier::Ssd },
             state: JournalState::Committed,
             links: vec![(1, OsString::from("x")), (4, OsString::from("y z"))],
+            source: Some((7, 123)),
+            target: None,
         };
         assert_eq!(decode_journal(9, &encode_journal(&j)).unwrap(), j);
+        // An entry of an older build (format 1, no identities) still reads.
+        let mut v1 = encode_journal(&j);
+        v1[0] = REC_V1;
+        v1.truncate(v1.len() - 1 - 17);
+        assert_eq!(decode_journal(9, &v1).unwrap(), JournalEntry { source: None, target: None, ..j });
         assert!(decode_record(&[9, 1, 2]).is_err());
         assert!(decode_record(&[REC_V1, 1]).is_err());
     }

@@ -50,8 +50,22 @@ struct Inner {
 }
 
 /// See the module documentation.
-#[derive(Debug, Clone)]
-pub struct MemStore(Arc<Mutex<Inner>>);
+#[derive(Clone)]
+pub struct MemStore {
+    inner: Arc<Mutex<Inner>>,
+    gate: Arc<Mutex<Option<Gate>>>,
+}
+
+/// A test's hook, called with the operation's name ("unlink", "link",
+/// "rename") and the entry's name before a namespace change: it may block
+/// to hold the operation at that point while another thread runs.
+pub type Gate = Arc<dyn Fn(&'static str, &OsStr) + Send + Sync>;
+
+impl std::fmt::Debug for MemStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemStore")
+    }
+}
 
 /// An open directory of a [`MemStore`].
 #[derive(Debug, Clone, Copy)]
@@ -89,18 +103,33 @@ impl MemStore {
                 durable_entries: BTreeMap::new(),
             },
         );
-        MemStore(Arc::new(Mutex::new(Inner { nodes, next: 2, clock: 1, capacity: u64::MAX })))
+        MemStore {
+            inner: Arc::new(Mutex::new(Inner { nodes, next: 2, clock: 1, capacity: u64::MAX })),
+            gate: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// Installs (or with `None` removes) a test gate; see [`Gate`].
+    pub fn set_gate(&self, g: Option<Gate>) {
+        *self.gate.lock() = g;
+    }
+
+    fn pass(&self, op: &'static str, name: &OsStr) {
+        let g = self.gate.lock().clone();
+        if let Some(g) = g {
+            g(op, name);
+        }
     }
 
     /// Limits the bytes of file data the store accepts (ENOSPC past it).
     pub fn set_capacity(&self, bytes: u64) {
-        self.0.lock().capacity = bytes;
+        self.inner.lock().capacity = bytes;
     }
 
     /// Simulates a power cut: only what was made durable survives. Open
     /// handles from before the crash must not be used afterwards.
     pub fn crash(&self) {
-        let mut g = self.0.lock();
+        let mut g = self.inner.lock();
         for n in g.nodes.values_mut() {
             n.meta = n.durable.clone();
             n.entries = n.durable_entries.clone();
@@ -120,7 +149,7 @@ impl MemStore {
 
     /// Everything below the root as (path, kind, data), for test assertions.
     pub fn dump(&self) -> Vec<(String, FileKind, Vec<u8>)> {
-        let g = self.0.lock();
+        let g = self.inner.lock();
         let mut out = Vec::new();
         let mut stack = vec![(String::new(), ROOT)];
         while let Some((path, id)) = stack.pop() {
@@ -274,19 +303,19 @@ impl Store for MemStore {
     }
 
     fn open_dir(&self, parent: &MemDir, name: &OsStr) -> io::Result<MemDir> {
-        let g = self.0.lock();
+        let g = self.inner.lock();
         let id = g.child(parent.0, name)?;
         g.dir(id)?;
         Ok(MemDir(id))
     }
 
     fn stat(&self, t: Target<'_, MemDir>) -> io::Result<Stat> {
-        let g = self.0.lock();
+        let g = self.inner.lock();
         g.stat(g.target(t)?)
     }
 
     fn list(&self, dir: &MemDir) -> io::Result<Vec<DirEntry>> {
-        let g = self.0.lock();
+        let g = self.inner.lock();
         let d = g.dir(dir.0)?;
         Ok(d.entries
             .iter()
@@ -295,7 +324,7 @@ impl Store for MemStore {
     }
 
     fn sync_dir(&self, dir: &MemDir) -> io::Result<()> {
-        let mut g = self.0.lock();
+        let mut g = self.inner.lock();
         let n = g.node_mut(dir.0)?;
         n.durable_entries = n.entries.clone();
         n.durable = n.meta.clone();
@@ -303,7 +332,7 @@ impl Store for MemStore {
     }
 
     fn mkdir(&self, parent: &MemDir, name: &OsStr, mode: u32) -> io::Result<()> {
-        self.0.lock().create(parent.0, name, FileKind::Dir, mode).map(drop)
+        self.inner.lock().create(parent.0, name, FileKind::Dir, mode).map(drop)
     }
 
     fn mknod(&self, parent: &MemDir, name: &OsStr, mode: u32, rdev: u64) -> io::Result<()> {
@@ -311,14 +340,14 @@ impl Store for MemStore {
         if kind == FileKind::Dir {
             return Err(e(libc::EINVAL));
         }
-        let mut g = self.0.lock();
+        let mut g = self.inner.lock();
         let id = g.create(parent.0, name, kind, mode)?;
         g.node_mut(id)?.meta.rdev = rdev;
         Ok(())
     }
 
     fn symlink(&self, target: &OsStr, parent: &MemDir, name: &OsStr) -> io::Result<()> {
-        let mut g = self.0.lock();
+        let mut g = self.inner.lock();
         let id = g.create(parent.0, name, FileKind::Symlink, 0o777)?;
         let n = g.node_mut(id)?;
         n.meta.target = target.to_owned();
@@ -327,7 +356,7 @@ impl Store for MemStore {
     }
 
     fn readlink(&self, parent: &MemDir, name: &OsStr) -> io::Result<OsString> {
-        let g = self.0.lock();
+        let g = self.inner.lock();
         let n = g.node(g.child(parent.0, name)?)?;
         if n.kind != FileKind::Symlink {
             return Err(e(libc::EINVAL));
@@ -336,7 +365,8 @@ impl Store for MemStore {
     }
 
     fn link(&self, op: &MemDir, on: &OsStr, np: &MemDir, nn: &OsStr) -> io::Result<()> {
-        let mut g = self.0.lock();
+        self.pass("link", nn);
+        let mut g = self.inner.lock();
         let id = g.child(op.0, on)?;
         if g.node(id)?.kind == FileKind::Dir {
             return Err(e(libc::EPERM));
@@ -355,15 +385,17 @@ impl Store for MemStore {
     }
 
     fn unlink(&self, parent: &MemDir, name: &OsStr) -> io::Result<()> {
-        self.0.lock().remove(parent.0, name, false)
+        self.pass("unlink", name);
+        self.inner.lock().remove(parent.0, name, false)
     }
 
     fn rmdir(&self, parent: &MemDir, name: &OsStr) -> io::Result<()> {
-        self.0.lock().remove(parent.0, name, true)
+        self.inner.lock().remove(parent.0, name, true)
     }
 
     fn rename(&self, op: &MemDir, on: &OsStr, np: &MemDir, nn: &OsStr, flags: u32) -> io::Result<()> {
-        let mut g = self.0.lock();
+        self.pass("rename", on);
+        let mut g = self.inner.lock();
         let src = g.child(op.0, on)?;
         if nn.len() > 255 {
             return Err(e(libc::ENAMETOOLONG));
@@ -400,7 +432,7 @@ impl Store for MemStore {
     }
 
     fn chmod(&self, t: Target<'_, MemDir>, mode: u32) -> io::Result<()> {
-        let mut g = self.0.lock();
+        let mut g = self.inner.lock();
         let id = g.target(t)?;
         let now = g.tick();
         let n = g.node_mut(id)?;
@@ -410,7 +442,7 @@ impl Store for MemStore {
     }
 
     fn chown(&self, t: Target<'_, MemDir>, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
-        let mut g = self.0.lock();
+        let mut g = self.inner.lock();
         let id = g.target(t)?;
         let now = g.tick();
         let n = g.node_mut(id)?;
@@ -425,7 +457,7 @@ impl Store for MemStore {
     }
 
     fn utimens(&self, t: Target<'_, MemDir>, atime: SetTime, mtime: SetTime) -> io::Result<()> {
-        let mut g = self.0.lock();
+        let mut g = self.inner.lock();
         let id = g.target(t)?;
         let now = g.tick();
         let n = g.node_mut(id)?;
@@ -441,13 +473,13 @@ impl Store for MemStore {
     }
 
     fn getxattr(&self, t: Target<'_, MemDir>, name: &OsStr) -> io::Result<Vec<u8>> {
-        let g = self.0.lock();
+        let g = self.inner.lock();
         let n = g.node(g.target(t)?)?;
         n.meta.xattrs.get(name).cloned().ok_or_else(|| e(libc::ENODATA))
     }
 
     fn setxattr(&self, t: Target<'_, MemDir>, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
-        let mut g = self.0.lock();
+        let mut g = self.inner.lock();
         let id = g.target(t)?;
         let now = g.tick();
         let n = g.node_mut(id)?;
@@ -465,7 +497,7 @@ impl Store for MemStore {
 
     fn listxattr(&self, t: Target<'_, MemDir>) -> io::Result<Vec<u8>> {
         use std::os::unix::ffi::OsStrExt;
-        let g = self.0.lock();
+        let g = self.inner.lock();
         let n = g.node(g.target(t)?)?;
         let mut out = Vec::new();
         for k in n.meta.xattrs.keys() {
@@ -476,21 +508,21 @@ impl Store for MemStore {
     }
 
     fn removexattr(&self, t: Target<'_, MemDir>, name: &OsStr) -> io::Result<()> {
-        let mut g = self.0.lock();
+        let mut g = self.inner.lock();
         let id = g.target(t)?;
         let n = g.node_mut(id)?;
         n.meta.xattrs.remove(name).map(drop).ok_or_else(|| e(libc::ENODATA))
     }
 
     fn statfs(&self) -> io::Result<FsStats> {
-        let g = self.0.lock();
+        let g = self.inner.lock();
         let total = if g.capacity == u64::MAX { 1 << 40 } else { g.capacity };
         let free = total.saturating_sub(g.used());
         Ok(FsStats { total, free, avail: free, files: 1 << 20, ffree: 1 << 20, namelen: 255 })
     }
 
     fn open(&self, parent: &MemDir, name: &OsStr, flags: i32, mode: u32) -> io::Result<MemFile> {
-        let mut g = self.0.lock();
+        let mut g = self.inner.lock();
         let id = match g.child(parent.0, name) {
             Ok(id) => {
                 if flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0 {
@@ -519,7 +551,7 @@ impl Store for MemStore {
     }
 
     fn read_at(&self, f: &MemFile, buf: &mut [u8], off: u64) -> io::Result<usize> {
-        let g = self.0.lock();
+        let g = self.inner.lock();
         let d = &g.node(f.id)?.meta.data;
         let off = off as usize;
         if off >= d.len() {
@@ -531,7 +563,7 @@ impl Store for MemStore {
     }
 
     fn write_at(&self, f: &MemFile, data: &[u8], off: u64) -> io::Result<usize> {
-        let mut g = self.0.lock();
+        let mut g = self.inner.lock();
         let cur = g.node(f.id)?.meta.data.len();
         let off = if f.append { cur } else { off as usize };
         let end = off + data.len();
@@ -550,18 +582,18 @@ impl Store for MemStore {
     }
 
     fn fstat(&self, f: &MemFile) -> io::Result<Stat> {
-        self.0.lock().stat(f.id)
+        self.inner.lock().stat(f.id)
     }
 
     fn fsync(&self, f: &MemFile, _datasync: bool) -> io::Result<()> {
-        let mut g = self.0.lock();
+        let mut g = self.inner.lock();
         let n = g.node_mut(f.id)?;
         n.durable = n.meta.clone();
         Ok(())
     }
 
     fn set_len(&self, f: &MemFile, size: u64) -> io::Result<()> {
-        let mut g = self.0.lock();
+        let mut g = self.inner.lock();
         let cur = g.node(f.id)?.meta.data.len() as u64;
         if size > cur && g.used() + (size - cur) > g.capacity {
             return Err(e(libc::ENOSPC));
@@ -604,7 +636,7 @@ impl Store for MemStore {
     }
 
     fn file_chmod(&self, f: &MemFile, mode: u32) -> io::Result<()> {
-        let mut g = self.0.lock();
+        let mut g = self.inner.lock();
         let now = g.tick();
         let n = g.node_mut(f.id)?;
         n.meta.mode = (n.meta.mode & libc::S_IFMT) | (mode & 0o7777);
@@ -613,7 +645,7 @@ impl Store for MemStore {
     }
 
     fn file_chown(&self, f: &MemFile, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
-        let mut g = self.0.lock();
+        let mut g = self.inner.lock();
         let now = g.tick();
         let n = g.node_mut(f.id)?;
         n.meta.uid = uid.unwrap_or(n.meta.uid);
@@ -623,7 +655,7 @@ impl Store for MemStore {
     }
 
     fn file_utimens(&self, f: &MemFile, atime: SetTime, mtime: SetTime) -> io::Result<()> {
-        let mut g = self.0.lock();
+        let mut g = self.inner.lock();
         let now = g.tick();
         let n = g.node_mut(f.id)?;
         let pick = |s: SetTime, old: TimeSpec| match s {

@@ -248,6 +248,10 @@ pub struct Volume<S: Store> {
     conflicts: Mutex<Vec<Conflict>>,
     adopted_links: Mutex<HashMap<(Tier, u64, u64), Ino>>,
     changes: Box<[AtomicU64]>,
+    /// Files a migration is running for (at most one at a time per file).
+    pub(crate) migrating: Mutex<HashSet<Ino>>,
+    /// Numbers the staging names of migrations, so that no two share one.
+    pub(crate) staging_seq: AtomicU64,
 }
 
 /// Stripes of the data-change counters (see [`Volume::change_gen`]).
@@ -309,6 +313,8 @@ impl<S: Store> Volume<S> {
             conflicts: Mutex::new(Vec::new()),
             adopted_links: Mutex::new(HashMap::new()),
             changes: (0..CHANGE_STRIPES).map(|_| AtomicU64::new(0)).collect(),
+            migrating: Mutex::new(HashSet::new()),
+            staging_seq: AtomicU64::new(0),
         };
         if v.ns.record(ROOT_INO)?.is_none() {
             let mut b = v.ns.batch();
