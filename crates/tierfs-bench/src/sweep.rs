@@ -290,7 +290,12 @@ impl Runner<'_> {
         let spec = format!("ssd={},hdd={},cache={}", self.preset.ssd, self.preset.hdd, self.preset.cache);
         let mut cmd = Command::new(&self.bin);
         cmd.arg("mount").args([&ssd, &hdd, &mnt]).arg("--daemon").args(["--io-mode", "userspace", "--emulate", &spec]);
-        cmd.args(["--policy", &arch.policy, "--migrate-rate", "0", "--threads", "4"]).arg("--state-dir").arg(&state);
+        // The papers' architectures clean only when a write or a migration
+        // needs room (the background cleaner variant by its own rule): no
+        // headroom kept by watermarks.
+        cmd.args(["--policy", &arch.policy, "--migrate-rate", "0", "--threads", "4", "--watermarks", "100,100"])
+            .arg("--state-dir")
+            .arg(&state);
         if let Some(i) = &arch.interval {
             cmd.args(["--interval", i]);
         }

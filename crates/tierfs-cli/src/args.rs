@@ -86,6 +86,12 @@ pub struct MountArgs {
     /// Most bytes per second background migrations copy (0: unlimited).
     #[arg(long, default_value = "64M", value_name = "SIZE")]
     pub migrate_rate: String,
+    /// SSD watermarks, percent of the capacity: once usage passes HIGH the
+    /// cleaner evicts the coldest files ahead of writers, down to LOW
+    /// (100,100: only when a write or a migration waits for room, as the
+    /// Loris architectures do; in -o options separate with ':').
+    #[arg(long, default_value = "98,95", value_name = "HIGH,LOW")]
+    pub watermarks: String,
     /// Tier for new files; auto lets the policy decide.
     #[arg(long, value_enum, default_value_t = TierArg::Auto)]
     pub placement: TierArg,

@@ -149,12 +149,29 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
             .map(|s| parse_size(s).map_err(|e| anyhow::anyhow!("--ssd-capacity: {e}")))
             .transpose()?,
         migrate_rate: parse_size(&a.migrate_rate).map_err(|e| anyhow::anyhow!("--migrate-rate: {e}"))?,
+        watermarks: parse_watermarks(&a.watermarks).map_err(|e| anyhow::anyhow!("--watermarks: {e}"))?,
         emulate,
         threads,
         allow_other,
         stats: !a.no_stats,
         aging: tierfs_core::config::parse_duration(&a.aging).map_err(|e| anyhow::anyhow!("--aging: {e}"))?,
     })
+}
+
+/// `HIGH,LOW` (or `HIGH:LOW`) in percent, 1 <= LOW <= HIGH <= 100.
+fn parse_watermarks(s: &str) -> std::result::Result<(u8, u8), String> {
+    let (h, l) = s.split_once([',', ':']).ok_or_else(|| format!("{s:?}: want HIGH,LOW in percent (e.g. 98,95)"))?;
+    let pct = |v: &str| -> std::result::Result<u8, String> {
+        match v.trim().trim_end_matches('%').parse::<u8>() {
+            Ok(p) if (1..=100).contains(&p) => Ok(p),
+            _ => Err(format!("{v:?} is not a percentage from 1 to 100")),
+        }
+    };
+    let (high, low) = (pct(h)?, pct(l)?);
+    if low > high {
+        return Err(format!("the low watermark ({low}) is above the high one ({high})"));
+    }
+    Ok((high, low))
 }
 
 /// A device profile in a --profiles file.
@@ -304,6 +321,21 @@ fn daemonize(cfg: MountConfig, verbose: u8, log: &Path) -> Result<ExitCode> {
                 Some(l) if l.starts_with("ERR ") => bail!("{}", &l[4..]),
                 _ => bail!("the daemon exited before mounting (see {})", log.display()),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watermarks_are_two_percentages_high_then_low() {
+        assert_eq!(parse_watermarks("98,95"), Ok((98, 95)));
+        assert_eq!(parse_watermarks("90:80"), Ok((90, 80)));
+        assert_eq!(parse_watermarks("100,100"), Ok((100, 100)));
+        for bad in ["95,98", "0,0", "101,50", "98", "a,b"] {
+            assert!(parse_watermarks(bad).is_err(), "{bad}");
         }
     }
 }

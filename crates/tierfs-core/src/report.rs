@@ -78,6 +78,10 @@ pub struct TierReport {
     pub requests: u64,
     /// Bytes this tier served.
     pub bytes_served: u64,
+    /// SSD only: bytes the space account charges to files (what their SSD
+    /// copies occupy, as `du` counts, plus writes and copies in flight).
+    #[serde(default)]
+    pub charged_bytes: Option<u64>,
 }
 
 /// One file.
@@ -212,6 +216,12 @@ pub struct MigrationReport {
     /// Bytes evicted to make room for writes and migrations (the background
     /// cleaner's target).
     pub evicted_bytes: u64,
+    /// Writes and migrations that had to wait for the cleaner.
+    #[serde(default)]
+    pub room_waits: u64,
+    /// Files taken off the SSD because a write to them found no room.
+    #[serde(default)]
+    pub evacuations: u64,
 }
 
 /// Sends one request to the daemon whose control socket is `socket` and

@@ -55,6 +55,8 @@ pub struct MountConfig {
     pub ssd_capacity: Option<u64>,
     /// Migration rate, bytes per second (0: unlimited).
     pub migrate_rate: u64,
+    /// SSD watermarks in percent (see `EngineConfig::watermarks`).
+    pub watermarks: (u8, u8),
     /// Device models for the two tiers (SSD, HDD) and the RAM cache size.
     pub emulate: Option<(Profile, Profile, u64)>,
     /// Request-handling threads.
@@ -77,6 +79,11 @@ pub struct StateLock {
 pub fn lock_state(dir: &Path) -> Result<StateLock, MountError> {
     if let Err(e) = std::fs::create_dir_all(dir) {
         return fail(format!("cannot create state directory {}: {e}", dir.display()));
+    }
+    // It names every file of the mount: only the daemon's user may read it.
+    use std::os::unix::fs::PermissionsExt;
+    if let Err(e) = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)) {
+        return fail(format!("cannot make state directory {} private: {e}", dir.display()));
     }
     let path = dir.join("lock");
     let mut f = match OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path) {
@@ -167,8 +174,9 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
         params: cfg.params,
         ssd_capacity: cfg.ssd_capacity,
         migrate_rate: cfg.migrate_rate,
+        watermarks: cfg.watermarks,
         placement: cfg.placement,
-        audit_space: recovery.unclean,
+        audit_space: recovery.changed(),
         aging: cfg.aging,
         stats_enabled: cfg.stats,
         tier_paths: [cfg.ssd.display().to_string(), cfg.hdd.display().to_string()],
@@ -194,11 +202,14 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     let v2 = vol.clone();
     let e2 = engine.clone();
     let on_destroy = Box::new(move || {
-        e2.shutdown();
-        if let Err(e) = v2.sync_state().and_then(|_| v2.mark_clean()) {
-            tracing::error!(error = %e, "could not flush the state database at unmount");
-        } else {
-            tracing::info!("state flushed; clean shutdown");
+        let stopped = e2.shutdown();
+        let clean = stopped && v2.no_stale_copies();
+        let r = v2.sync_state().and_then(|_| if clean { v2.mark_clean() } else { Ok(()) });
+        match r {
+            Err(e) => tracing::error!(error = %e, "could not flush the state database at unmount"),
+            Ok(()) if clean => tracing::info!("state flushed; clean shutdown"),
+            // The next mount checks everything, as after a crash.
+            Ok(()) => tracing::warn!("state flushed, but the shutdown is not marked clean"),
         }
     });
     let fs = TierFs::new(vol.clone(), on_destroy, Some(Arc::new(Xattrs(engine.clone()))));
@@ -209,6 +220,8 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
             return Err(e);
         }
     };
+    let ending = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let signalled = ending.clone();
     std::thread::Builder::new()
         .name("tierfs-signals".into())
         .spawn(move || {
@@ -216,12 +229,18 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
             // SAFETY: `sigset` holds the blocked signals; `sig` is a valid out pointer.
             if unsafe { libc::sigwait(&sigset, &mut sig) } == 0 {
                 tracing::info!(signal = sig, "unmounting on signal");
+                signalled.store(true, std::sync::atomic::Ordering::Release);
                 if let Err(e) = unmounter.unmount() {
                     tracing::error!(error = %e, "unmount failed");
                 }
             }
         })
         .map_err(|e| MountError(format!("cannot start signal thread: {e}")))?;
+    let watch = Watchdog { mountpoint: cfg.mountpoint.clone(), ending, engine: engine.clone(), vol: vol.clone() };
+    std::thread::Builder::new()
+        .name("tierfs-watchdog".into())
+        .spawn(move || watch.run())
+        .map_err(|e| MountError(format!("cannot start watchdog thread: {e}")))?;
     tracing::info!(mountpoint = %cfg.mountpoint.display(), "mounted");
     report(Ok(()));
     let r = session.run();
@@ -233,6 +252,88 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
 
 /// The store of a mounted tier: a directory, emulated or not.
 type TierStore = Emulated<DirStore>;
+
+/// How long the session may take to end once the mount is gone or a
+/// signal asked for it, before the FUSE connection is aborted (open files
+/// of a lazy unmount get ENOTCONN), and then before the daemon exits anyway.
+const END_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Makes sure the daemon ends a few seconds after its mount went away,
+/// whatever is stuck: a request handler that never returns keeps fuser
+/// from ending the session, and open files keep a lazily unmounted one
+/// alive.
+struct Watchdog {
+    mountpoint: PathBuf,
+    ending: Arc<std::sync::atomic::AtomicBool>,
+    engine: Arc<Engine<TierStore>>,
+    vol: Arc<Volume<TierStore>>,
+}
+
+impl Watchdog {
+    fn run(self) {
+        use std::time::{Duration, Instant};
+        let dev = std::fs::metadata(&self.mountpoint).map(|m| std::os::unix::fs::MetadataExt::dev(&m)).ok();
+        let conn = dev.map(|d| format!("{}:{}", libc::major(d), libc::minor(d)));
+        let mut since: Option<Instant> = None;
+        let mut aborted = false;
+        loop {
+            std::thread::sleep(Duration::from_millis(200));
+            let gone = conn.as_ref().is_some_and(|c| !mounted(&self.mountpoint, c));
+            if since.is_none() && (gone || self.ending.load(std::sync::atomic::Ordering::Acquire)) {
+                since = Some(Instant::now());
+            }
+            let Some(t) = since else { continue };
+            if !aborted && t.elapsed() > END_GRACE {
+                aborted = true;
+                tracing::warn!(
+                    "the session has not ended {END_GRACE:?} after the unmount; aborting the FUSE connection"
+                );
+                if let Some(d) = dev {
+                    let path = format!("/sys/fs/fuse/connections/{}/abort", libc::minor(d));
+                    if let Err(e) = std::fs::write(&path, b"1") {
+                        tracing::warn!(error = %e, path, "cannot abort the FUSE connection");
+                    }
+                }
+            }
+            if t.elapsed() > 2 * END_GRACE {
+                tracing::error!(
+                    activity = ?self.engine.activity(),
+                    "the daemon did not end {:?} after the unmount: exiting; the next mount checks everything",
+                    2 * END_GRACE
+                );
+                let _ = self.vol.sync_state();
+                std::process::exit(1);
+            }
+        }
+    }
+}
+
+/// True if `mountpoint` is still mounted with device `dev` ("major:minor").
+fn mounted(mountpoint: &Path, dev: &str) -> bool {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let want = mountpoint.to_string_lossy();
+    text.lines().any(|l| {
+        let mut f = l.split(' ');
+        f.nth(2) == Some(dev) && f.nth(1).map(unescape_mount_path).as_deref() == Some(&*want)
+    })
+}
+
+/// Undoes the octal escapes of /proc/self/mountinfo (\040 for a space).
+fn unescape_mount_path(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
 
 /// The control socket's view of the engine and the device models.
 struct Control {
@@ -392,5 +493,17 @@ fn raise_fd_limit() {
             r.rlim_cur = r.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &r);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_table_paths_are_unescaped() {
+        assert_eq!(unescape_mount_path("/tmp/a\\040b\\011c"), "/tmp/a b\tc");
+        assert_eq!(unescape_mount_path("/plain"), "/plain");
+        assert_eq!(unescape_mount_path("/end\\04"), "/end\\04");
     }
 }

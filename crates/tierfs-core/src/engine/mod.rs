@@ -3,12 +3,17 @@
 //! One thread takes access events off the request path, feeds the
 //! statistics, asks each group's policy what to do (on every access for
 //! the dynamic policies, every tick for the interval ones and the
-//! background cleaner), ages and flushes the statistics. A second thread,
-//! the migrator, carries plans out one move at a time at a bounded rate.
-//! The engine also implements the volume's [`Hooks`]: where new files go,
-//! the SSD space account, and the foreground cleaner that evicts the
-//! coldest files when a write or a migration finds no SSD room.
+//! background cleaner), ages and flushes the statistics. Two executors
+//! carry the plans out: the migrator, one move at a time at a bounded
+//! rate, and the cleaner, which evicts the coldest files when a write or a
+//! migration waits for SSD room, when the SSD passes its high watermark,
+//! and which takes a file off the SSD when a write to it finds no room.
+//! Request threads never migrate a file themselves: they wait for the
+//! cleaner holding no lock. The engine also implements the volume's
+//! [`Hooks`]: where new files go and the SSD space account
+//! ([`account::SsdAccount`]).
 
+pub mod account;
 pub mod groups;
 pub mod rate;
 
@@ -16,7 +21,7 @@ use crate::clock::{Clock, Timestamp};
 use crate::error::{err, Error, Result};
 use crate::event::{Event, EventKind, EventSink};
 use crate::migrate::{Control, Move, Outcome, Skip};
-use crate::policy::{evict_for, Params, Plan, PolicyKind, Reason, Space, Step, View};
+use crate::policy::{evict_for, off_ssd, Params, Plan, PolicyKind, Reason, Space, Step, View};
 use crate::report::{FileReport, GroupReport, MigrationReport, StatusReport, TierReport};
 use crate::settings::{Key, Settings};
 use crate::state::ns::Ino;
@@ -26,6 +31,7 @@ use crate::store::Store;
 use crate::tier::Tier;
 use crate::vfs::Ctx;
 use crate::vfs::{Hooks, IoMode, Volume};
+use account::SsdAccount;
 use groups::{Effective, Groups, Stored};
 use parking_lot::{Condvar, Mutex};
 use rate::RateLimiter;
@@ -42,21 +48,46 @@ use std::time::Duration;
 pub const QUEUE: usize = 1 << 16;
 
 /// The event sink of the request path: a bounded queue. When the engine
-/// falls behind, events are dropped (and counted), never waited for.
+/// falls behind, access events (reads, writes, opens) are dropped and
+/// counted, never waited for. Events that change what the engine believes
+/// exists and where (creates, removals, placements, renames, sizes) are
+/// never dropped: the request waits for room in the queue (at most
+/// [`STRUCTURAL_WAIT`]; the engine thread takes events every tick and
+/// waits for no file system lock, so room comes).
 #[derive(Debug)]
 pub struct QueueSink {
     tx: SyncSender<Event>,
     dropped: AtomicU64,
 }
 
+/// The longest a request waits to queue an event that must not be lost.
+pub const STRUCTURAL_WAIT: Duration = Duration::from_secs(10);
+
+/// True for events the engine's beliefs are built from.
+fn structural(k: &EventKind) -> bool {
+    !matches!(k, EventKind::Read { .. } | EventKind::Write { .. } | EventKind::Open { .. })
+}
+
 impl EventSink for QueueSink {
     fn record(&self, ev: Event) {
-        match self.tx.try_send(ev) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
+        let mut ev = ev;
+        let mut deadline = None;
+        loop {
+            match self.tx.try_send(ev) {
+                Ok(()) => return,
+                Err(TrySendError::Full(back)) if structural(&back.kind) => {
+                    let d = *deadline.get_or_insert_with(|| std::time::Instant::now() + STRUCTURAL_WAIT);
+                    if std::time::Instant::now() > d {
+                        tracing::error!(ino = back.ino, kind = ?back.kind, "event queue full for {STRUCTURAL_WAIT:?}: event lost");
+                        break;
+                    }
+                    ev = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => break,
             }
         }
+        self.dropped.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -98,9 +129,16 @@ pub struct EngineConfig {
     pub migrate_rate: u64,
     /// New files always go here, whatever the policy says.
     pub placement: Option<Tier>,
-    /// Look for files whose statistics were lost (after an unclean
-    /// shutdown), so that the SSD space account is right.
+    /// Check every statistics entry against the namespace (after an
+    /// unclean shutdown the last seconds of events may be lost).
     pub audit_space: bool,
+    /// SSD watermarks in percent of the capacity: past the first, the
+    /// cleaner evicts the coldest files ahead of writers until usage is
+    /// down to the second. `(100, 100)`: only when someone waits for room.
+    pub watermarks: (u8, u8),
+    /// How long a write or a migration waits for the cleaner before its
+    /// file leaves the SSD (a write) or it gives up (a migration).
+    pub room_wait: Duration,
 }
 
 impl Default for EngineConfig {
@@ -118,12 +156,25 @@ impl Default for EngineConfig {
             migrate_rate: 64 << 20,
             placement: None,
             audit_space: false,
+            watermarks: DEFAULT_WATERMARKS,
+            room_wait: Duration::from_secs(1),
         }
     }
 }
 
+/// Default SSD watermarks (percent of the capacity).
+pub const DEFAULT_WATERMARKS: (u8, u8) = (98, 95);
+
+/// How long the shutdown waits for the background threads.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+
+/// How long a write waits for the executor to take its file off the SSD.
+const EVACUATE_WAIT: Duration = Duration::from_secs(60);
+
 #[derive(Debug, Default)]
 struct Counters {
+    room_waits: AtomicU64,
+    evacuations: AtomicU64,
     promotions: AtomicU64,
     demotions: AtomicU64,
     copies: AtomicU64,
@@ -131,6 +182,25 @@ struct Counters {
     evictions: AtomicU64,
     bytes_moved: AtomicU64,
     failed: AtomicU64,
+}
+
+/// What the cleaner is asked to do.
+#[derive(Default)]
+struct Cleaning {
+    /// Bytes that waiting writers and migrations need free under the
+    /// capacity.
+    demand: u64,
+    /// Bytes to free whatever the account says (the SSD file system
+    /// itself is full).
+    pressure: u64,
+    /// Files whose writers wait for room: not evicted for them.
+    waiting: HashMap<Ino, u32>,
+    /// Completed cleaning passes.
+    passes: u64,
+    /// Bytes the last completed pass freed.
+    freed_last: u64,
+    /// Files to take off the SSD now, and who waits for the answer.
+    urgent: VecDeque<(Ino, std::sync::mpsc::SyncSender<bool>)>,
 }
 
 #[derive(Debug, Default)]
@@ -156,9 +226,15 @@ pub struct Engine<S: Store> {
     moves_cv: Condvar,
     deferred: Mutex<HashMap<Ino, Step>>,
     limiter: Mutex<RateLimiter>,
-    ssd_used: AtomicU64,
-    ssd_limit: u64,
+    account: Mutex<SsdAccount>,
     evicted_bytes: AtomicU64,
+    cleaning: Mutex<Cleaning>,
+    /// Wakes the cleaner.
+    clean_cv: Condvar,
+    /// Wakes those waiting for room.
+    room_cv: Condvar,
+    /// What each background thread is doing, for a shutdown that hangs.
+    activity: Mutex<HashMap<&'static str, String>>,
     counters: Counters,
     notes: Mutex<HashMap<Ino, String>>,
     last_run: Mutex<HashMap<Group, Timestamp>>,
@@ -170,6 +246,7 @@ pub struct Engine<S: Store> {
 /// Notes kept for `tierfs stats --file` (the latest decision per file).
 const MAX_NOTES: usize = 100_000;
 
+/// The migrator's control: the configured rate, cancelled at shutdown.
 struct Pacer<'a, S: Store>(&'a Engine<S>);
 
 impl<S: Store> Control for Pacer<'_, S> {
@@ -179,15 +256,21 @@ impl<S: Store> Control for Pacer<'_, S> {
             std::thread::sleep(wait);
         }
     }
+    fn cancelled(&self) -> bool {
+        self.0.stop.load(Ordering::Acquire)
+    }
 }
 
-/// Foreground cleaning runs inside a request; it must never wait long for
-/// a file someone else is using.
-struct Foreground;
+/// The cleaner's control: no pacing (room is needed now), and a bounded
+/// wait for the locks of a file someone is using (it skips that file).
+struct Bounded<'a, S: Store>(&'a Engine<S>, Duration);
 
-impl Control for Foreground {
+impl<S: Store> Control for Bounded<'_, S> {
     fn io_wait(&self) -> Option<Duration> {
-        Some(Duration::from_millis(50))
+        Some(self.1)
+    }
+    fn cancelled(&self) -> bool {
+        self.0.stop.load(Ordering::Acquire)
     }
 }
 
@@ -208,27 +291,6 @@ impl<S: Store> Engine<S> {
         if bad > 0 {
             tracing::warn!(bad, "undecodable statistics entries skipped");
         }
-        // Files on the SSD whose statistics were lost (a crash) still take
-        // space: find them in the namespace.
-        let mut missing = 0;
-        let audit = cfg.audit_space || stats.is_empty();
-        if let Some(all) = audit.then(|| vol.ns.all_records().ok()).flatten() {
-            for (ino, rec) in all {
-                if rec.kind != crate::store::FileKind::File || stats.get(ino).is_some() {
-                    continue;
-                }
-                let size = vol.getattr(ino).map(|a| a.size).unwrap_or(0);
-                stats.insert(ino, FileStats { residence: rec.placement.into(), size, ..FileStats::default() });
-                missing += 1;
-            }
-        }
-        if missing > 0 {
-            tracing::info!(missing, "files without statistics were added");
-        }
-        let used: u64 = stats.iter().filter(|(_, f)| f.residence.on_ssd()).map(|(_, f)| f.size).sum();
-        let real = vol.tiers.store(Tier::Ssd).statfs().map(|s| s.total).unwrap_or(u64::MAX);
-        let ssd_limit = cfg.ssd_capacity.map(|c| c.min(real)).unwrap_or(real);
-        tracing::info!(files = stats.len(), ssd_used = used, ssd_limit, policy = %cfg.policy, "engine ready");
         // Loading went through a large temporary buffer: give it back.
         // SAFETY: malloc_trim has no preconditions.
         unsafe { libc::malloc_trim(0) };
@@ -263,6 +325,25 @@ impl<S: Store> Engine<S> {
             let g = parent_of(ino).map(|p| groups.group_of(p, &parent_of)).unwrap_or(0);
             stats.set_group(ino, g);
         }
+        let records = vol.ns.all_records().unwrap_or_else(|e| {
+            tracing::error!(error = %e, "cannot read the namespace to check the statistics and the SSD account");
+            Vec::new()
+        });
+        if cfg.audit_space || stats.is_empty() {
+            let mut group_of = |ino: Ino| parent_of(ino).map(|p| groups.group_of(p, &parent_of)).unwrap_or(0);
+            audit(&mut stats, &records, |ino| vol.getattr(ino).map(|a| a.size).unwrap_or(0), &mut group_of);
+        }
+        let real = vol.tiers.store(Tier::Ssd).statfs().map(|s| s.total).unwrap_or(u64::MAX);
+        let ssd_limit = cfg.ssd_capacity.map(|c| c.min(real)).unwrap_or(real);
+        let account = ssd_account(&vol, &records, ssd_limit);
+        drop(records);
+        tracing::info!(
+            files = stats.len(),
+            ssd_used = account.used(),
+            ssd_limit,
+            policy = %cfg.policy,
+            "engine ready"
+        );
         let e = Arc::new(Engine {
             vol,
             stats: Mutex::new(stats),
@@ -277,9 +358,12 @@ impl<S: Store> Engine<S> {
             moves_cv: Condvar::new(),
             deferred: Mutex::new(HashMap::new()),
             limiter: Mutex::new(limiter),
-            ssd_used: AtomicU64::new(used),
-            ssd_limit,
+            account: Mutex::new(account),
             evicted_bytes: AtomicU64::new(0),
+            cleaning: Mutex::new(Cleaning::default()),
+            clean_cv: Condvar::new(),
+            room_cv: Condvar::new(),
+            activity: Mutex::new(HashMap::new()),
             counters: Counters::default(),
             notes: Mutex::new(HashMap::new()),
             last_run: Mutex::new(HashMap::new()),
@@ -311,7 +395,14 @@ impl<S: Store> Engine<S> {
     }
 
     fn space(&self) -> Space {
-        Space { used: self.ssd_used.load(Ordering::Acquire), limit: self.ssd_limit }
+        let a = self.account.lock();
+        Space { used: a.used(), limit: a.limit() }
+    }
+
+    /// Records what a background thread is doing (shown if it hangs a
+    /// shutdown).
+    fn doing(&self, who: &'static str, what: impl Into<String>) {
+        self.activity.lock().insert(who, what.into());
     }
 
     /// Queued, being moved, or waiting for a last close. With `open`, also
@@ -321,7 +412,7 @@ impl<S: Store> Engine<S> {
     fn is_busy(&self, ino: Ino, open: bool) -> bool {
         let queued = self.moves.lock().busy.contains(&ino);
         let deferred = queued || self.deferred.lock().contains_key(&ino);
-        deferred || (open && self.vol.open_inode(ino).is_some_and(|o| o.handle_counts().1 > 0))
+        deferred || (open && self.vol.open_inode(ino).is_some_and(|o| o.has_passthrough()))
     }
 
     /// A file's pin: its own, else its group's.
@@ -384,11 +475,17 @@ impl<S: Store> Engine<S> {
             if st.get(ev.ino).is_none()
                 && matches!(ev.kind, EventKind::Open { .. } | EventKind::Read { .. } | EventKind::Write { .. })
             {
-                // A file the statistics do not know yet (lost in a crash):
-                // start it in the right group.
+                // A file the statistics do not know (lost in a crash): start
+                // it in the right group. One whose record is gone (removed,
+                // the event came late) stays out.
                 if let Ok(rec) = self.vol.record(ev.ino) {
-                    let g = self.parent_of(ev.ino).map(|p| self.group_of(p)).unwrap_or(0);
-                    st.insert(ev.ino, FileStats { residence: rec.placement.into(), group: g, ..FileStats::default() });
+                    if rec.kind == crate::store::FileKind::File {
+                        let g = self.parent_of(ev.ino).map(|p| self.group_of(p)).unwrap_or(0);
+                        st.insert(
+                            ev.ino,
+                            FileStats { residence: rec.placement.into(), group: g, ..FileStats::default() },
+                        );
+                    }
                 }
             }
             if let EventKind::DirMoved { .. } = ev.kind {
@@ -397,11 +494,6 @@ impl<S: Store> Engine<S> {
             }
             if ev.kind == EventKind::Remove {
                 self.groups.lock().forget_file(ev.ino);
-                if let Some(f) = st.get(ev.ino) {
-                    if f.residence.on_ssd() {
-                        self.release(f.size);
-                    }
-                }
                 self.deferred.lock().remove(&ev.ino);
             }
             st.apply(ev, &mut |d| self.group_of(d));
@@ -500,7 +592,12 @@ impl<S: Store> Engine<S> {
             .name("tierfs-migrator".into())
             .spawn(move || me.migrator())
             .expect("spawn migrator thread");
-        self.threads.lock().extend([a, b]);
+        let me = self.clone();
+        let c = std::thread::Builder::new()
+            .name("tierfs-cleaner".into())
+            .spawn(move || me.cleaner())
+            .expect("spawn cleaner thread");
+        self.threads.lock().extend([a, b, c]);
     }
 
     /// Takes every queued event into the statistics now. The engine thread
@@ -555,15 +652,22 @@ impl<S: Store> Engine<S> {
                     self.moves_cv.wait_for(&mut q, Duration::from_millis(200));
                 }
             };
-            self.execute(step, &Pacer(self));
+            self.doing("migrator", format!("{:?} of inode {} ({})", step.mv, step.ino, step.reason));
+            self.execute(step, &Pacer(self), true);
             self.moves.lock().busy.remove(&step.ino);
+            self.doing("migrator", "idle");
         }
     }
 
-    /// Carries out one move and records its outcome.
-    fn execute(&self, step: Step, ctl: &dyn Control) -> bool {
+    /// Carries out one move and records its outcome. With `may_wait`, a
+    /// move to the SSD that finds no room waits for the cleaner once.
+    fn execute(&self, step: Step, ctl: &dyn Control, may_wait: bool) -> bool {
         let counter = self.stats.lock().get(step.ino).map(|f| f.counter).unwrap_or(0);
-        match self.vol.migrate(step.ino, step.mv, ctl) {
+        let mut r = self.vol.migrate(step.ino, step.mv, ctl);
+        if may_wait && matches!(r, Ok(Outcome::Skipped(Skip::NoSpace))) && self.wait_room(step.ino, step.size, false) {
+            r = self.vol.migrate(step.ino, step.mv, ctl);
+        }
+        match r {
             Ok(Outcome::Done(bytes)) => {
                 let c = &self.counters;
                 let n = match step.mv {
@@ -590,6 +694,7 @@ impl<S: Store> Engine<S> {
                 self.note(step.ino, format!("{:?} not done: {why:?}", step.mv));
                 false
             }
+            Err(Error::Cancelled) => false,
             Err(e) => {
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(ino = step.ino, mv = ?step.mv, error = %e, "migration failed");
@@ -598,65 +703,229 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    fn try_add(&self, bytes: u64) -> bool {
-        self.ssd_used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                let n = u.checked_add(bytes)?;
-                (n <= self.ssd_limit).then_some(n)
-            })
-            .is_ok()
+    /// Bytes the SSD must have free under the capacity now: past the high
+    /// watermark, down to the low one.
+    fn watermark_need(&self) -> u64 {
+        let (high, low) = self.cfg.watermarks;
+        if high >= 100 {
+            return 0;
+        }
+        let a = self.account.lock();
+        let mark = |pct: u8| (a.limit() as u128 * pct as u128 / 100) as u64;
+        if a.used() > mark(high) {
+            a.limit() - mark(low)
+        } else {
+            0
+        }
     }
 
-    fn release(&self, bytes: u64) {
-        let _ = self.ssd_used.fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| Some(u.saturating_sub(bytes)));
+    /// The cleaner thread: evicts the coldest files (never pinned or busy
+    /// ones) when someone waits for room or the SSD is past its high
+    /// watermark, and takes files off the SSD on demand ([`Engine::evacuate`]).
+    fn cleaner(&self) {
+        loop {
+            let (urgent, need, pressure, keep) = {
+                let mut c = self.cleaning.lock();
+                loop {
+                    if self.stop.load(Ordering::Acquire) {
+                        // Nobody waits for an answer that will not come.
+                        c.urgent.clear();
+                        c.passes += 1;
+                        self.room_cv.notify_all();
+                        return;
+                    }
+                    let over = self.watermark_need();
+                    if !c.urgent.is_empty() || c.demand > 0 || c.pressure > 0 || over > 0 {
+                        let keep: HashSet<Ino> = c.waiting.keys().copied().collect();
+                        break (
+                            std::mem::take(&mut c.urgent),
+                            c.demand.max(over),
+                            std::mem::take(&mut c.pressure),
+                            keep,
+                        );
+                    }
+                    self.clean_cv.wait_for(&mut c, self.cfg.tick);
+                }
+            };
+            for (ino, answer) in urgent {
+                self.doing("cleaner", format!("taking inode {ino} off the SSD for a write"));
+                let _ = answer.try_send(self.evacuate_now(ino));
+            }
+            let freed = if need > 0 || pressure > 0 { self.evict(need, pressure, &keep) } else { 0 };
+            let mut c = self.cleaning.lock();
+            c.passes += 1;
+            c.freed_last = freed;
+            self.room_cv.notify_all();
+            drop(c);
+            self.doing("cleaner", "idle");
+        }
     }
 
-    /// The foreground cleaner: evicts the coldest SSD files (never `keep`)
-    /// until `need` bytes are free under the limit. Returns bytes freed.
-    fn clean(&self, need: u64, keep: Ino) -> u64 {
+    /// Evicts the coldest SSD files until `need` bytes are free under the
+    /// capacity, and `pressure` more whatever the account says, never the
+    /// files in `keep` (their writers wait for this room). Returns the
+    /// bytes freed.
+    fn evict(&self, need: u64, pressure: u64, keep: &HashSet<Ino>) -> u64 {
+        // The choice must see the latest accesses and files.
         self.sync_events();
         let steps = {
             let st = self.stats.lock();
-            let exclude: HashSet<Ino> = [keep].into_iter().collect();
-            self.with_view(&st, 0, true, |v| evict_for(v, need, &exclude, |counter| Reason::Evict { counter }).0)
+            self.with_view(&st, 0, true, |v| {
+                let target = need.max(v.space.free().saturating_add(pressure));
+                evict_for(v, target, keep, |counter| Reason::Evict { counter }).0
+            })
         };
         let mut freed = 0;
         for s in steps {
-            {
-                let mut q = self.moves.lock();
-                if !q.busy.insert(s.ino) {
-                    continue;
-                }
+            if self.stop.load(Ordering::Acquire) {
+                break;
             }
-            if self.execute(s, &Foreground) {
+            let fresh = self.moves.lock().busy.insert(s.ino);
+            if !fresh {
+                continue;
+            }
+            self.doing("cleaner", format!("evicting inode {} ({} bytes)", s.ino, s.size));
+            if self.execute(s, &Bounded(self, Duration::from_millis(50)), false) {
                 freed += s.size;
                 self.evicted_bytes.fetch_add(s.size, Ordering::Relaxed);
+                // Waiters may have room already.
+                self.room_cv.notify_all();
             }
             self.moves.lock().busy.remove(&s.ino);
         }
         freed
     }
 
-    /// Takes `bytes` of SSD space for `ino`, cleaning if needed.
-    fn reserve(&self, ino: Ino, bytes: u64) -> bool {
-        if self.try_add(bytes) {
-            return true;
+    /// Waits (the caller holds no lock) until `bytes` are free under the
+    /// capacity, or with `real` until a cleaning pass freed something,
+    /// or the cleaner gave up (a whole pass since the request did not
+    /// help), or the configured wait passed.
+    fn wait_room(&self, ino: Ino, bytes: u64, real: bool) -> bool {
+        self.counters.room_waits.fetch_add(1, Ordering::Relaxed);
+        let deadline = std::time::Instant::now() + self.cfg.room_wait;
+        let mut c = self.cleaning.lock();
+        *c.waiting.entry(ino).or_default() += 1;
+        if real {
+            c.pressure += bytes.saturating_add(1 << 20);
+        } else {
+            c.demand += bytes;
         }
-        let free = self.space().free();
-        self.clean(bytes.saturating_sub(free).max(1).saturating_add(free), ino);
-        self.try_add(bytes)
+        let start = c.passes;
+        self.clean_cv.notify_one();
+        let ok = loop {
+            if !real && self.account.lock().free() >= bytes {
+                break true;
+            }
+            // A pass that was running when we asked may not have seen us:
+            // the one after it has.
+            if c.passes >= start + 2 {
+                break real && c.freed_last > 0;
+            }
+            if self.stop.load(Ordering::Acquire) || self.room_cv.wait_until(&mut c, deadline).timed_out() {
+                break !real && self.account.lock().free() >= bytes;
+            }
+        };
+        if !real {
+            c.demand -= bytes;
+        }
+        if let Some(n) = c.waiting.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                c.waiting.remove(&ino);
+            }
+        }
+        ok
+    }
+
+    /// Asks the cleaner to take `ino` off the SSD and waits for it.
+    fn evacuate(&self, ino: Ino) -> bool {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.cleaning.lock().urgent.push_back((ino, tx));
+        self.clean_cv.notify_one();
+        self.counters.evacuations.fetch_add(1, Ordering::Relaxed);
+        rx.recv_timeout(EVACUATE_WAIT).unwrap_or(false)
+    }
+
+    /// Demotes `ino` (or drops its copy) now, in the cleaner thread.
+    fn evacuate_now(&self, ino: Ino) -> bool {
+        for _ in 0..20 {
+            let Ok(rec) = self.vol.record(ino) else { return true };
+            let Some(mv) = off_ssd(rec.placement.into()) else { return true };
+            let size = self.stats.lock().get(ino).map(|f| f.size).unwrap_or(0);
+            let step = Step { ino, mv, reason: Reason::Evict { counter: 0 }, size };
+            match self.vol.migrate(ino, mv, &Bounded(self, Duration::from_secs(1))) {
+                Ok(Outcome::Done(_)) => {
+                    self.execute_done(step);
+                    return true;
+                }
+                Ok(Outcome::Skipped(Skip::Gone | Skip::AlreadyThere)) => return true,
+                // Another migration of the file is under way: let it end.
+                Ok(Outcome::Skipped(Skip::Busy)) if !self.stop.load(Ordering::Acquire) => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Ok(Outcome::Skipped(why)) => {
+                    self.note(ino, format!("could not leave the SSD for a write: {why:?}"));
+                    return false;
+                }
+                Err(e) => {
+                    tracing::warn!(ino, error = %e, "could not take a file off the SSD for a write");
+                    return false;
+                }
+            }
+        }
+        false
+    }
+
+    /// Counts a move the cleaner made for a writer.
+    fn execute_done(&self, step: Step) {
+        let c = &self.counters;
+        match step.mv {
+            Move::DropCopy => c.drops.fetch_add(1, Ordering::Relaxed),
+            _ => c.demotions.fetch_add(1, Ordering::Relaxed),
+        };
+        self.note(step.ino, format!("{:?}: a write to it found no SSD room", step.mv));
     }
 
     /// Stops the threads after the engine has taken the queued events and
     /// flushed the statistics. Queued moves are dropped (they are
-    /// re-decided after the next mount).
-    pub fn shutdown(&self) {
+    /// re-decided after the next mount); a migration under way stops at
+    /// its next chunk. Returns false if a thread did not stop within a few
+    /// seconds: the log then says what each was doing, and the caller
+    /// should not mark the shutdown clean.
+    pub fn shutdown(&self) -> bool {
         self.stop.store(true, Ordering::Release);
         self.moves_cv.notify_all();
-        let threads: Vec<_> = self.threads.lock().drain(..).collect();
-        for h in threads {
-            let _ = h.join();
+        {
+            let _c = self.cleaning.lock();
+            self.clean_cv.notify_all();
+            self.room_cv.notify_all();
         }
+        let deadline = std::time::Instant::now() + SHUTDOWN_WAIT;
+        let threads: Vec<_> = self.threads.lock().drain(..).collect();
+        let mut stuck = Vec::new();
+        for h in threads {
+            while !h.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if h.is_finished() {
+                let _ = h.join();
+            } else {
+                stuck.push(h.thread().name().unwrap_or("?").to_string());
+            }
+        }
+        if stuck.is_empty() {
+            return true;
+        }
+        let activity = self.activity.lock().clone();
+        tracing::error!(threads = ?stuck, ?activity, "background threads did not stop within {SHUTDOWN_WAIT:?}");
+        false
+    }
+
+    /// What each background thread is doing, one line per thread.
+    pub fn activity(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.activity.lock().iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        v.sort();
+        v
     }
 
     /// A report on one file.
@@ -715,6 +984,7 @@ impl<S: Store> Engine<S> {
                 file_bytes: bytes,
                 requests: served.reqs[t.idx()],
                 bytes_served: served.bytes[t.idx()],
+                charged_bytes: (t == Tier::Ssd).then(|| self.account.lock().used()),
             });
         }
         let hottest = hot
@@ -741,6 +1011,8 @@ impl<S: Store> Engine<S> {
             queued: self.moves.lock().items.len() as u64,
             deferred: deferred.into_iter().filter_map(|i| self.file_report(i)).collect(),
             evicted_bytes: self.evicted_bytes.load(Ordering::Relaxed),
+            room_waits: c.room_waits.load(Ordering::Relaxed),
+            evacuations: c.evacuations.load(Ordering::Relaxed),
         };
         let io_mode = self.vol.io_mode();
         StatusReport {
@@ -978,8 +1250,77 @@ impl<S: Store> Engine<S> {
 
     /// SSD bytes accounted as used.
     pub fn ssd_used(&self) -> u64 {
-        self.ssd_used.load(Ordering::Acquire)
+        self.account.lock().used()
     }
+
+    /// After a change of the account: wake the cleaner if the SSD passed
+    /// its high watermark.
+    fn account_changed(&self) {
+        if self.watermark_need() > 0 {
+            self.clean_cv.notify_one();
+        }
+    }
+}
+
+/// Makes the statistics agree with the namespace after they may have
+/// missed events (an unclean shutdown, or none at all): entries of files
+/// that no longer exist go, residences follow the recorded placements, and
+/// files without statistics get fresh ones in their group.
+fn audit(
+    stats: &mut Stats,
+    records: &[(Ino, crate::state::ns::InodeRecord)],
+    size_of: impl Fn(Ino) -> u64,
+    group_of: &mut dyn FnMut(Ino) -> Group,
+) {
+    let files: HashMap<Ino, crate::tier::Placement> = records
+        .iter()
+        .filter(|(_, r)| r.kind == crate::store::FileKind::File)
+        .map(|(i, r)| (*i, r.placement))
+        .collect();
+    let gone: Vec<Ino> = stats.iter().map(|(i, _)| i).filter(|i| !files.contains_key(i)).collect();
+    let (mut added, mut moved) = (0, 0);
+    for ino in &gone {
+        stats.remove(*ino);
+    }
+    for (ino, placement) in files {
+        let residence: Residence = placement.into();
+        match stats.get(ino).map(|f| f.residence) {
+            Some(r) if r == residence => {}
+            Some(_) => {
+                stats.set_residence(ino, residence);
+                moved += 1;
+            }
+            None => {
+                let f = FileStats { residence, size: size_of(ino), group: group_of(ino), ..FileStats::default() };
+                stats.insert(ino, f);
+                added += 1;
+            }
+        }
+    }
+    if !gone.is_empty() || added > 0 || moved > 0 {
+        tracing::info!(
+            removed = gone.len(),
+            added,
+            placement_fixed = moved,
+            "statistics checked against the namespace"
+        );
+    }
+}
+
+/// The SSD space account as the SSD holds it: every file whose placement
+/// uses the SSD, charged what its copy there occupies.
+fn ssd_account<S: Store>(vol: &Volume<S>, records: &[(Ino, crate::state::ns::InodeRecord)], limit: u64) -> SsdAccount {
+    let mut a = SsdAccount::new(limit);
+    for (ino, rec) in records {
+        if rec.kind != crate::store::FileKind::File || !rec.placement.uses_ssd() {
+            continue;
+        }
+        let Ok(Some((p, n))) = vol.ns.first_link(*ino) else { continue };
+        if let Ok(st) = vol.stat_on(p, &n, Tier::Ssd) {
+            a.settle(*ino, 0, st.blocks * 512);
+        }
+    }
+    a
 }
 
 impl<S: Store> Drop for Engine<S> {
@@ -1003,42 +1344,44 @@ impl<S: Store> Hooks for EngineHooks<S> {
     }
 
     fn reserve_ssd(&self, ino: Ino, bytes: u64) -> bool {
-        match self.0.upgrade() {
-            Some(e) => e.reserve(ino, bytes),
-            None => true,
-        }
+        let Some(e) = self.0.upgrade() else { return true };
+        let ok = e.account.lock().try_reserve(ino, bytes);
+        e.account_changed();
+        ok
     }
 
-    fn try_reserve_ssd(&self, _ino: Ino, bytes: u64) -> bool {
-        match self.0.upgrade() {
-            Some(e) => e.try_add(bytes),
-            None => true,
-        }
-    }
-
-    fn release_ssd(&self, bytes: u64) {
+    fn force_ssd(&self, ino: Ino, bytes: u64) {
         if let Some(e) = self.0.upgrade() {
-            e.release(bytes);
+            e.account.lock().force_reserve(ino, bytes);
+            e.account_changed();
         }
     }
 
-    fn ssd_full(&self, ino: Ino, bytes: u64) -> bool {
+    fn settle_ssd(&self, ino: Ino, reserved: u64, now: Option<u64>) {
+        if let Some(e) = self.0.upgrade() {
+            match now {
+                Some(n) => e.account.lock().settle(ino, reserved, n),
+                None => e.account.lock().unreserve(ino, reserved),
+            }
+            e.account_changed();
+        }
+    }
+
+    fn off_ssd(&self, ino: Ino) {
+        if let Some(e) = self.0.upgrade() {
+            e.account.lock().forget(ino);
+        }
+    }
+
+    fn wait_for_room(&self, ino: Ino, bytes: u64, real: bool) -> bool {
         match self.0.upgrade() {
-            // The real file system is full: free what was asked and a
-            // little more, ignoring the account (it was not the limit).
-            Some(e) => e.clean(e.space().free().saturating_add(bytes).saturating_add(1 << 20), ino) > 0,
+            Some(e) => e.wait_room(ino, bytes, real),
             None => false,
         }
     }
 
-    fn copy_failed(&self, ino: Ino) {
-        if let Some(e) = self.0.upgrade() {
-            let size = e.stats.lock().get(ino).map(|f| f.size).unwrap_or(0);
-            e.enqueue(Plan {
-                steps: vec![Step { ino, mv: Move::DropCopy, reason: Reason::PolicyChange, size }],
-                skipped: vec![],
-            });
-        }
+    fn evacuate(&self, ino: Ino) -> Option<bool> {
+        self.0.upgrade().map(|e| e.evacuate(ino))
     }
 
     fn passthrough_write_ok(&self, _ino: Ino) -> bool {

@@ -215,6 +215,13 @@ pub struct Recovery {
     pub unclean: bool,
 }
 
+impl Recovery {
+    /// True if placements may differ from what the statistics last saw.
+    pub fn changed(&self) -> bool {
+        self.unclean || self.rolled_back + self.rolled_forward + self.copies_dropped > 0
+    }
+}
+
 fn identity(st: &Stat) -> (u64, crate::store::TimeSpec, crate::store::TimeSpec) {
     (st.size, st.mtime, st.ctime)
 }
@@ -330,25 +337,17 @@ impl<S: Store> Volume<S> {
             Some(l) => l,
             None => return Ok(Outcome::Skipped(Skip::Gone)),
         };
-        let size = self.stat_on(p, &n, from)?.size;
+        let src = self.stat_on(p, &n, from)?;
         let hooks = self.hooks();
-        if to == Tier::Ssd && !hooks.reserve_ssd(ino, size) {
+        // What the copy will occupy on the SSD: what the source occupies
+        // (holes stay holes), plus what a file that grows while it is copied
+        // adds. The switch-over settles it to what the copy really takes.
+        let mut reserved = if to == Tier::Ssd { src.blocks * 512 } else { 0 };
+        if !hooks.reserve_ssd(ino, reserved) {
             return Ok(Outcome::Skipped(Skip::NoSpace));
         }
-        // What is reserved on the SSD for the copy: its size, plus what a
-        // file that grows while it is copied adds.
-        let mut reserved = if to == Tier::Ssd { size } else { 0 };
         let r = self.move_or_copy(ino, op, from, to, &mut reserved, ctl);
-        match &r {
-            Ok(Outcome::Done(bytes)) => {
-                if from == Tier::Ssd {
-                    // Growth on the SSD while moving was reserved by the
-                    // writes; the whole file leaves.
-                    hooks.release_ssd(*bytes);
-                }
-            }
-            _ => hooks.release_ssd(reserved),
-        }
+        hooks.settle_ssd(ino, reserved, None);
         r
     }
 
@@ -431,7 +430,7 @@ impl<S: Store> Volume<S> {
         // times; the switch-over copies the last one with writes held.
         let mut state = CatchUp::Grew;
         for _ in 0..CATCH_UPS {
-            state = self.catch_up(ino, v0, (sf, src), (st, dst), to, &mut cur, reserved, false, ctl)?;
+            state = self.catch_up(ino, v0, (sf, src), (st, dst), to, &mut cur, reserved, ctl)?;
             if state != CatchUp::Grew {
                 break;
             }
@@ -484,7 +483,6 @@ impl<S: Store> Volume<S> {
         to: Tier,
         cur: &mut Stat,
         reserved: &mut u64,
-        locked: bool,
         ctl: &dyn Control,
     ) -> Result<CatchUp> {
         if v0 != self.change_gen(ino) {
@@ -497,13 +495,11 @@ impl<S: Store> Volume<S> {
         if now.size < cur.size {
             return Ok(CatchUp::Changed);
         }
-        let tail = now.size - cur.size;
+        let tail = crate::vfs::alloc_growth(cur.size, now.size);
         if to == Tier::Ssd && tail > 0 {
-            // Under the switch-over's locks the cleaner must not run: it
-            // takes other files' locks.
-            let hooks = self.hooks();
-            let room = if locked { hooks.try_reserve_ssd(ino, tail) } else { hooks.reserve_ssd(ino, tail) };
-            if !room {
+            // Never waits for room (the switch-over holds locks here): no
+            // room means copying again later.
+            if !self.hooks().reserve_ssd(ino, tail) {
                 return Ok(CatchUp::Changed);
             }
             *reserved += tail;
@@ -566,7 +562,7 @@ impl<S: Store> Volume<S> {
         }
         // Writes are held now: the last tail of a growing file is copied
         // here, unpaced, and made durable with the rest.
-        match self.catch_up(ino, v0, src, (st, dst), to, st0, reserved, true, &NoCrash)? {
+        match self.catch_up(ino, v0, src, (st, dst), to, st0, reserved, &NoCrash)? {
             CatchUp::Changed => return Ok(None),
             CatchUp::Grew => st.fsync(dst, false)?,
             CatchUp::Current => {}
@@ -632,6 +628,11 @@ impl<S: Store> Volume<S> {
         b.put_record(ino, &rec).put_journal(&j);
         self.ns.commit(b, true)?;
         ctl.at(Step::Committed)?;
+        if to == Tier::Ssd {
+            // The copy is the file's (or its cached copy) now: it is charged
+            // what it occupies, and the reservation is used up.
+            self.hooks().settle_ssd(ino, std::mem::take(reserved), Some(st.fstat(dst)?.blocks * 512));
+        }
         if let (Some(io), Some(f)) = (io.as_mut(), new_fd) {
             let f = Arc::new(f);
             match op {
@@ -654,7 +655,11 @@ impl<S: Store> Volume<S> {
         drop(io);
         drop(ilock);
         drop(dirs);
-        self.sync_dirs(from, &removed?)?;
+        let removed = removed?;
+        if from == Tier::Ssd {
+            self.hooks().off_ssd(ino);
+        }
+        self.sync_dirs(from, &removed)?;
         ctl.at(Step::SourceRemoved)?;
         let mut b = self.ns.batch();
         b.del_journal(ino);
@@ -819,21 +824,26 @@ impl<S: Store> Volume<S> {
             }
             (copy.map(|c| c.size).unwrap_or(0), self.unlink_names(Tier::Ssd, &links))
         };
-        self.sync_dirs(Tier::Ssd, &removed?)?;
+        let removed = removed?;
+        self.hooks().off_ssd(ino);
+        self.copy_dropped(ino);
+        self.sync_dirs(Tier::Ssd, &removed)?;
         ctl.at(Step::SourceRemoved)?;
         let mut b = self.ns.batch();
         b.del_journal(ino);
         self.ns.commit(b, false)?;
         ctl.at(Step::Done)?;
-        self.hooks().release_ssd(size);
         self.emit(ino, EventKind::Placed { placement: Placement::On(Tier::Hdd) });
-        Ok(Outcome::Done(0))
+        Ok(Outcome::Done(size))
     }
 
     /// Finishes or rolls back half-done migrations, removes stray temporary
     /// files, and after an unclean shutdown drops every cached copy. Runs
     /// at mount, before any request is served. A journaled name is removed
     /// only if it still is what the entry says (see `unlink_checked`).
+    /// It emits no events (nothing takes them yet): when it changed
+    /// anything ([`Recovery::changed`]), the engine checks its statistics
+    /// against the namespace.
     pub fn recover(&self) -> Result<Recovery> {
         let mut rep = Recovery { unclean: self.ns.meta("clean")?.as_deref() == Some(&[0]), ..Recovery::default() };
         for j in self.ns.journal()? {
@@ -854,9 +864,6 @@ impl<S: Store> Volume<S> {
                     }
                 }
                 None => rep.rolled_forward += 1,
-            }
-            if let Some(rec) = self.ns.record(j.ino)? {
-                self.emit(j.ino, EventKind::Placed { placement: rec.placement });
             }
             let mut b = self.ns.batch();
             b.del_journal(j.ino);
@@ -881,7 +888,6 @@ impl<S: Store> Volume<S> {
                     let mut b = self.ns.batch();
                     b.put_record(ino, &rec);
                     self.ns.commit(b, false)?;
-                    self.emit(ino, EventKind::Placed { placement: rec.placement });
                 }
                 rep.copies_dropped += 1;
             }

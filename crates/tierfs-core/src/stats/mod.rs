@@ -297,19 +297,15 @@ impl Stats {
         }
     }
 
-    fn ensure(&mut self, ino: Ino, residence: Residence, group: Group) {
-        if !self.files.contains_key(&ino) {
-            self.insert(ino, FileStats { residence, group, ..FileStats::default() });
-        }
-    }
-
     /// Takes one event. `group_of` names the policy group of a directory
     /// (for new files); statistics stay pure, the caller knows the tree.
+    /// Only `Create` starts tracking a file: an access to a file that is
+    /// not tracked (its removal came first) counts for the tiers' totals
+    /// but does not bring the file back.
     pub fn apply(&mut self, ev: &Event, group_of: &mut dyn FnMut(Ino) -> Group) {
         let ino = ev.ino;
         match ev.kind {
             EventKind::Read { off, len, tier, fragment } => {
-                self.ensure(ino, if tier == Tier::Ssd { Residence::Ssd } else { Residence::Hdd }, 0);
                 if fragment {
                     self.fragment(ino, false, len, tier);
                 } else {
@@ -317,7 +313,6 @@ impl Stats {
                 }
             }
             EventKind::Write { off, len, tier, size, fragment } => {
-                self.ensure(ino, if tier == Tier::Ssd { Residence::Ssd } else { Residence::Hdd }, 0);
                 self.update(ino, |f| f.size = size);
                 if fragment {
                     self.fragment(ino, true, len, tier);
@@ -326,7 +321,6 @@ impl Stats {
                 }
             }
             EventKind::Open { write, tier, size, passthrough } => {
-                self.ensure(ino, if tier == Tier::Ssd { Residence::Ssd } else { Residence::Hdd }, 0);
                 self.update(ino, |f| f.size = size);
                 if passthrough {
                     // The kernel does the I/O: count the open as one access
@@ -586,6 +580,9 @@ mod tests {
     fn passthrough_opens_count_the_whole_file() {
         let mut s = Stats::new(DEFAULT_AGING);
         let open = |ino, size| ev(ino, 1, EventKind::Open { write: false, tier: Tier::Hdd, size, passthrough: true });
+        for i in 1..=3 {
+            s.apply(&create(i, Placement::On(Tier::Hdd)), &mut no_groups);
+        }
         s.apply(&open(1, 4000), &mut no_groups);
         s.apply(&open(2, 10 << 20), &mut no_groups);
         s.apply(
@@ -602,12 +599,36 @@ mod tests {
     fn the_tail_of_a_split_request_is_not_a_request() {
         let mut s = Stats::new(DEFAULT_AGING);
         let r = |off, len, fragment| ev(1, 1, EventKind::Read { off, len, tier: Tier::Hdd, fragment });
+        s.apply(&create(1, Placement::On(Tier::Hdd)), &mut no_groups);
         s.apply(&r(0, 1047600, false), &mut no_groups);
         s.apply(&r(1047600, 976, true), &mut no_groups);
         let f = s.get(1).unwrap();
         assert_eq!((f.counter, f.reads, f.read_bytes), (1, 1, 1 << 20));
         assert_eq!(s.served.reqs, [0, 1]);
         assert_eq!(s.served.bytes, [0, 1 << 20]);
+    }
+
+    #[test]
+    fn an_access_after_the_removal_does_not_bring_a_file_back() {
+        // Replacing files by rename(tmp, existing) left the replaced inodes
+        // tracked: reads and closes of the old file queued before its
+        // removal was taken in came after it and created it again.
+        let mut s = Stats::new(DEFAULT_AGING);
+        s.apply(&create(1, Placement::On(Tier::Ssd)), &mut no_groups);
+        s.apply(&ev(1, 1, EventKind::Remove), &mut no_groups);
+        s.apply(&read(1, 1, 4096), &mut no_groups);
+        s.apply(
+            &ev(1, 1, EventKind::Write { off: 0, len: 1, tier: Tier::Ssd, size: 9, fragment: false }),
+            &mut no_groups,
+        );
+        s.apply(
+            &ev(1, 1, EventKind::Open { write: false, tier: Tier::Ssd, size: 9, passthrough: true }),
+            &mut no_groups,
+        );
+        s.apply(&ev(1, 1, EventKind::Close { size: 9 }), &mut no_groups);
+        s.apply(&ev(1, 1, EventKind::Placed { placement: Placement::On(Tier::Hdd) }), &mut no_groups);
+        assert_eq!(s.len(), 0);
+        assert!(s.check_index());
     }
 
     #[test]
@@ -667,15 +688,11 @@ mod tests {
                     }
                     MOp::Read(i, len) => {
                         s.apply(&read(i, now, len), &mut |p| groups.get(&p).copied().unwrap_or(0));
-                        if len > 0 {
-                            m.seq += 1;
-                            let e = m.files.entry(i).or_insert((0, 0, Residence::Hdd, 0));
+                        // Only a tracked file counts the access.
+                        m.seq += 1;
+                        if let Some(e) = m.files.get_mut(&i) {
                             e.0 = counter::bump(e.0, counter::pages(0, len));
                             e.1 = m.seq;
-                        } else {
-                            m.files.entry(i).or_insert((0, 0, Residence::Hdd, 0));
-                            m.seq += 1;
-                            m.files.get_mut(&i).unwrap().1 = m.seq;
                         }
                     }
                     MOp::Remove(i) => {

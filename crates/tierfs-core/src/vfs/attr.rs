@@ -1,6 +1,6 @@
 //! getattr, setattr, readlink, statfs, access.
 
-use super::{Attr, Ctx, SetAttr, VolStats, Volume};
+use super::{Attr, Ctx, OpenInode, SetAttr, VolStats, Volume};
 use crate::error::{err, Result};
 use crate::event::EventKind;
 use crate::state::ns::{Ino, InodeRecord};
@@ -15,7 +15,7 @@ impl<S: Store> Volume<S> {
         if let Some(oi) = self.open_inode(ino) {
             let (st, placement) = {
                 let io = oi.io.read();
-                (self.io_stat(ino, &io)?, io.placement)
+                (self.io_stat(&oi, &io)?, io.placement)
             };
             let rec = self.ns.record(ino)?.unwrap_or_else(|| InodeRecord::new(FileKind::File, placement));
             return Ok(self.make_attr(ino, &rec, &st));
@@ -26,22 +26,30 @@ impl<S: Store> Volume<S> {
             let st = self.tiers.store(self.tiers.meta).stat(Target::This(&d))?;
             return Ok(self.make_attr(ino, &rec, &st));
         }
+        // A migration switches the file's tier holding this lock: the
+        // record and the copy it names are read together.
+        let _il = self.ilocks.get(ino).read();
+        let rec = self.record(ino)?;
         let (p, n) = self.link_of(ino)?;
         // A cached file is answered from its SSD copy (kept in step with the
         // primary), so that reading it never costs an HDD access.
         let st = match rec.placement {
-            Placement::Cached => self.stat_on(p, &n, Tier::Ssd).or_else(|_| self.stat_on(p, &n, Tier::Hdd))?,
+            Placement::Cached if !self.copy_is_stale(ino) => {
+                self.stat_on(p, &n, Tier::Ssd).or_else(|_| self.stat_on(p, &n, Tier::Hdd))?
+            }
             pl => self.stat_on(p, &n, pl.primary())?,
         };
         Ok(self.make_attr(ino, &rec, &st))
     }
 
-    /// Changes attributes. Size changes go through the open file when there
-    /// is one, so open handles and the SSD accounting stay right.
+    /// Changes attributes. A change and the switch-over of a migration
+    /// exclude each other (the inode lock), so no change lands on a copy
+    /// that is being replaced; an open file is changed through its open
+    /// descriptors, in order with its writes.
     pub fn setattr(&self, ino: Ino, fh: Option<u64>, sa: &SetAttr) -> Result<Attr> {
         let rec = match self.ns.record(ino)? {
             Some(r) => r,
-            None if self.open_inode(ino).is_some() => {
+            None if self.open_inode(ino).is_some() || fh.is_some() => {
                 InodeRecord::new(FileKind::File, crate::tier::Placement::On(Tier::Hdd))
             }
             None => return err(libc::ENOENT),
@@ -53,73 +61,132 @@ impl<S: Store> Volume<S> {
             self.set_dir_attrs(ino, sa)?;
             return self.getattr(ino);
         }
-        if let Some(size) = sa.size {
-            if rec.kind != FileKind::File {
-                return err(libc::EINVAL);
-            }
-            self.truncate(ino, fh, size)?;
+        if sa.size.is_some() && rec.kind != FileKind::File {
+            return err(libc::EINVAL);
         }
-        if sa.uid.is_some() || sa.gid.is_some() || sa.mode.is_some() || sa.atime.is_some() || sa.mtime.is_some() {
-            let atime = sa.atime.unwrap_or(SetTime::Omit);
-            let mtime = sa.mtime.unwrap_or(SetTime::Omit);
-            if let Some(oi) = self.open_inode(ino) {
-                let io = oi.io.read();
-                let primary = self.primary_of(ino, &io)?;
-                let copies = [Some((io.placement.primary(), primary)), io.copy.clone().map(|c| (Tier::Ssd, c))];
-                for (i, (t, f)) in copies.into_iter().flatten().enumerate() {
-                    let s = self.tiers.store(t);
-                    let r = (|| -> std::io::Result<()> {
-                        if sa.uid.is_some() || sa.gid.is_some() {
-                            s.file_chown(&f, sa.uid, sa.gid)?;
-                        }
-                        if let Some(m) = sa.mode {
-                            s.file_chmod(&f, m & 0o7777)?;
-                        }
-                        if sa.atime.is_some() || sa.mtime.is_some() {
-                            s.file_utimens(&f, atime, mtime)?;
-                        }
-                        Ok(())
-                    })();
-                    match r {
-                        Err(e) if i == 0 => return Err(e.into()),
-                        Err(_) => self.hooks().copy_failed(ino),
-                        Ok(()) => {}
-                    }
+        let lost_copy = {
+            let _il = self.ilocks.get(ino).write();
+            let oi = match fh.and_then(|f| self.handle(f).ok()) {
+                Some(h) => Some(h.oi.clone()),
+                None => self.open_inode(ino),
+            };
+            match oi {
+                Some(oi) => self.set_open_attrs(&oi, sa)?,
+                None => self.set_closed_attrs(ino, sa)?,
+            }
+        };
+        if lost_copy {
+            self.drop_stale_copy(ino);
+        }
+        if let Some(size) = sa.size {
+            self.emit(ino, EventKind::Resize { size });
+        }
+        self.getattr(ino)
+    }
+
+    /// setattr of an open file, through its descriptors. Returns true if the
+    /// cached copy missed the change.
+    fn set_open_attrs(&self, oi: &OpenInode<S>, sa: &SetAttr) -> Result<bool> {
+        let ino = oi.ino;
+        let io = oi.io.read();
+        let _order = oi.order.lock();
+        let primary = self.primary_of(ino, &io)?;
+        let copy = self.live_copy(oi, &io).cloned();
+        let mut lost_copy = false;
+        if let Some(size) = sa.size {
+            self.tiers.store(io.placement.primary()).set_len(&primary, size)?;
+            if let Some(c) = &copy {
+                if self.tiers.store(Tier::Ssd).set_len(c, size).is_err() {
+                    lost_copy = true;
                 }
-            } else {
-                let (p, n) = self.link_of(ino)?;
-                // The primary first; a cached copy follows so that reads of
-                // its attributes stay right.
-                for (i, &t) in rec.placement.tiers().iter().enumerate() {
-                    let r = (|| -> Result<()> {
-                        let d = self.tiers.dir(p, t, false)?;
-                        let s = self.tiers.store(t);
-                        let target = Target::Entry(&*d, &n);
-                        if sa.uid.is_some() || sa.gid.is_some() {
-                            s.chown(target, sa.uid, sa.gid)?;
-                        }
-                        if let Some(m) = sa.mode {
-                            if rec.kind != FileKind::Symlink {
-                                s.chmod(target, m & 0o7777)?;
-                            }
-                        }
-                        if sa.atime.is_some() || sa.mtime.is_some() {
-                            s.utimens(target, atime, mtime)?;
-                        }
-                        Ok(())
-                    })();
-                    match r {
-                        Err(e) if i == 0 => return Err(e),
-                        Err(_) => self.hooks().copy_failed(ino),
-                        Ok(()) => {}
+            }
+            oi.size.store(size, std::sync::atomic::Ordering::Release);
+            self.note_change(ino);
+        }
+        if has_attrs(sa) {
+            let copies = [Some((io.placement.primary(), primary)), copy.map(|c| (Tier::Ssd, c))];
+            for (i, (t, f)) in copies.into_iter().flatten().enumerate() {
+                let s = self.tiers.store(t);
+                let r = (|| -> std::io::Result<()> {
+                    if sa.uid.is_some() || sa.gid.is_some() {
+                        s.file_chown(&f, sa.uid, sa.gid)?;
                     }
+                    if let Some(m) = sa.mode {
+                        s.file_chmod(&f, m & 0o7777)?;
+                    }
+                    if sa.atime.is_some() || sa.mtime.is_some() {
+                        s.file_utimens(&f, sa.atime.unwrap_or(SetTime::Omit), sa.mtime.unwrap_or(SetTime::Omit))?;
+                    }
+                    Ok(())
+                })();
+                match r {
+                    Err(e) if i == 0 => return Err(e.into()),
+                    Err(_) => lost_copy = true,
+                    Ok(()) => {}
                 }
             }
             // A migration copying the file must see this (the ctime alone
             // is not checked when the file only grew).
             self.note_change(ino);
         }
-        self.getattr(ino)
+        if lost_copy {
+            self.mark_copy_stale(oi);
+        }
+        if let Some(b) = self.ssd_bytes(oi, &io) {
+            self.hooks().settle_ssd(ino, 0, Some(b));
+        }
+        Ok(lost_copy)
+    }
+
+    /// setattr of a file nobody has open (the caller holds its inode lock
+    /// for writing, so nobody can open it meanwhile): on every copy, the
+    /// primary first. Returns true if the cached copy missed the change.
+    fn set_closed_attrs(&self, ino: Ino, sa: &SetAttr) -> Result<bool> {
+        let rec = self.record(ino)?;
+        let (p, n) = self.link_of(ino)?;
+        let stale = self.copy_is_stale(ino);
+        let mut lost_copy = false;
+        for (i, &t) in rec.placement.tiers().iter().enumerate() {
+            if i > 0 && stale {
+                break;
+            }
+            let r = (|| -> Result<()> {
+                let d = self.tiers.dir(p, t, false)?;
+                let s = self.tiers.store(t);
+                if let Some(size) = sa.size {
+                    let f = s.open(&d, &n, libc::O_WRONLY, 0)?;
+                    s.set_len(&f, size)?;
+                    if t == Tier::Ssd {
+                        self.hooks().settle_ssd(ino, 0, Some(s.fstat(&f)?.blocks * 512));
+                    }
+                }
+                let target = Target::Entry(&*d, &n);
+                if sa.uid.is_some() || sa.gid.is_some() {
+                    s.chown(target, sa.uid, sa.gid)?;
+                }
+                if let Some(m) = sa.mode {
+                    if rec.kind != FileKind::Symlink {
+                        s.chmod(target, m & 0o7777)?;
+                    }
+                }
+                if sa.atime.is_some() || sa.mtime.is_some() {
+                    s.utimens(target, sa.atime.unwrap_or(SetTime::Omit), sa.mtime.unwrap_or(SetTime::Omit))?;
+                }
+                Ok(())
+            })();
+            match r {
+                Err(e) if i == 0 => return Err(e),
+                Err(_) => lost_copy = true,
+                Ok(()) => {}
+            }
+        }
+        if sa.size.is_some() || has_attrs(sa) {
+            self.note_change(ino);
+        }
+        if lost_copy {
+            self.stale_copies.lock().insert(ino);
+        }
+        Ok(lost_copy)
     }
 
     /// Clears set-user-ID (and set-group-ID when group-executable) bits, as a
@@ -167,6 +234,8 @@ impl<S: Store> Volume<S> {
         if rec.kind != FileKind::Symlink {
             return err(libc::EINVAL);
         }
+        let _il = self.ilocks.get(ino).read();
+        let rec = self.record(ino)?;
         let (p, n) = self.link_of(ino)?;
         let t = rec.placement.primary();
         let d = self.tiers.dir(p, t, false)?;
@@ -212,57 +281,9 @@ impl<S: Store> Volume<S> {
             err(libc::EACCES)
         }
     }
+}
 
-    /// Sets the size of a file, through its open state if it has one.
-    pub(crate) fn truncate(&self, ino: Ino, fh: Option<u64>, size: u64) -> Result<()> {
-        let oi = match fh.and_then(|f| self.handle(f).ok()) {
-            Some(h) => Some(h.oi.clone()),
-            None => self.open_inode(ino),
-        };
-        let hooks = self.hooks();
-        match oi {
-            Some(oi) => {
-                let io = oi.io.read();
-                let old = oi.size.load(std::sync::atomic::Ordering::Acquire);
-                let uses_ssd = io.placement.uses_ssd();
-                if uses_ssd && size > old && !hooks.reserve_ssd(ino, size - old) {
-                    return err(libc::ENOSPC);
-                }
-                let primary = self.primary_of(ino, &io)?;
-                self.tiers.store(io.placement.primary()).set_len(&primary, size)?;
-                if let Some(c) = &io.copy {
-                    if self.tiers.store(Tier::Ssd).set_len(c, size).is_err() {
-                        hooks.copy_failed(ino);
-                    }
-                }
-                oi.size.store(size, std::sync::atomic::Ordering::Release);
-                self.note_change(ino);
-                if uses_ssd && size < old {
-                    hooks.release_ssd(old - size);
-                }
-            }
-            None => {
-                let rec = self.record(ino)?;
-                let (p, n) = self.link_of(ino)?;
-                let mut old = None;
-                for &t in rec.placement.tiers() {
-                    let d = self.tiers.dir(p, t, false)?;
-                    let s = self.tiers.store(t);
-                    let f = s.open(&d, &n, libc::O_WRONLY, 0)?;
-                    let cur = s.fstat(&f)?.size;
-                    if t == Tier::Ssd && size > cur && !hooks.reserve_ssd(ino, size - cur) {
-                        return err(libc::ENOSPC);
-                    }
-                    s.set_len(&f, size)?;
-                    self.note_change(ino);
-                    if t == Tier::Ssd && size < cur {
-                        hooks.release_ssd(cur - size);
-                    }
-                    old.get_or_insert(cur);
-                }
-            }
-        }
-        self.emit(ino, EventKind::Resize { size });
-        Ok(())
-    }
+/// True if setattr changes owner, mode or times.
+fn has_attrs(sa: &SetAttr) -> bool {
+    sa.uid.is_some() || sa.gid.is_some() || sa.mode.is_some() || sa.atime.is_some() || sa.mtime.is_some()
 }

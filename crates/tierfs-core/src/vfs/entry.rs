@@ -164,12 +164,21 @@ impl<S: Store> Volume<S> {
             return err(libc::EPERM);
         }
         self.reconcile(new_parent, false)?;
-        let rec = self.record(ino)?;
-        if rec.kind == FileKind::Dir {
+        if self.record(ino)?.kind == FileKind::Dir {
             return err(libc::EPERM);
         }
         let (p, n) = self.link_of(ino)?;
         let _g = self.locks.lock(&[p, new_parent]);
+        // The file's tiers are read, and linked on, with its inode lock held:
+        // a migration cannot move it in between.
+        let il = self.ilocks.get(ino).read();
+        if self.ns.lookup(p, &n)?.map(|x| x.0) != Some(ino) {
+            // The name used as the source went meanwhile: try again.
+            drop(il);
+            drop(_g);
+            return self.link(ino, new_parent, new_name);
+        }
+        let rec = self.record(ino)?;
         self.parent_dir_record(new_parent)?;
         if self.ns.lookup(new_parent, new_name)?.is_some() {
             return err(libc::EEXIST);
@@ -195,6 +204,8 @@ impl<S: Store> Volume<S> {
         let mut b = self.ns.batch();
         b.link(new_parent, new_name, ino, rec.kind);
         self.ns.commit(b, false)?;
+        drop(il);
+        drop(_g);
         self.touch_dir(new_parent, rec.placement.primary());
         self.getattr(ino)
     }
@@ -233,9 +244,17 @@ impl<S: Store> Volume<S> {
         self.ns.commit(b, false)?;
         self.touch_dir(parent, primary);
         if last {
-            self.emit(ino, EventKind::Remove);
+            self.gone(ino);
         }
         Ok(())
+    }
+
+    /// A file's last name is gone: it leaves the SSD account at once (if it
+    /// is still open, its last close settles it again) and the statistics.
+    pub(crate) fn gone(&self, ino: Ino) {
+        self.hooks().off_ssd(ino);
+        self.copy_dropped(ino);
+        self.emit(ino, EventKind::Remove);
     }
 
     /// Removes an empty directory from every tier.

@@ -76,6 +76,26 @@ type Backing<S> = (Option<(Arc<<S as Store>::File>, bool)>, Option<Arc<<S as Sto
 
 const RDWR_FALLBACK: [i32; 4] = [libc::EACCES, libc::EPERM, libc::EROFS, libc::ETXTBSY];
 
+/// How often an operation that needs SSD room tries (the last one may go
+/// past the configured capacity).
+const ROOM_ROUNDS: u32 = 4;
+
+/// What one try of an operation that may need SSD room came to.
+pub(crate) enum Attempt<T> {
+    /// Done.
+    Done(T),
+    /// The account has not this many bytes free under the capacity.
+    NoRoom(u64),
+    /// The SSD file system itself is full.
+    Full(u64),
+}
+
+/// Bytes a change that makes a file end at `end` instead of `cur` may
+/// allocate: the 4-KiB blocks past the old end.
+pub(crate) fn alloc_growth(cur: u64, end: u64) -> u64 {
+    end.div_ceil(4096).saturating_sub(cur.div_ceil(4096)) * 4096
+}
+
 impl<S: Store> Volume<S> {
     pub(crate) fn handle(&self, fh: u64) -> Result<Arc<Handle<S>>> {
         self.handles.read().get(&fh).cloned().ok_or_else(|| Error::errno(libc::EBADF))
@@ -113,14 +133,14 @@ impl<S: Store> Volume<S> {
 
     /// Attributes of an open file: from the primary if it is open, else from
     /// the cached copy.
-    pub(crate) fn io_stat(&self, ino: Ino, io: &IoState<S>) -> Result<Stat> {
+    pub(crate) fn io_stat(&self, oi: &OpenInode<S>, io: &IoState<S>) -> Result<Stat> {
         if let Some(p) = io.primary_open() {
             return Ok(self.tiers.store(io.placement.primary()).fstat(p)?);
         }
-        if let Some(c) = &io.copy {
+        if let Some(c) = self.live_copy(oi, io) {
             return Ok(self.tiers.store(Tier::Ssd).fstat(c)?);
         }
-        let p = self.primary_of(ino, io)?;
+        let p = self.primary_of(oi.ino, io)?;
         Ok(self.tiers.store(io.placement.primary()).fstat(&p)?)
     }
 
@@ -129,7 +149,7 @@ impl<S: Store> Volume<S> {
     /// of a cached file.
     fn open_backing(&self, ino: Ino, placement: Placement, want_write: bool) -> Result<Backing<S>> {
         let (p, n) = self.link_of(ino)?;
-        let copy = if placement == Placement::Cached {
+        let copy = if placement == Placement::Cached && !self.copy_is_stale(ino) {
             let r = self
                 .tiers
                 .dir(p, Tier::Ssd, false)
@@ -137,8 +157,9 @@ impl<S: Store> Volume<S> {
             match r {
                 Ok(f) => Some(Arc::new(f)),
                 Err(e) => {
-                    tracing::warn!(ino, error = %e, "cached copy cannot be opened; dropping it");
-                    self.hooks().copy_failed(ino);
+                    // Not read until it is dropped (by the next change or
+                    // an eviction); the HDD copy is whole.
+                    tracing::warn!(ino, error = %e, "cached copy cannot be opened; reading the HDD copy");
                     None
                 }
             }
@@ -203,8 +224,10 @@ impl<S: Store> Volume<S> {
         let oi = Arc::new(OpenInode {
             ino,
             io: RwLock::new(IoState { placement, primary: cell, copy, handles: 0, passthrough: 0, retired: false }),
-            append: Mutex::new(()),
+            order: Mutex::new(()),
             size: AtomicU64::new(size),
+            passthrough: std::sync::atomic::AtomicU32::new(0),
+            copy_stale: std::sync::atomic::AtomicBool::new(false),
         });
         loop {
             let here = self.open.lock().entry(ino).or_insert_with(|| oi.clone()).clone();
@@ -251,7 +274,7 @@ impl<S: Store> Volume<S> {
                     // local file system clears: such files take the
                     // userspace path, which clears them.
                     let setid =
-                        self.io_stat(ino, &io).map(|st| st.mode & (libc::S_ISUID | libc::S_ISGID) != 0).unwrap_or(true);
+                        self.io_stat(&oi, &io).map(|st| st.mode & (libc::S_ISUID | libc::S_ISGID) != 0).unwrap_or(true);
                     match (io.placement, io.primary_open()) {
                         (Placement::On(t), Some(p))
                             if io.writable()
@@ -270,6 +293,7 @@ impl<S: Store> Volume<S> {
                 }
                 if backing.is_some() {
                     io.passthrough += 1;
+                    oi.passthrough.store(io.passthrough, Ordering::Release);
                 }
             }
             (io.placement.read_tier(), oi.size.load(Ordering::Acquire))
@@ -296,6 +320,7 @@ impl<S: Store> Volume<S> {
             if h.passthrough {
                 let mut io = h.oi.io.write();
                 io.passthrough = io.passthrough.saturating_sub(1);
+                h.oi.passthrough.store(io.passthrough, Ordering::Release);
                 drop(io);
                 let nh = Handle {
                     ino: h.ino,
@@ -349,13 +374,14 @@ impl<S: Store> Volume<S> {
         let mut buf = vec![0u8; size as usize];
         let (n, tier) = {
             let io = h.oi.io.read();
-            let from_copy = io.copy.as_ref().map(|c| read_full(self.tiers.store(Tier::Ssd), c, &mut buf, off));
+            let copy = self.live_copy(&h.oi, &io);
+            let from_copy = copy.map(|c| read_full(self.tiers.store(Tier::Ssd), c, &mut buf, off));
             match from_copy {
                 Some(Ok(n)) => (n, Tier::Ssd),
                 other => {
                     if let Some(Err(e)) = other {
                         tracing::warn!(ino = h.ino, error = %e, "read from cached copy failed; using the primary");
-                        self.hooks().copy_failed(h.ino);
+                        h.oi.copy_stale.store(true, Ordering::Release);
                     }
                     let t = io.placement.primary();
                     let p = self.primary_of(h.ino, &io)?;
@@ -369,100 +395,158 @@ impl<S: Store> Volume<S> {
         Ok(buf)
     }
 
-    /// Writes `data` at `off` (at the end for O_APPEND handles). A write to
-    /// the SSD that finds no room there makes the cleaner free space or,
-    /// failing that, moves the file to the HDD and writes there.
+    /// Writes `data` at `off` (at the end for O_APPEND handles). A write
+    /// that finds no SSD room waits for the cleaner, holding no lock, and
+    /// if that does not free enough in time the file leaves the SSD and the
+    /// write lands on the HDD: no ENOSPC while the HDD has room.
     pub fn write(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
         let h = self.handle(fh)?;
         if !h.write {
             return err(libc::EBADF);
         }
+        self.with_room(h.ino, |force| self.write_once(&h, off, data, force))
+    }
+
+    /// One try of a write (see [`Volume::with_room`]).
+    fn write_once(&self, h: &Handle<S>, off: u64, data: &[u8], force: bool) -> Result<Attempt<u32>> {
         let hooks = self.hooks();
         let len = data.len() as u64;
-        for _attempt in 0..4 {
-            let io = h.oi.io.read();
-            let primary = self.primary_of(h.ino, &io)?;
-            if !io.writable() {
-                return err(libc::EBADF);
+        let io = h.oi.io.read();
+        let primary = self.primary_of(h.ino, &io)?;
+        if !io.writable() {
+            return err(libc::EBADF);
+        }
+        let copy = self.live_copy(&h.oi, &io).cloned();
+        // Writes that may extend the file are serialised, so that each
+        // knows whether it only adds bytes past the end: a migration
+        // copying the file then copies just the new tail. So are all writes
+        // to a cached file, whose two copies must see them in one order.
+        let may_extend = h.append || off >= h.oi.size.load(Ordering::Acquire);
+        let order = (may_extend || copy.is_some()).then(|| h.oi.order.lock());
+        let t = io.placement.primary();
+        let s = self.tiers.store(t);
+        let cur = if h.append { s.fstat(&primary)?.size } else { h.oi.size.load(Ordering::Acquire) };
+        let off = if h.append { cur } else { off };
+        let extends = may_extend && off >= cur;
+        let end = off + len;
+        let ssd = io.placement.uses_ssd();
+        // What the write may allocate on the SSD: the blocks past the end.
+        // Holes inside a file are rare; the account is trued up from the
+        // file itself right after.
+        let want = if ssd { alloc_growth(cur, end) } else { 0 };
+        if want > 0 {
+            if force {
+                hooks.force_ssd(h.ino, want);
+            } else if !hooks.reserve_ssd(h.ino, want) {
+                return Ok(Attempt::NoRoom(want));
             }
-            // Writes that may extend the file are serialised, so that each
-            // knows whether it only adds bytes past the end: a migration
-            // copying the file then copies just the new tail.
-            let may_extend = h.append || off >= h.oi.size.load(Ordering::Acquire);
-            let _append = may_extend.then(|| h.oi.append.lock());
-            let t = io.placement.primary();
-            let s = self.tiers.store(t);
-            let cur = if h.append { s.fstat(&primary)?.size } else { h.oi.size.load(Ordering::Acquire) };
-            let off = if h.append { cur } else { off };
-            let extends = may_extend && off >= cur;
-            let end = off + len;
-            let growth = end.saturating_sub(cur);
-            let ssd = io.placement.uses_ssd();
-            if ssd && growth > 0 && !hooks.reserve_ssd(h.ino, growth) {
-                drop(_append);
-                drop(io);
-                self.no_ssd_room(h.ino, growth)?;
-                continue;
+        }
+        if let Err(e) = write_full(s, &primary, data, off) {
+            hooks.settle_ssd(h.ino, want, None);
+            if e.raw_os_error() == Some(libc::ENOSPC) && t == Tier::Ssd {
+                return Ok(Attempt::Full(len));
             }
-            let r = write_full(s, &primary, data, off);
-            if let Err(e) = r {
-                if ssd && growth > 0 {
-                    hooks.release_ssd(growth);
-                }
-                if e.raw_os_error() == Some(libc::ENOSPC) && t == Tier::Ssd {
-                    drop(_append);
-                    drop(io);
-                    if !hooks.ssd_full(h.ino, len) {
-                        self.no_ssd_room(h.ino, len)?;
+            return Err(e.into());
+        }
+        let mut lost_copy = false;
+        if let Some(c) = &copy {
+            if let Err(e) = write_full(self.tiers.store(Tier::Ssd), c, data, off) {
+                tracing::warn!(ino = h.ino, error = %e, "write-through to the cached copy failed; dropping it");
+                self.mark_copy_stale(&h.oi);
+                lost_copy = true;
+            }
+        }
+        let old = h.oi.size.fetch_max(end, Ordering::AcqRel);
+        if !extends {
+            self.note_change(h.ino);
+        }
+        if ssd {
+            hooks.settle_ssd(h.ino, want, self.ssd_bytes(&h.oi, &io));
+        }
+        if h.sync {
+            s.fsync(&primary, true)?;
+        }
+        drop(order);
+        drop(io);
+        if lost_copy {
+            self.drop_stale_copy(h.ino);
+        }
+        let fragment = h.fragment(off, len);
+        self.emit(h.ino, EventKind::Write { off, len, tier: t, size: old.max(end), fragment });
+        Ok(Attempt::Done(data.len() as u32))
+    }
+
+    /// Runs `op` until it no longer needs SSD room. When it does, it has
+    /// released its locks: this waits for the cleaner, and if that frees
+    /// nothing in time, takes the file off the SSD (the operation then lands
+    /// on the HDD). The last try may go past the configured capacity (`op`
+    /// is told to force its reservation): better over the limit than a
+    /// failed write while the SSD itself has room.
+    pub(crate) fn with_room<T>(&self, ino: Ino, mut op: impl FnMut(bool) -> Result<Attempt<T>>) -> Result<T> {
+        let hooks = self.hooks();
+        for round in 0..ROOM_ROUNDS {
+            let force = round + 1 == ROOM_ROUNDS;
+            match op(force)? {
+                Attempt::Done(t) => return Ok(t),
+                Attempt::NoRoom(bytes) => {
+                    if !hooks.wait_for_room(ino, bytes, false) {
+                        self.evacuate(ino);
                     }
-                    continue;
                 }
-                return Err(e.into());
-            }
-            if let Some(c) = &io.copy {
-                if let Err(e) = write_full(self.tiers.store(Tier::Ssd), c, data, off) {
-                    tracing::warn!(ino = h.ino, error = %e, "write-through to cached copy failed; dropping it");
-                    hooks.copy_failed(h.ino);
+                Attempt::Full(bytes) => {
+                    if !hooks.wait_for_room(ino, bytes, true) {
+                        self.evacuate(ino);
+                    }
                 }
             }
-            let old = h.oi.size.fetch_max(end, Ordering::AcqRel);
-            if ssd && growth > end.saturating_sub(old) {
-                // Another writer extended the file meanwhile.
-                hooks.release_ssd(growth - end.saturating_sub(old));
-            }
-            if !extends {
-                self.note_change(h.ino);
-            }
-            if h.sync {
-                s.fsync(&primary, true)?;
-            }
-            drop(_append);
-            drop(io);
-            let fragment = h.fragment(off, len);
-            self.emit(h.ino, EventKind::Write { off, len, tier: t, size: old.max(end), fragment });
-            return Ok(data.len() as u32);
         }
         err(libc::ENOSPC)
     }
 
-    /// The SSD has no room for `ino` to grow: a cached copy is dropped, a
-    /// file living on the SSD is moved to the HDD (by the engine).
-    fn no_ssd_room(&self, ino: Ino, bytes: u64) -> Result<()> {
-        let hooks = self.hooks();
-        let placement = self.open_inode(ino).map(|o| o.placement());
-        match placement {
-            Some(Placement::Cached) => {
-                hooks.copy_failed(ino);
-                self.drop_copy_now(ino)
-            }
-            Some(Placement::On(Tier::Ssd)) => {
-                if hooks.ssd_full(ino, bytes) {
-                    return Ok(());
-                }
-                self.evacuate(ino)
-            }
-            _ => Ok(()),
+    /// The cached copy of an open file, unless it missed a change.
+    pub(crate) fn live_copy<'a>(&self, oi: &OpenInode<S>, io: &'a IoState<S>) -> Option<&'a Arc<S::File>> {
+        io.copy.as_ref().filter(|_| !oi.copy_stale.load(Ordering::Acquire))
+    }
+
+    /// Bytes the SSD copy of an open file occupies, if it has one.
+    pub(crate) fn ssd_bytes(&self, oi: &OpenInode<S>, io: &IoState<S>) -> Option<u64> {
+        let f = match io.placement {
+            Placement::On(Tier::Ssd) => io.primary_open()?,
+            Placement::Cached => self.live_copy(oi, io)?,
+            Placement::On(Tier::Hdd) => return None,
+        };
+        self.tiers.store(Tier::Ssd).fstat(f).ok().map(|st| st.blocks * 512)
+    }
+
+    /// True if the cached copy of `ino` missed a change.
+    pub(crate) fn copy_is_stale(&self, ino: Ino) -> bool {
+        self.stale_copies.lock().contains(&ino)
+    }
+
+    /// A change did not reach the cached copy: nothing reads it any more.
+    pub(crate) fn mark_copy_stale(&self, oi: &OpenInode<S>) {
+        oi.copy_stale.store(true, Ordering::Release);
+        self.stale_copies.lock().insert(oi.ino);
+    }
+
+    /// Drops a stale cached copy (the caller holds no lock). If that cannot
+    /// be done now the copy stays unread, and a remount drops it.
+    pub(crate) fn drop_stale_copy(&self, ino: Ino) {
+        self.stale_copies.lock().insert(ino);
+        if !self.evacuate(ino) {
+            tracing::warn!(ino, "a stale cached copy could not be dropped yet; it is not read");
         }
+    }
+
+    /// True if no cached copy is stale (else the shutdown is not clean: the
+    /// next mount drops every copy).
+    pub fn no_stale_copies(&self) -> bool {
+        self.stale_copies.lock().is_empty()
+    }
+
+    /// Called by the migration that dropped a copy.
+    pub(crate) fn copy_dropped(&self, ino: Ino) {
+        self.stale_copies.lock().remove(&ino);
     }
 
     /// Flush on close of one descriptor: nothing is buffered here.
@@ -477,13 +561,15 @@ impl<S: Store> Volume<S> {
         if let Some(p) = io.primary_open() {
             self.tiers.store(io.placement.primary()).fsync(p, datasync)?;
         }
-        if let Some(c) = &io.copy {
+        if let Some(c) = self.live_copy(&h.oi, &io) {
             self.tiers.store(Tier::Ssd).fsync(c, datasync)?;
         }
         Ok(())
     }
 
-    /// Closes a handle; the last one closes the backing descriptors.
+    /// Closes a handle; the last one closes the backing descriptors. The
+    /// SSD account is trued up from the file (passthrough writes bypass it),
+    /// and a file whose last name went while it was open leaves it.
     pub fn release(&self, fh: u64) -> Result<()> {
         let h = self.handles.write().remove(&fh).ok_or_else(|| Error::errno(libc::EBADF))?;
         let last = {
@@ -491,6 +577,7 @@ impl<S: Store> Volume<S> {
             io.handles = io.handles.saturating_sub(1);
             if h.passthrough {
                 io.passthrough = io.passthrough.saturating_sub(1);
+                h.oi.passthrough.store(io.passthrough, Ordering::Release);
             }
             io.retired = io.handles == 0;
             io.retired
@@ -498,27 +585,25 @@ impl<S: Store> Volume<S> {
         if last {
             self.forget_open(h.ino, &h.oi);
         }
-        if last || h.passthrough {
-            let size = {
-                let io = h.oi.io.read();
-                self.io_stat(h.ino, &io).map(|s| s.size).unwrap_or(0)
-            };
-            if h.passthrough && h.write {
-                let old = h.oi.size.swap(size, Ordering::AcqRel);
-                let io = h.oi.io.read();
-                if io.placement.uses_ssd() {
-                    let hooks = self.hooks();
-                    if size > old {
-                        // Passthrough writes bypassed the accounting: settle now.
-                        hooks.reserve_ssd(h.ino, size - old);
-                    } else if size < old {
-                        hooks.release_ssd(old - size);
-                    }
-                }
-            }
-            if last {
-                self.emit(h.ino, EventKind::Close { size });
-            }
+        if !last && !h.passthrough {
+            return Ok(());
+        }
+        let (size, on_ssd) = {
+            let io = h.oi.io.read();
+            (self.io_stat(&h.oi, &io).map(|s| s.size).unwrap_or(0), self.ssd_bytes(&h.oi, &io))
+        };
+        if h.passthrough && h.write {
+            h.oi.size.store(size, Ordering::Release);
+        }
+        let hooks = self.hooks();
+        if last && self.ns.record(h.ino)?.is_none() {
+            // Unlinked while open: its data is gone with this close.
+            hooks.off_ssd(h.ino);
+        } else if let Some(b) = on_ssd {
+            hooks.settle_ssd(h.ino, 0, Some(b));
+        }
+        if last {
+            self.emit(h.ino, EventKind::Close { size });
         }
         Ok(())
     }
@@ -529,41 +614,64 @@ impl<S: Store> Volume<S> {
         if !h.write {
             return err(libc::EBADF);
         }
+        self.with_room(h.ino, |force| self.fallocate_once(&h, off, len, mode, force))
+    }
+
+    fn fallocate_once(&self, h: &Handle<S>, off: u64, len: u64, mode: i32, force: bool) -> Result<Attempt<()>> {
         let io = h.oi.io.read();
+        let copy = self.live_copy(&h.oi, &io).cloned();
+        let _order = copy.is_some().then(|| h.oi.order.lock());
         let t = io.placement.primary();
-        let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
-        let cur = h.oi.size.load(Ordering::Acquire);
         let end = off + len;
-        let growth = if keep || mode & libc::FALLOC_FL_PUNCH_HOLE != 0 { 0 } else { end.saturating_sub(cur) };
+        let frees = mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_COLLAPSE_RANGE) != 0;
+        let grows = !frees && mode & libc::FALLOC_FL_KEEP_SIZE == 0;
         let hooks = self.hooks();
-        if io.placement.uses_ssd() && growth > 0 && !hooks.reserve_ssd(h.ino, growth) {
-            return err(libc::ENOSPC);
+        let ssd = io.placement.uses_ssd();
+        // Allocating modes may take every block of the range.
+        let want = if ssd && !frees { alloc_growth(off - off % 4096, end) } else { 0 };
+        if want > 0 {
+            if force {
+                hooks.force_ssd(h.ino, want);
+            } else if !hooks.reserve_ssd(h.ino, want) {
+                return Ok(Attempt::NoRoom(want));
+            }
         }
         let primary = self.primary_of(h.ino, &io)?;
         if let Err(e) = self.tiers.store(t).fallocate(&primary, mode, off, len) {
-            if io.placement.uses_ssd() && growth > 0 {
-                hooks.release_ssd(growth);
+            hooks.settle_ssd(h.ino, want, None);
+            if e.raw_os_error() == Some(libc::ENOSPC) && t == Tier::Ssd {
+                return Ok(Attempt::Full(len));
             }
             return Err(e.into());
         }
-        if let Some(c) = &io.copy {
+        let mut lost_copy = false;
+        if let Some(c) = &copy {
             if self.tiers.store(Tier::Ssd).fallocate(c, mode, off, len).is_err() {
-                hooks.copy_failed(h.ino);
+                self.mark_copy_stale(&h.oi);
+                lost_copy = true;
             }
         }
         self.note_change(h.ino);
-        if growth > 0 {
-            h.oi.size.fetch_max(end, Ordering::AcqRel);
-            self.emit(h.ino, EventKind::Resize { size: end });
+        if ssd {
+            hooks.settle_ssd(h.ino, want, self.ssd_bytes(&h.oi, &io));
         }
-        Ok(())
+        let size = if grows { Some(h.oi.size.fetch_max(end, Ordering::AcqRel).max(end)) } else { None };
+        drop(_order);
+        drop(io);
+        if lost_copy {
+            self.drop_stale_copy(h.ino);
+        }
+        if let Some(size) = size {
+            self.emit(h.ino, EventKind::Resize { size });
+        }
+        Ok(Attempt::Done(()))
     }
 
     /// lseek(2); only SEEK_DATA, SEEK_HOLE and SEEK_END need the file.
     pub fn lseek(&self, fh: u64, off: i64, whence: i32) -> Result<i64> {
         let h = self.handle(fh)?;
         let io = h.oi.io.read();
-        match (io.primary_open(), &io.copy) {
+        match (io.primary_open(), self.live_copy(&h.oi, &io)) {
             (None, Some(c)) => Ok(self.tiers.store(Tier::Ssd).seek(c, off, whence)?),
             _ => {
                 let p = self.primary_of(h.ino, &io)?;
@@ -640,14 +748,18 @@ impl<S: Store> Volume<S> {
         Ok(done)
     }
 
-    /// Moves a file that lives on the SSD to the HDD now (foreground), for a
-    /// write that cannot get SSD space. Handles follow the file.
-    pub(crate) fn evacuate(&self, ino: Ino) -> Result<()> {
-        self.migrate(ino, crate::migrate::Move::Demote, &crate::migrate::NoCrash).map(drop)
-    }
-
-    /// Drops the SSD copy of a cached file now.
-    pub(crate) fn drop_copy_now(&self, ino: Ino) -> Result<()> {
-        self.migrate(ino, crate::migrate::Move::DropCopy, &crate::migrate::NoCrash).map(drop)
+    /// Takes a file off the SSD: demotes it, or drops its cached copy.
+    /// Done by the engine's executor when there is one (the caller holds no
+    /// lock); handles follow the file. True if it is off the SSD now.
+    pub(crate) fn evacuate(&self, ino: Ino) -> bool {
+        if let Some(done) = self.hooks().evacuate(ino) {
+            return done;
+        }
+        let mv = match self.ns.record(ino) {
+            Ok(Some(r)) if r.placement == Placement::Cached => crate::migrate::Move::DropCopy,
+            Ok(Some(r)) if r.placement == Placement::On(Tier::Ssd) => crate::migrate::Move::Demote,
+            _ => return true,
+        };
+        matches!(self.migrate(ino, mv, &crate::migrate::NoCrash), Ok(crate::migrate::Outcome::Done(_)))
     }
 }

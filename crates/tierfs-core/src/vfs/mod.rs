@@ -25,6 +25,7 @@ pub mod tiers;
 mod xattr;
 
 pub use dir::DirEntryOut;
+pub(crate) use file::alloc_growth;
 pub use file::{Opened, SetAttr};
 pub use reconcile::Conflict;
 
@@ -117,31 +118,45 @@ pub struct VolStats {
 
 /// What the tiering engine tells the file system, and what it is told.
 /// Every method has a neutral default so a volume works without one.
+///
+/// The calls that change the SSD space account are synchronous and never
+/// wait, so the volume may make them while it holds its locks. Only
+/// [`Hooks::wait_for_room`] and [`Hooks::evacuate`] wait, and the volume
+/// calls them holding no lock at all.
 pub trait Hooks: Send + Sync {
     /// The tier for a new non-directory in `parent`; `None` uses the
     /// volume's default.
     fn initial_tier(&self, _parent: Ino) -> Option<Tier> {
         None
     }
-    /// Asks for `bytes` more SSD space for `ino`. `false` means no room
-    /// under the configured capacity even after cleaning.
+    /// Reserves `bytes` of SSD space for `ino` if they fit under the
+    /// configured capacity. Never waits and never cleans.
     fn reserve_ssd(&self, _ino: Ino, _bytes: u64) -> bool {
         true
     }
-    /// Like [`Hooks::reserve_ssd`] but never cleans: for callers that hold
-    /// locks the cleaner may need (the migration switch-over).
-    fn try_reserve_ssd(&self, _ino: Ino, _bytes: u64) -> bool {
-        true
-    }
-    /// Returns SSD space.
-    fn release_ssd(&self, _bytes: u64) {}
-    /// The SSD is really full: free space if possible (the cleaner).
-    /// Returns true if something was freed and a retry may succeed.
-    fn ssd_full(&self, _ino: Ino, _bytes: u64) -> bool {
+    /// Reserves `bytes` for `ino` even past the capacity (the last resort
+    /// before a write would fail while the SSD itself has room).
+    fn force_ssd(&self, _ino: Ino, _bytes: u64) {}
+    /// An operation that reserved `reserved` bytes for `ino` is over; the
+    /// file's SSD copy now occupies `now` bytes (`None`: not measured, only
+    /// the reservation goes back).
+    fn settle_ssd(&self, _ino: Ino, _reserved: u64, _now: Option<u64>) {}
+    /// `ino` takes no SSD space any more (demoted, copy dropped, or its
+    /// last name removed).
+    fn off_ssd(&self, _ino: Ino) {}
+    /// Waits until the cleaner has made `bytes` free under the capacity
+    /// (with `real`: the SSD file system itself is full, so it frees that
+    /// much whatever the account says), or gave up. True if trying again
+    /// is worth it. The caller holds no lock.
+    fn wait_for_room(&self, _ino: Ino, _bytes: u64, _real: bool) -> bool {
         false
     }
-    /// Writing the SSD copy of a cached file failed: the copy must go.
-    fn copy_failed(&self, _ino: Ino) {}
+    /// Takes `ino` off the SSD (demotes it, or drops its cached copy) in
+    /// the engine's background executor, and waits for it. `None`: there is
+    /// no engine, the volume does it itself. The caller holds no lock.
+    fn evacuate(&self, _ino: Ino) -> Option<bool> {
+        None
+    }
     /// May a writable open of this SSD-resident file use passthrough (no
     /// per-write space checks)? Default: yes.
     fn passthrough_write_ok(&self, _ino: Ino) -> bool {
@@ -184,9 +199,16 @@ pub struct OpenInode<S: Store> {
     /// The inode.
     pub ino: Ino,
     pub(crate) io: RwLock<IoState<S>>,
-    append: Mutex<()>,
+    /// Serialises writes that may extend the file, and every change of a
+    /// cached file (its two copies must see changes in the same order).
+    order: Mutex<()>,
     /// Size as last known through tierfs (writes, truncates, opens).
     pub size: AtomicU64,
+    /// Handles using passthrough (a copy of `IoState::passthrough` that can
+    /// be read without the I/O lock).
+    passthrough: std::sync::atomic::AtomicU32,
+    /// A write-through to the cached copy failed: it must not be read.
+    copy_stale: std::sync::atomic::AtomicBool,
 }
 
 pub(crate) struct IoState<S: Store> {
@@ -224,6 +246,10 @@ impl<S: Store> OpenInode<S> {
         let s = self.io.read();
         (s.handles, s.passthrough)
     }
+    /// True if some handle uses passthrough; takes no lock.
+    pub fn has_passthrough(&self) -> bool {
+        self.passthrough.load(Ordering::Acquire) > 0
+    }
 }
 
 /// One tierfs volume. See the module documentation.
@@ -252,6 +278,9 @@ pub struct Volume<S: Store> {
     pub(crate) migrating: Mutex<HashSet<Ino>>,
     /// Numbers the staging names of migrations, so that no two share one.
     pub(crate) staging_seq: AtomicU64,
+    /// Cached files whose SSD copy missed a change (a failed write-through)
+    /// and must not be read until it is dropped.
+    stale_copies: Mutex<HashSet<Ino>>,
 }
 
 /// Stripes of the data-change counters (see [`Volume::change_gen`]).
@@ -315,6 +344,7 @@ impl<S: Store> Volume<S> {
             changes: (0..CHANGE_STRIPES).map(|_| AtomicU64::new(0)).collect(),
             migrating: Mutex::new(HashSet::new()),
             staging_seq: AtomicU64::new(0),
+            stale_copies: Mutex::new(HashSet::new()),
         };
         if v.ns.record(ROOT_INO)?.is_none() {
             let mut b = v.ns.batch();

@@ -88,15 +88,15 @@ impl<S: Store> Volume<S> {
         let mut all: BTreeSet<OsString> = l.names.keys().cloned().collect();
         all.extend(known.keys().cloned());
         let mut b = self.ns.batch();
-        let mut adopted = Vec::new();
+        let mut events = Vec::new();
         let mut subdirs = 0u32;
         for name in all {
             let pres = l.names.get(&name).cloned().unwrap_or_default();
             let k = known.get(&name).copied();
             let is_dir = if let Some((ino, kind)) = k {
-                self.check_known(dir, &name, ino, kind, &pres, &mut l, &mut b, &mut adopted)?
+                self.check_known(dir, &name, ino, kind, &pres, &mut l, &mut b, &mut events)?
             } else {
-                self.adopt_name(dir, &name, &pres, &mut l, &mut b, &mut adopted)?
+                self.adopt_name(dir, &name, &pres, &mut l, &mut b, &mut events)?
             };
             if is_dir {
                 subdirs += 1;
@@ -107,8 +107,8 @@ impl<S: Store> Volume<S> {
             b.put_record(dir, &drec);
         }
         self.ns.commit(b, false)?;
-        for (ino, placement, size) in adopted {
-            self.emit(ino, EventKind::Create { placement, parent: dir, size });
+        for (ino, ev) in events {
+            self.emit(ino, ev);
         }
         self.mark_verified(dir);
         Ok(())
@@ -125,33 +125,36 @@ impl<S: Store> Volume<S> {
         pres: &[Option<Stat>; 2],
         l: &mut Listing<S>,
         b: &mut Batch,
-        adopted: &mut Vec<(Ino, Placement, u64)>,
+        events: &mut Vec<(Ino, EventKind)>,
     ) -> Result<bool> {
         let rec = self.ns.record(ino)?;
         let kind_at = |t: Tier| pres[t.idx()].and_then(|s| s.kind());
-        let forget = |b: &mut Batch| -> Result<()> {
+        let forget = |b: &mut Batch, events: &mut Vec<(Ino, EventKind)>| -> Result<()> {
             b.unlink(dir, name, ino);
             if kind == FileKind::Dir || self.ns.links(ino)?.len() <= 1 {
                 b.del_record(ino);
+                if kind == FileKind::File {
+                    events.push((ino, EventKind::Remove));
+                }
             }
             Ok(())
         };
         let Some(mut rec) = rec else {
-            forget(b)?;
-            return self.adopt_name(dir, name, pres, l, b, adopted);
+            forget(b, events)?;
+            return self.adopt_name(dir, name, pres, l, b, events);
         };
         if kind == FileKind::Dir {
             let dir_tiers: Vec<Tier> = Tier::ALL.into_iter().filter(|t| kind_at(*t) == Some(FileKind::Dir)).collect();
             if dir_tiers.is_empty() {
                 tracing::warn!(dir, name = ?name, "directory vanished from the backing stores");
-                forget(b)?;
+                forget(b, events)?;
                 self.forget_dir(ino);
-                return self.adopt_name(dir, name, pres, l, b, adopted);
+                return self.adopt_name(dir, name, pres, l, b, events);
             }
             // A non-directory of the same name on the other tier.
             for t in Tier::ALL {
                 if kind_at(t).is_some_and(|k| k != FileKind::Dir) {
-                    self.set_aside(dir, name, t, t.other(), l, b, adopted)?;
+                    self.set_aside(dir, name, t, t.other(), l, b, events)?;
                 }
             }
             self.tiers.dir(ino, self.tiers.meta, true)?;
@@ -167,8 +170,8 @@ impl<S: Store> Volume<S> {
             Placement::On(t) if here(t.other()) => Placement::On(t.other()),
             _ => {
                 tracing::warn!(dir, name = ?name, "file vanished from the backing stores");
-                forget(b)?;
-                return self.adopt_name(dir, name, pres, l, b, adopted);
+                forget(b, events)?;
+                return self.adopt_name(dir, name, pres, l, b, events);
             }
         };
         if new_placement != rec.placement {
@@ -180,6 +183,7 @@ impl<S: Store> Volume<S> {
             );
             rec.placement = new_placement;
             b.put_record(ino, &rec);
+            events.push((ino, EventKind::Placed { placement: new_placement }));
         }
         // A copy on a tier the placement does not name is a stray: a
         // conflict if it is a file, a left-over container if an empty dir.
@@ -198,14 +202,15 @@ impl<S: Store> Volume<S> {
             let _ = primary;
             let kept_newer = newer(pres, new_placement.primary(), t);
             if kept_newer {
-                self.set_aside(dir, name, t, new_placement.primary(), l, b, adopted)?;
+                self.set_aside(dir, name, t, new_placement.primary(), l, b, events)?;
             } else {
                 // The stray is newer: it takes the name, ours goes aside.
                 for &ours in new_placement.tiers() {
-                    self.set_aside(dir, name, ours, t, l, b, adopted)?;
+                    self.set_aside(dir, name, ours, t, l, b, events)?;
                 }
                 b.unlink(dir, name, ino).del_record(ino);
-                self.adopt_one(dir, name, t, pres[t.idx()].as_ref(), b, adopted)?;
+                events.push((ino, EventKind::Remove));
+                self.adopt_one(dir, name, t, pres[t.idx()].as_ref(), b, events)?;
                 return Ok(kind_at(t) == Some(FileKind::Dir));
             }
         }
@@ -220,20 +225,20 @@ impl<S: Store> Volume<S> {
         pres: &[Option<Stat>; 2],
         l: &mut Listing<S>,
         b: &mut Batch,
-        adopted: &mut Vec<(Ino, Placement, u64)>,
+        events: &mut Vec<(Ino, EventKind)>,
     ) -> Result<bool> {
         let kinds = [pres[0].and_then(|s| s.kind()), pres[1].and_then(|s| s.kind())];
         match kinds {
             [None, None] => Ok(false),
             [Some(FileKind::Dir), Some(FileKind::Dir)] | [Some(_), None] | [None, Some(_)] => {
                 let t = if kinds[0].is_some() { Tier::Ssd } else { Tier::Hdd };
-                self.adopt_one(dir, name, t, pres[t.idx()].as_ref(), b, adopted)?;
+                self.adopt_one(dir, name, t, pres[t.idx()].as_ref(), b, events)?;
                 Ok(kinds[t.idx()] == Some(FileKind::Dir))
             }
             [Some(_), Some(_)] => {
                 let keep = if newer(pres, Tier::Ssd, Tier::Hdd) { Tier::Ssd } else { Tier::Hdd };
-                self.set_aside(dir, name, keep.other(), keep, l, b, adopted)?;
-                self.adopt_one(dir, name, keep, pres[keep.idx()].as_ref(), b, adopted)?;
+                self.set_aside(dir, name, keep.other(), keep, l, b, events)?;
+                self.adopt_one(dir, name, keep, pres[keep.idx()].as_ref(), b, events)?;
                 Ok(kinds[keep.idx()] == Some(FileKind::Dir))
             }
         }
@@ -247,7 +252,7 @@ impl<S: Store> Volume<S> {
         t: Tier,
         st: Option<&Stat>,
         b: &mut Batch,
-        adopted: &mut Vec<(Ino, Placement, u64)>,
+        events: &mut Vec<(Ino, EventKind)>,
     ) -> Result<()> {
         let Some(st) = st else { return Ok(()) };
         let Some(kind) = st.kind() else { return Ok(()) };
@@ -267,7 +272,7 @@ impl<S: Store> Volume<S> {
                 self.adopted_links.lock().insert(key, ino);
             }
             if kind == FileKind::File {
-                adopted.push((ino, placement, st.size));
+                events.push((ino, EventKind::Create { placement, parent: dir, size: st.size }));
             }
         }
         if kind == FileKind::Dir {
@@ -301,7 +306,7 @@ impl<S: Store> Volume<S> {
         kept: Tier,
         l: &mut Listing<S>,
         b: &mut Batch,
-        adopted: &mut Vec<(Ino, Placement, u64)>,
+        events: &mut Vec<(Ino, EventKind)>,
     ) -> Result<()> {
         let Some(d) = l.dirs[t.idx()].clone() else { return Ok(()) };
         let st = l.names.get(name).and_then(|p| p[t.idx()]);
@@ -344,7 +349,7 @@ impl<S: Store> Volume<S> {
         let mut pres = [None, None];
         pres[t.idx()] = st;
         l.names.insert(new_name.clone(), pres);
-        self.adopt_one(dir, &new_name, t, st.as_ref(), b, adopted)
+        self.adopt_one(dir, &new_name, t, st.as_ref(), b, events)
     }
 }
 

@@ -231,7 +231,7 @@ impl<S: Store> Volume<S> {
             if kb == FileKind::Dir {
                 self.forget_dir(bi);
             } else {
-                self.emit(bi, EventKind::Remove);
+                self.gone(bi);
             }
         }
         if parent != new_parent {

@@ -173,7 +173,8 @@ fn closing_one_handle_while_another_writes_and_the_cleaner_runs_does_not_deadloc
     let (vw, vc) = (v.clone(), v.clone());
     let d1 = done_tx.clone();
     std::thread::spawn(move || {
-        vw.write(h1, 4, b" grows").unwrap();
+        // Past the first 4-KiB block, so it asks for room.
+        vw.write(h1, 5000, b" grows").unwrap();
         d1.send("write").unwrap();
     });
     entered.recv_timeout(Duration::from_secs(5)).expect("the write asks for room");
@@ -185,7 +186,10 @@ fn closing_one_handle_while_another_writes_and_the_cleaner_runs_does_not_deadloc
         done.recv_timeout(Duration::from_secs(5)).expect("write and release both finish");
     }
     v.release(h1).unwrap();
-    assert_eq!(read(&v, x), b"data grows");
+    let mut want = b"data".to_vec();
+    want.resize(5000, 0);
+    want.extend_from_slice(b" grows");
+    assert_eq!(read(&v, x), want);
 }
 
 #[test]

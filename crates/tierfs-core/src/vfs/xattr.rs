@@ -15,7 +15,8 @@ fn is_acl(name: &OsStr) -> bool {
 }
 
 impl<S: Store> Volume<S> {
-    /// Runs `f` on the object's authoritative copy.
+    /// Runs `f` on the object's authoritative copy. For a non-directory the
+    /// caller holds the inode lock, so the copy cannot move meanwhile.
     fn on_primary<T>(&self, ino: Ino, f: impl FnOnce(&S, Target<'_, S::Dir>) -> std::io::Result<T>) -> Result<T> {
         let rec = self.record(ino)?;
         if rec.kind == FileKind::Dir {
@@ -56,19 +57,23 @@ impl<S: Store> Volume<S> {
         if is_acl(name) {
             return err(libc::EOPNOTSUPP);
         }
+        let _il = self.ilocks.get(ino).read();
         self.on_primary(ino, |s, t| s.getxattr(t, name))
     }
 
-    /// Sets a stored extended attribute.
+    /// Sets a stored extended attribute. Changes and the switch-over of a
+    /// migration exclude each other, so none is lost with the old copy.
     pub fn setxattr_stored(&self, ino: Ino, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
         if is_acl(name) {
             return err(libc::EOPNOTSUPP);
         }
+        let _il = self.ilocks.get(ino).write();
         self.on_all(ino, |s, t| s.setxattr(t, name, value, flags))
     }
 
     /// Lists stored extended attribute names (NUL-terminated each).
     pub fn listxattr_stored(&self, ino: Ino) -> Result<Vec<u8>> {
+        let _il = self.ilocks.get(ino).read();
         self.on_primary(ino, |s, t| s.listxattr(t))
     }
 
@@ -77,6 +82,7 @@ impl<S: Store> Volume<S> {
         if is_acl(name) {
             return err(libc::EOPNOTSUPP);
         }
+        let _il = self.ilocks.get(ino).write();
         self.on_all(ino, |s, t| s.removexattr(t, name))
     }
 
