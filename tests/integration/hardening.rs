@@ -38,3 +38,70 @@ fn renaming_a_directory_then_creating_in_it_does_not_freeze_the_mount() {
     assert!(t.elapsed() < Duration::from_secs(5), "unmount took {:?}", t.elapsed());
     drop(m);
 }
+
+/// 64 small files replaced 5 000 times by rename(tmp, existing) while a
+/// reader keeps migrations going, on a 96 KiB SSD.
+fn replace_over_and_over(policy: &str) {
+    let area = Area::new();
+    let state = area.path("state");
+    let args = ["--policy", policy, "--ssd-capacity", "96K", "--io-mode", "userspace", "--interval", "1s"];
+    let mut args: Vec<&str> = args.to_vec();
+    args.extend(["--state-dir", state.to_str().unwrap()]);
+    let m = Mounted::new(&area, &args);
+    const FILES: usize = 64;
+    for i in 0..FILES {
+        fs::write(m.p(&format!("f{i}")), vec![i as u8; 1024 + i * 97]).unwrap();
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (mnt, stop) = (m.mnt.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut k = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                k = (k * 7 + 3) % FILES;
+                let _ = fs::read(mnt.join(format!("f{}", k % 9)));
+                let _ = fs::read(mnt.join(format!("f{k}")));
+            }
+        })
+    };
+    let mnt = m.mnt.clone();
+    within(120, "5000 replacements", move || {
+        for n in 0..5000usize {
+            let i = (n * 31) % FILES;
+            let tmp = mnt.join(format!(".tmp{i}"));
+            fs::write(&tmp, vec![(n % 251) as u8; 512 + (n * 131) % 3000]).unwrap();
+            fs::rename(&tmp, mnt.join(format!("f{i}"))).unwrap();
+        }
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    reader.join().unwrap();
+    if let Err(e) = crate::harness::account_matches(&area, &m.mnt) {
+        panic!("{policy}, after the replacements: {e}\n{}", m.log_text());
+    }
+    m.unmount();
+    let m = Mounted::new(&area, &args);
+    if let Err(e) = crate::harness::account_matches(&area, &m.mnt) {
+        panic!("{policy}, after a remount: {e}\n{}", m.log_text());
+    }
+    m.unmount();
+}
+
+#[test]
+fn replaced_files_leave_the_statistics_and_the_ssd_account_under_dynamic_hot_dst() {
+    replace_over_and_over("dynamic-hot-dst");
+}
+
+#[test]
+fn replaced_files_leave_the_statistics_and_the_ssd_account_under_interval_hot_dst() {
+    replace_over_and_over("interval-hot-dst");
+}
+
+#[test]
+fn replaced_files_leave_the_statistics_and_the_ssd_account_under_on_demand_cache() {
+    replace_over_and_over("on-demand-cache");
+}
+
+#[test]
+fn replaced_files_leave_the_statistics_and_the_ssd_account_under_dynamic_cold_dst_bg() {
+    replace_over_and_over("dynamic-cold-dst-bg");
+}

@@ -164,13 +164,23 @@ pub struct LoopFs {
 
 impl LoopFs {
     pub fn new(area: &Area, name: &str, megabytes: u64) -> Self {
+        Self::with_reserve(area, name, megabytes, 0)
+    }
+
+    /// With `reserve` percent of the blocks reserved for root.
+    pub fn with_reserve(area: &Area, name: &str, megabytes: u64, reserve: u32) -> Self {
         let img = area.path(&format!("{name}.img"));
         let dir = area.path(name);
         fs::create_dir_all(&dir).unwrap();
         let f = fs::File::create(&img).unwrap();
         f.set_len(megabytes << 20).unwrap();
         drop(f);
-        let ok = Command::new("mkfs.ext4").args(["-q", "-F", "-m", "0"]).arg(&img).status().unwrap().success();
+        let ok = Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-m", &reserve.to_string()])
+            .arg(&img)
+            .status()
+            .unwrap()
+            .success();
         assert!(ok, "mkfs.ext4");
         let ok = Command::new("mount").args(["-o", "loop"]).arg(&img).arg(&dir).status().unwrap().success();
         assert!(ok, "mount -o loop");
@@ -238,5 +248,81 @@ pub fn settled_placement(area: &Area, mnt: &Path, rel: &str) -> Result<String, S
             return Err(format!("{rel}: placement {placement:?}, on ssd={on_ssd} hdd={on_hdd}"));
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// What `du` counts for the regular files of a tier: their allocated
+/// bytes (each backing inode once), without tierfs's own `.tierfs`; and
+/// how many such files there are.
+pub fn du_files(tier: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashSet::new();
+    let mut bytes = 0;
+    let mut stack = vec![tier.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            let p = e.path();
+            if d == tier && e.file_name() == ".tierfs" {
+                continue;
+            }
+            let Ok(md) = fs::symlink_metadata(&p) else { continue };
+            if md.is_dir() {
+                stack.push(p);
+            } else if md.is_file() && seen.insert(md.ino()) {
+                bytes += md.blocks() * 512;
+            }
+        }
+    }
+    (bytes, seen.len() as u64)
+}
+
+/// Regular files (distinct inodes) below `dir`, through the mount.
+pub fn live_files(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            let Ok(md) = fs::symlink_metadata(e.path()) else { continue };
+            if md.is_dir() {
+                stack.push(e.path());
+            } else if md.is_file() {
+                seen.insert(md.ino());
+            }
+        }
+    }
+    seen.len() as u64
+}
+
+/// `tierfs stats --json` of a mount.
+pub fn stats_json(mnt: &Path) -> serde_json::Value {
+    let o = tierfs(&["stats", mnt.to_str().unwrap(), "--json"]);
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("stats: {e}: {}", String::from_utf8_lossy(&o.stderr)))
+}
+
+/// Waits (up to ten seconds: migrations in flight hold reservations) until
+/// the statistics track exactly the live files and the SSD account is
+/// within one 4-KiB block per file of what the SSD holds; `Err` with the
+/// figures if it never is.
+pub fn account_matches(area: &Area, mnt: &Path) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v = stats_json(mnt);
+        let tracked = v["tracked_files"].as_u64().unwrap_or(u64::MAX);
+        let charged = v["tiers"][0]["charged_bytes"].as_u64().unwrap_or(u64::MAX);
+        let live = live_files(mnt);
+        let (du, on_ssd) = du_files(&area.ssd());
+        let slack = 4096 * on_ssd.max(1);
+        if tracked == live && charged.abs_diff(du) <= slack {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "tracked {tracked} files, {live} live; SSD account {charged} bytes, du {du} bytes in {on_ssd} files"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }

@@ -1,7 +1,7 @@
 //! Several users on one mount (tierfs as root with allow_other and
 //! default_permissions).
 
-use crate::harness::{as_user, Area, Mounted};
+use crate::harness::{as_user, Area, LoopFs, Mounted};
 use crate::ops::lstat;
 use std::os::unix::fs::PermissionsExt;
 
@@ -107,4 +107,72 @@ fn unprivileged_writes_clear_set_id_bits_as_locally() {
         }
         m.unmount();
     }
+}
+
+#[test]
+fn only_root_may_pin_to_the_ssd_or_set_ssd_only() {
+    // A pinned file is never evicted and ssd-only keeps everything on the
+    // SSD: any user could otherwise push every other user's files off it.
+    let area = Area::new();
+    let m = Mounted::new(&area, &["--io-mode", "userspace"]);
+    let d = m.p("mine");
+    std::fs::create_dir(&d).unwrap();
+    std::os::unix::fs::chown(&d, Some(65534), Some(65534)).unwrap();
+    let o = as_user(65534, &format!("echo x > {0}/f", d.display()));
+    assert!(o.status.success(), "{}", out(&o));
+    let d = d.display();
+    for (script, ok) in [
+        (format!("setfattr -n user.tierfs.pin -v ssd {d}/f"), false),
+        (format!("setfattr -n user.tierfs.pin -v ssd {d}"), false),
+        (format!("setfattr -n user.tierfs.policy -v ssd-only {d}"), false),
+        (format!("setfattr -n user.tierfs.pin -v hdd {d}/f"), true),
+        (format!("setfattr -n user.tierfs.policy -v on-demand-cache {d}"), true),
+    ] {
+        let o = as_user(65534, &script);
+        assert_eq!(o.status.success(), ok, "{script}: {}", out(&o));
+        if !ok {
+            assert!(String::from_utf8_lossy(&o.stderr).contains("not permitted"), "{script}: {}", out(&o));
+        }
+    }
+    // Root may.
+    let o = std::process::Command::new("setfattr")
+        .args(["-n", "user.tierfs.pin", "-v", "ssd"])
+        .arg(m.p("mine/f"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", out(&o));
+    m.unmount();
+}
+
+#[test]
+fn the_state_directory_is_private() {
+    let area = Area::new();
+    let m = Mounted::new(&area, &[]);
+    let mode = std::fs::metadata(area.ssd().join(".tierfs/state")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "it names every file of the mount");
+    m.unmount();
+}
+
+#[test]
+fn a_user_cannot_fill_the_space_the_backing_file_system_keeps_for_root() {
+    // Backing files were written by the daemon as root, so a user could
+    // use up the blocks ext4 reserves for root. Now writes run as the
+    // user who opened the file.
+    let area = Area::new();
+    let hdd = LoopFs::with_reserve(&area, "hddfs", 32, 50);
+    let m = Mounted::with(&area.ssd(), &hdd.dir, &area.mnt(), &["--policy", "hdd-only", "--io-mode", "userspace"]);
+    let d = m.p("pub");
+    std::fs::create_dir(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    // About 14 MiB are free for users, 30 for root.
+    let o = as_user(65534, &format!("dd if=/dev/zero of={}/big bs=1M count=20 status=none", d.display()));
+    assert!(!o.status.success(), "a user wrote into root's reserve: {}", out(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("No space left"), "{}", out(&o));
+    let o = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("rm -f {0}/big && dd if=/dev/zero of={0}/root-big bs=1M count=20 status=none", d.display()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "root may: {}", out(&o));
+    m.unmount();
 }

@@ -253,8 +253,8 @@ impl<S: Store> Filesystem for TierFs<S> {
         entry(self, reply, self.vol.link(ino.0, newparent.0, newname));
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let opened = match self.vol.open(ino.0, flags.0) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let opened = match self.vol.open_as(&ctx(req), ino.0, flags.0) {
             Ok(o) => o,
             Err(e) => return reply.error(self.fail(e)),
         };

@@ -1208,6 +1208,12 @@ impl<S: Store> Engine<S> {
             tracing::warn!(uid = ctx.uid, path, "only the owner or root may change tierfs settings");
             return err(libc::EPERM);
         }
+        if ctx.uid != 0 && value.is_some_and(|v| ssd_hungry(key, v)) {
+            // Pinned files are never evicted and ssd-only keeps everything on
+            // the SSD: one user could push every other user's files off it.
+            tracing::warn!(uid = ctx.uid, path, setting = key.name(), "only root may pin to the SSD or set ssd-only");
+            return err(libc::EPERM);
+        }
         let mut own = self.own_settings(ino);
         let was_set = own.get(key).is_some();
         match value {
@@ -1260,6 +1266,16 @@ impl<S: Store> Engine<S> {
             self.clean_cv.notify_one();
         }
     }
+}
+
+/// True for settings that claim SSD space nobody else can get back: a pin
+/// to the SSD and the ssd-only policy.
+fn ssd_hungry(key: Key, value: &[u8]) -> bool {
+    let mut probe = Settings::default();
+    if probe.set(key, value).is_err() {
+        return false;
+    }
+    probe.pin == Some(Tier::Ssd) || probe.policy == Some(PolicyKind::SsdOnly)
 }
 
 /// Makes the statistics agree with the namespace after they may have

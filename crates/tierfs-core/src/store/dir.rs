@@ -293,8 +293,10 @@ impl Store for DirStore {
             Target::This(d) => check(unsafe { libc::fchmod(d.fd(), mode) }).map(drop),
             Target::Entry(d, n) => {
                 let n = cstr(n)?;
+                // Never through a symlink: a backing entry that became one
+                // must not make tierfs change what it points at.
                 // SAFETY: valid descriptor and NUL-terminated name.
-                check(unsafe { libc::fchmodat(d.fd(), n.as_ptr(), mode, 0) }).map(drop)
+                check(unsafe { libc::fchmodat(d.fd(), n.as_ptr(), mode, libc::AT_SYMLINK_NOFOLLOW) }).map(drop)
             }
         }
     }
@@ -515,6 +517,24 @@ mod tests {
         assert_eq!(s.readlink(&root, OsStr::new("l")).unwrap(), OsString::from("g"));
         s.unlink(&root, OsStr::new("l")).unwrap();
         s.rmdir(&root, OsStr::new("d")).unwrap();
+    }
+
+    #[test]
+    fn chmod_of_an_entry_does_not_follow_a_symlink() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let s = DirStore::new(tmp.path()).unwrap();
+        let root = s.root().unwrap();
+        let outside = tempfile::NamedTempFile::new().unwrap();
+        std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o600)).unwrap();
+        s.symlink(outside.path().as_os_str(), &root, OsStr::new("l")).unwrap();
+        assert!(s.chmod(Target::Entry(&root, OsStr::new("l")), 0o777).is_err());
+        let mode = std::fs::metadata(outside.path()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the symlink's target is untouched");
+        // A regular file still changes.
+        drop(s.open(&root, OsStr::new("f"), libc::O_CREAT | libc::O_WRONLY, 0o644).unwrap());
+        s.chmod(Target::Entry(&root, OsStr::new("f")), 0o640).unwrap();
+        assert_eq!(s.stat(Target::Entry(&root, OsStr::new("f"))).unwrap().mode & 0o777, 0o640);
     }
 
     #[test]

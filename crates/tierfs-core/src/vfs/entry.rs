@@ -77,9 +77,15 @@ impl<S: Store> Volume<S> {
         for t in [first, first.other()] {
             let pd = self.tiers.dir(parent, t, true)?;
             let s = self.tiers.store(t);
-            match make(s, &pd) {
+            // Made as the caller: ownership, the set-group-ID rules, quotas
+            // and reserved blocks are the caller's.
+            let as_caller = super::creds::AsCaller::new(ctx, true);
+            let made = make(s, &pd);
+            let switched = as_caller.active();
+            drop(as_caller);
+            match made {
                 Ok(x) => {
-                    if let Err(e) = self.give_to_caller(ctx, s, &pd, name) {
+                    if let Err(e) = if switched { Ok(()) } else { self.give_to_caller(ctx, s, &pd, name) } {
                         let _ = s.unlink(&pd, name);
                         return Err(e.into());
                     }
@@ -140,8 +146,12 @@ impl<S: Store> Volume<S> {
         let meta = self.tiers.meta;
         let pd = self.meta_dir(parent)?;
         let s = self.tiers.store(meta);
-        s.mkdir(&pd, name, mode & 0o7777 & !umask)?;
-        if let Err(e) = self.give_to_caller(ctx, s, &pd, name) {
+        let as_caller = super::creds::AsCaller::new(ctx, true);
+        let made = s.mkdir(&pd, name, mode & 0o7777 & !umask);
+        let switched = as_caller.active();
+        drop(as_caller);
+        made?;
+        if let Err(e) = if switched { Ok(()) } else { self.give_to_caller(ctx, s, &pd, name) } {
             let _ = s.rmdir(&pd, name);
             return Err(e.into());
         }

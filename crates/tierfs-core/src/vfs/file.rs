@@ -6,6 +6,7 @@
 //! for a cached file, one on its SSD copy. A migration swaps them under the
 //! inode's I/O lock, so handles follow the file to its new tier.
 
+use super::creds::AsCaller;
 use super::{Attr, Ctx, IoMode, IoState, OpenInode, Volume};
 use crate::error::{err, Error, Result};
 use crate::event::EventKind;
@@ -37,6 +38,8 @@ pub struct SetAttr {
 /// One open file handle.
 pub(crate) struct Handle<S: Store> {
     pub ino: Ino,
+    /// Who opened it: writes through it run as that user.
+    pub caller: Ctx,
     pub oi: Arc<OpenInode<S>>,
     pub write: bool,
     pub append: bool,
@@ -256,7 +259,7 @@ impl<S: Store> Volume<S> {
     }
 
     /// Registers a handle on an acquired inode and decides passthrough.
-    fn register(&self, ino: Ino, oi: Arc<OpenInode<S>>, flags: i32) -> Opened<S> {
+    fn register(&self, ctx: &Ctx, ino: Ino, oi: Arc<OpenInode<S>>, flags: i32) -> Opened<S> {
         let acc = flags & libc::O_ACCMODE;
         let write = acc != libc::O_RDONLY;
         let mut backing = None;
@@ -300,6 +303,7 @@ impl<S: Store> Volume<S> {
         };
         let h = Handle {
             ino,
+            caller: *ctx,
             oi,
             write,
             append: flags & libc::O_APPEND != 0,
@@ -324,6 +328,7 @@ impl<S: Store> Volume<S> {
                 drop(io);
                 let nh = Handle {
                     ino: h.ino,
+                    caller: h.caller,
                     oi: h.oi.clone(),
                     write: h.write,
                     append: h.append,
@@ -336,11 +341,17 @@ impl<S: Store> Volume<S> {
         }
     }
 
-    /// Opens a regular file.
+    /// Opens a regular file (for a root caller).
     pub fn open(&self, ino: Ino, flags: i32) -> Result<Opened<S>> {
+        self.open_as(&Ctx::default(), ino, flags)
+    }
+
+    /// Opens a regular file for `ctx`, whose writes through this handle run
+    /// as that user.
+    pub fn open_as(&self, ctx: &Ctx, ino: Ino, flags: i32) -> Result<Opened<S>> {
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let oi = self.acquire(ino, write, None)?;
-        Ok(self.register(ino, oi, flags))
+        Ok(self.register(ctx, ino, oi, flags))
     }
 
     /// Creates and opens a regular file.
@@ -358,7 +369,7 @@ impl<S: Store> Volume<S> {
             s.open(pd, name, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, perm)
         })?;
         let oi = self.acquire(ino, true, Some((t, f)))?;
-        let opened = self.register(ino, oi, flags);
+        let opened = self.register(ctx, ino, oi, flags);
         match self.getattr(ino) {
             Ok(a) => Ok((a, opened)),
             Err(e) => {
@@ -441,7 +452,9 @@ impl<S: Store> Volume<S> {
                 return Ok(Attempt::NoRoom(want));
             }
         }
+        let as_caller = AsCaller::new(&h.caller, false);
         if let Err(e) = write_full(s, &primary, data, off) {
+            drop(as_caller);
             hooks.settle_ssd(h.ino, want, None);
             if e.raw_os_error() == Some(libc::ENOSPC) && t == Tier::Ssd {
                 return Ok(Attempt::Full(len));
@@ -456,6 +469,7 @@ impl<S: Store> Volume<S> {
                 lost_copy = true;
             }
         }
+        drop(as_caller);
         let old = h.oi.size.fetch_max(end, Ordering::AcqRel);
         if !extends {
             self.note_change(h.ino);
@@ -637,7 +651,9 @@ impl<S: Store> Volume<S> {
             }
         }
         let primary = self.primary_of(h.ino, &io)?;
+        let as_caller = AsCaller::new(&h.caller, false);
         if let Err(e) = self.tiers.store(t).fallocate(&primary, mode, off, len) {
+            drop(as_caller);
             hooks.settle_ssd(h.ino, want, None);
             if e.raw_os_error() == Some(libc::ENOSPC) && t == Tier::Ssd {
                 return Ok(Attempt::Full(len));
@@ -651,6 +667,7 @@ impl<S: Store> Volume<S> {
                 lost_copy = true;
             }
         }
+        drop(as_caller);
         self.note_change(h.ino);
         if ssd {
             hooks.settle_ssd(h.ino, want, self.ssd_bytes(&h.oi, &io));

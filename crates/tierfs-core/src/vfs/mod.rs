@@ -15,6 +15,7 @@
 //! - `.tierfs` at the root of each tier is tierfs's own and is hidden.
 
 mod attr;
+mod creds;
 mod dir;
 mod entry;
 mod file;
