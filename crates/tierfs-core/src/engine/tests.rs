@@ -3,8 +3,10 @@
 
 use super::*;
 use crate::clock::ManualClock;
+use crate::migrate::Outcome;
 use crate::state::ns::{Namespace, ROOT_INO};
 use crate::state::MemKv;
+use crate::stats::Residence;
 use crate::store::mem::MemStore;
 use crate::vfs::VolumeConfig;
 
@@ -15,26 +17,49 @@ struct Rig {
     engine: Arc<Engine<MemStore>>,
     clock: ManualClock,
     rx: Receiver<Event>,
+    ssd: MemStore,
+    hdd: MemStore,
+    kv: MemKv,
 }
 
 fn rig(policy: PolicyKind) -> Rig {
-    let kv = Arc::new(MemKv::new());
+    rig_with(EngineConfig { policy, ..EngineConfig::default() })
+}
+
+fn rig_with(cfg: EngineConfig) -> Rig {
+    let (ssd, hdd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
+    mount(ssd, hdd, kv, cfg)
+}
+
+/// A volume and engine over these stores, after recovery, as at mount.
+fn mount(ssd: MemStore, hdd: MemStore, kv: MemKv, cfg: EngineConfig) -> Rig {
     let clock = ManualClock::new(Timestamp::from_secs(1_000));
     let (sink, rx) = queue();
+    let vcfg = VolumeConfig { default_tier: cfg.policy.policy().initial_tier(), ..VolumeConfig::default() };
     let vol = Arc::new(
         Volume::new(
-            MemStore::new(),
-            MemStore::new(),
-            Namespace::new(kv.clone()),
-            VolumeConfig::default(),
+            ssd.clone(),
+            hdd.clone(),
+            Namespace::new(Arc::new(kv.clone())),
+            vcfg,
             sink.clone(),
             Arc::new(clock.clone()),
         )
         .unwrap(),
     );
-    let cfg = EngineConfig { policy, ..EngineConfig::default() };
-    let engine = Engine::new(vol.clone(), kv, Arc::new(clock.clone()), cfg, Some(sink));
-    Rig { vol, engine, clock, rx }
+    let rec = vol.recover().unwrap();
+    let cfg = EngineConfig { audit_space: rec.changed(), ..cfg };
+    let engine = Engine::new(vol.clone(), Arc::new(kv.clone()), Arc::new(clock.clone()), cfg, Some(sink));
+    Rig { vol, engine, clock, rx, ssd, hdd, kv }
+}
+
+fn file(v: &Volume<MemStore>, name: &str, data: &[u8]) -> Ino {
+    let (a, o) = v.create(&CTX, ROOT_INO, OsStr::new(name), 0o644, 0, libc::O_RDWR).unwrap();
+    v.write(o.fh, 0, data).unwrap();
+    v.fsync(o.fh, false).unwrap();
+    v.release(o.fh).unwrap();
+    v.fsyncdir(ROOT_INO).unwrap();
+    a.ino
 }
 
 impl Rig {
@@ -79,4 +104,79 @@ fn renaming_a_plain_directory_does_not_hang_the_engine() {
     r.vol.release(o.fh).unwrap();
     r.step();
     assert!(r.engine.stats.lock().get(attr.ino).is_some());
+}
+
+#[test]
+fn cached_copies_dropped_by_recovery_leave_the_statistics_and_the_ssd_account() {
+    // After an unclean shutdown recovery drops every cached copy, but the
+    // statistics still had those files on the SSD: their space was never
+    // given back and they were never admitted again.
+    let r = rig(PolicyKind::OnDemandCache);
+    let f = file(&r.vol, "page", &[7u8; 8192]);
+    assert!(matches!(r.vol.migrate(f, Move::Copy, &crate::migrate::NoCrash).unwrap(), Outcome::Done(_)));
+    r.step();
+    assert_eq!(r.engine.stats.lock().get(f).unwrap().residence, Residence::Cached);
+    assert!(r.engine.ssd_used() >= 8192);
+    // The statistics are durable, then the power goes.
+    let now = r.clock.now();
+    let mut last = now;
+    r.engine.maintain(now, &mut last, true);
+    r.vol.sync_state().unwrap();
+    let Rig { ssd, hdd, kv, engine, vol, .. } = r;
+    drop(engine);
+    drop(vol);
+    ssd.crash();
+    hdd.crash();
+    kv.crash();
+    let r = mount(ssd, hdd, kv, EngineConfig { policy: PolicyKind::OnDemandCache, ..EngineConfig::default() });
+    assert_eq!(r.vol.record(f).unwrap().placement, crate::tier::Placement::On(Tier::Hdd), "the copy was dropped");
+    assert_eq!(r.engine.stats.lock().get(f).map(|s| s.residence), Some(Residence::Hdd));
+    assert_eq!(r.engine.ssd_used(), 0);
+}
+
+#[test]
+fn a_write_that_needs_room_never_migrates_in_its_own_thread() {
+    // The foreground cleaner ran whole migrations inside the request that
+    // needed room, holding its file's I/O lock: two such writes stalled a
+    // mount with two request threads, and the cleaner could wait for a
+    // lock another request held while that one waited for ours. Now the
+    // request waits, holding nothing, and the cleaner thread evicts.
+    let cfg = EngineConfig {
+        policy: PolicyKind::DynamicColdDst,
+        ssd_capacity: Some(20 << 10),
+        watermarks: (100, 100),
+        ..EngineConfig::default()
+    };
+    let r = rig_with(cfg);
+    let a = file(&r.vol, "a", &[1u8; 8192]);
+    let b = file(&r.vol, "b", &[2u8; 8192]);
+    assert_eq!(r.vol.record(b).unwrap().placement, crate::tier::Placement::On(Tier::Ssd));
+    let movers = Arc::new(Mutex::new(Vec::new()));
+    let seen = movers.clone();
+    r.hdd.set_gate(Some(Arc::new(move |op, _| {
+        if op == "link" {
+            seen.lock().push(std::thread::current().name().unwrap_or("?").to_string());
+        }
+    })));
+    let Rig { vol, engine, rx, .. } = r;
+    engine.start(rx);
+    let v = vol.clone();
+    within(10, "a write that needs room", move || {
+        std::thread::Builder::new()
+            .name("writer".into())
+            .spawn(move || {
+                let o = v.open(a, libc::O_RDWR).unwrap();
+                v.write(o.fh, 8192, &[3u8; 8192]).unwrap();
+                v.release(o.fh).unwrap();
+            })
+            .unwrap()
+            .join()
+            .unwrap()
+    });
+    assert_eq!(vol.record(b).unwrap().placement, crate::tier::Placement::On(Tier::Hdd), "b, the coldest, left");
+    assert_eq!(vol.record(a).unwrap().placement, crate::tier::Placement::On(Tier::Ssd));
+    let movers = movers.lock().clone();
+    assert!(!movers.is_empty());
+    assert!(movers.iter().all(|t| t.starts_with("tierfs-")), "migrations ran in: {movers:?}");
+    assert!(engine.shutdown());
 }

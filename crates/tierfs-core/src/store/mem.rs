@@ -57,8 +57,9 @@ pub struct MemStore {
 }
 
 /// A test's hook, called with the operation's name ("unlink", "link",
-/// "rename") and the entry's name before a namespace change: it may block
-/// to hold the operation at that point while another thread runs.
+/// "rename", "write") and the entry's name (empty for a write) before the
+/// change: it may block to hold the operation at that point while another
+/// thread runs.
 pub type Gate = Arc<dyn Fn(&'static str, &OsStr) + Send + Sync>;
 
 impl std::fmt::Debug for MemStore {
@@ -563,6 +564,7 @@ impl Store for MemStore {
     }
 
     fn write_at(&self, f: &MemFile, data: &[u8], off: u64) -> io::Result<usize> {
+        self.pass("write", OsStr::new(""));
         let mut g = self.inner.lock();
         let cur = g.node(f.id)?.meta.data.len();
         let off = if f.append { cur } else { off as usize };
