@@ -12,4 +12,5 @@ awk '$5 ~ /^\/tmp\/tierfs-test-/ {print $5}' /proc/self/mountinfo | sort -r | wh
 done
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo test --workspace --all-targets
+# The daemon the integration tests mount is built with deadlock detection.
+cargo test --workspace --all-targets --features tierfs/lock-check

@@ -138,6 +138,8 @@ pub fn serve(cfg: MountConfig, ready: impl FnOnce(Result<(), String>)) -> Result
 
 fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) -> Result<(), MountError> {
     let sigset = block_signals();
+    // Test builds abort with backtraces on a deadlock (no-op otherwise).
+    tierfs_core::lockcheck::watch();
     let _lock = lock_state(&cfg.state_dir)?;
     let kv = SledKv::open(&cfg.state_dir)
         .map_err(|e| MountError(format!("cannot open state database in {}: {e}", cfg.state_dir.display())))?;

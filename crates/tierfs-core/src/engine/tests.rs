@@ -33,6 +33,7 @@ fn rig_with(cfg: EngineConfig) -> Rig {
 
 /// A volume and engine over these stores, after recovery, as at mount.
 fn mount(ssd: MemStore, hdd: MemStore, kv: MemKv, cfg: EngineConfig) -> Rig {
+    crate::lockcheck::watch();
     let clock = ManualClock::new(Timestamp::from_secs(1_000));
     let (sink, rx) = queue();
     let vcfg = VolumeConfig { default_tier: cfg.policy.policy().initial_tier(), ..VolumeConfig::default() };

@@ -23,6 +23,7 @@ struct Rig {
 
 impl Rig {
     fn new() -> Self {
+        crate::lockcheck::watch();
         Rig { ssd: MemStore::new(), hdd: MemStore::new(), kv: MemKv::new() }
     }
     fn mount(&self) -> Volume<MemStore> {

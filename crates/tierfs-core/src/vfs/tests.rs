@@ -14,6 +14,7 @@ use std::time::Duration;
 const CTX: Ctx = Ctx { uid: 0, gid: 0, pid: 1 };
 
 fn volume() -> Volume<MemStore> {
+    crate::lockcheck::watch();
     Volume::new(
         MemStore::new(),
         MemStore::new(),
