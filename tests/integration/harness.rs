@@ -212,6 +212,11 @@ pub fn wait_for(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
 
 /// An extended attribute of `p` as text, if it has one.
 pub fn xattr(p: &Path, name: &str) -> Option<String> {
+    String::from_utf8(xattr_bytes(p, name)?).ok()
+}
+
+/// An extended attribute of `p`, if it has one.
+pub fn xattr_bytes(p: &Path, name: &str) -> Option<Vec<u8>> {
     use std::os::unix::ffi::OsStrExt;
     let cp = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
     let cn = std::ffi::CString::new(name).ok()?;
@@ -222,7 +227,7 @@ pub fn xattr(p: &Path, name: &str) -> Option<String> {
         return None;
     }
     buf.truncate(n as usize);
-    String::from_utf8(buf).ok()
+    Some(buf)
 }
 
 /// Waits (up to three seconds: a migration in flight has a file on both

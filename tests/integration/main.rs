@@ -15,3 +15,4 @@ mod policy;
 mod posix;
 mod stats;
 mod tiering;
+mod torture;

@@ -297,6 +297,12 @@ impl<S: Store> Volume<S> {
                 if backing.is_some() {
                     io.passthrough += 1;
                     oi.passthrough.store(io.passthrough, Ordering::Release);
+                    if write {
+                        // The kernel writes this file without telling us: a
+                        // migration copying it must not take it for one that
+                        // only grew (see `change_gen`). Again at the close.
+                        self.note_change(ino);
+                    }
                 }
             }
             (io.placement.read_tier(), oi.size.load(Ordering::Acquire))
@@ -608,6 +614,7 @@ impl<S: Store> Volume<S> {
         };
         if h.passthrough && h.write {
             h.oi.size.store(size, Ordering::Release);
+            self.note_change(h.ino);
         }
         let hooks = self.hooks();
         if last && self.ns.record(h.ino)?.is_none() {

@@ -382,7 +382,8 @@ impl<S: Store> Volume<S> {
     /// A counter that moves whenever `ino` changes through tierfs other
     /// than by appending: writes before the end, truncates, fallocate,
     /// attribute and xattr changes, whether or not the file stays open in
-    /// between. A write at or past the end (serialised with the other
+    /// between; and when a passthrough handle that may write opens or
+    /// closes (the kernel's writes through it are not seen one by one). A write at or past the end (serialised with the other
     /// writes that may extend the file) leaves it alone, so a migration that
     /// sees the file grew with the counter unmoved copies only the new tail.
     /// Counters are shared by stripes of inodes, so a move may also come

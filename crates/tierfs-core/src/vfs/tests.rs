@@ -9,6 +9,7 @@ use crate::migrate::{Move, NoCrash};
 use crate::state::MemKv;
 use crate::store::emulated::{Emulated, Emulation};
 use crate::store::mem::MemStore;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 const CTX: Ctx = Ctx { uid: 0, gid: 0, pid: 1 };
@@ -215,4 +216,56 @@ fn the_cleaner_does_not_wait_for_a_directory_another_request_holds() {
     drop(held);
     assert!(matches!(v.migrate(b, Move::Demote, &Foreground).unwrap(), crate::migrate::Outcome::Done(_)));
     assert_eq!(read(&v, b), b"evict me");
+}
+
+#[test]
+fn a_kernel_write_through_passthrough_during_a_migration_is_not_lost() {
+    // In passthrough mode the kernel writes the backing file itself. A
+    // migration copying the file meanwhile saw only that it had grown and
+    // copied just the new tail: the kernel's write before the old end was
+    // lost (found by the torture test). Writable passthrough handles now
+    // move the file's change counter when they open and close.
+    struct PauseAfterCopy(std::sync::mpsc::SyncSender<()>, Mutex<std::sync::mpsc::Receiver<()>>, AtomicBool);
+    impl crate::migrate::Control for PauseAfterCopy {
+        fn at(&self, step: crate::migrate::Step) -> Result<()> {
+            if step == crate::migrate::Step::Copied && !self.2.swap(true, Ordering::SeqCst) {
+                let _ = self.0.try_send(());
+                let _ = self.1.lock().recv_timeout(Duration::from_secs(5));
+            }
+            Ok(())
+        }
+    }
+    let (ssd, hdd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let v = Arc::new(
+        Volume::new(
+            crate::store::dir::DirStore::new(ssd.path()).unwrap(),
+            crate::store::dir::DirStore::new(hdd.path()).unwrap(),
+            Namespace::new(Arc::new(MemKv::new())),
+            VolumeConfig { io_mode: IoMode::Passthrough, ..VolumeConfig::default() },
+            Arc::new(NoEvents),
+            Arc::new(ManualClock::new(Timestamp::from_secs(1))),
+        )
+        .unwrap(),
+    );
+    let ino = file(&v, ROOT_INO, "f", &[1u8; 70_500]);
+    let (paused_tx, paused) = std::sync::mpsc::sync_channel(1);
+    let (resume, resume_rx) = std::sync::mpsc::sync_channel(1);
+    let vm = v.clone();
+    let mover = std::thread::spawn(move || {
+        vm.migrate(ino, Move::Promote, &PauseAfterCopy(paused_tx, Mutex::new(resume_rx), AtomicBool::new(false)))
+            .unwrap()
+    });
+    paused.recv_timeout(Duration::from_secs(5)).expect("the promotion copied the file");
+    // What the kernel does for a passthrough handle: write the backing file.
+    let o = v.open(ino, libc::O_WRONLY).unwrap();
+    let (t, f) = o.backing.clone().expect("a passthrough handle");
+    crate::store::write_full(v.tiers.store(t), &f, &[2u8; 13_453], 57_081).unwrap();
+    v.release(o.fh).unwrap();
+    resume.send(()).unwrap();
+    assert!(matches!(mover.join().unwrap(), crate::migrate::Outcome::Done(_)));
+    let mut want = vec![1u8; 70_500];
+    want.truncate(57_081);
+    want.extend_from_slice(&[2u8; 13_453]);
+    assert_eq!(v.record(ino).unwrap().placement, Placement::On(Tier::Ssd));
+    assert!(read(&v, ino) == want, "the kernel's write is in the moved file");
 }

@@ -1,0 +1,589 @@
+//! The torture test: threads doing random operations on a real mount, for
+//! every policy, on a tiny SSD with unlimited migration rate, so that files
+//! move all the time under the operations.
+//!
+//! Each worker owns one subtree and keeps a model of what each of its names
+//! must hold (contents, mode, xattrs, hard links, files held open, unlinked
+//! while open), so results are exact although the workers run at once; the
+//! engine, the migrator and the cleaner act on all of them together. Every
+//! read is checked against the model when it is made; at the end, and
+//! again after a remount, the whole tree must equal the model, every file
+//! must be on exactly the tiers its placement names, `tierfs stats` must
+//! track exactly the live files, and the SSD account must be within one
+//! block per file of what the SSD holds.
+//!
+//! A watchdog fails the run if one operation takes more than
+//! [`OP_LIMIT`]: a hang is a failure, not a hung CI. A failure prints the
+//! seed and each worker's last operations. The seed fixes each worker's
+//! operations; the interleaving of workers and background threads is the
+//! machine's.
+//!
+//! `TIERFS_TORTURE_SECS` sets the seconds of operations per policy (default
+//! 4; `scripts/long-tests.sh` runs 200), `TIERFS_TORTURE_SEED` the seed.
+
+use crate::harness::{account_matches, settled_placement, Area, Mounted};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::fs;
+use std::io::{Read, Seek, Write};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The longest one operation may take.
+const OP_LIMIT: Duration = Duration::from_secs(10);
+const WORKERS: usize = 4;
+const MAX_FILES: usize = 24;
+const MAX_DIRS: usize = 6;
+const MAX_HELD: usize = 3;
+
+/// A small deterministic generator (xorshift*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn pick<'a, T>(&mut self, v: &'a [T]) -> Option<&'a T> {
+        (!v.is_empty()).then(|| &v[self.below(v.len() as u64) as usize])
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let b = self.next() as u8;
+        (0..n).map(|i| b.wrapping_add((i % 253) as u8)).collect()
+    }
+    /// Mostly small, sometimes past the 1 MiB sieve.
+    fn len(&mut self) -> usize {
+        match self.below(100) {
+            0..=1 => 1_100_000 + self.below(200_000) as usize,
+            2..=20 => self.below(200_000) as usize,
+            _ => self.below(12_000) as usize,
+        }
+    }
+}
+
+/// One inode of the model.
+#[derive(Clone, Debug, Default)]
+struct Inode {
+    data: Vec<u8>,
+    mode: u32,
+    xattr: Option<Vec<u8>>,
+}
+
+/// A worker's subtree as it must be.
+#[derive(Default)]
+struct Model {
+    dirs: BTreeSet<String>,
+    names: BTreeMap<String, u64>,
+    inodes: HashMap<u64, Inode>,
+    next: u64,
+}
+
+impl Model {
+    fn links(&self, id: u64) -> usize {
+        self.names.values().filter(|i| **i == id).count()
+    }
+    fn unlink(&mut self, name: &str, held: &[Held]) {
+        if let Some(id) = self.names.remove(name) {
+            if self.links(id) == 0 && !held.iter().any(|h| h.id == id) {
+                self.inodes.remove(&id);
+            }
+        }
+    }
+    fn gc(&mut self, held: &[Held]) {
+        let live: BTreeSet<u64> = self.names.values().copied().chain(held.iter().map(|h| h.id)).collect();
+        self.inodes.retain(|id, _| live.contains(id));
+    }
+    fn files(&self) -> Vec<String> {
+        self.names.keys().cloned().collect()
+    }
+    fn dirs(&self) -> Vec<String> {
+        self.dirs.iter().cloned().collect()
+    }
+    /// A new name in one of the directories.
+    fn fresh(&mut self, rng: &mut Rng, prefix: &str) -> String {
+        let mut dirs = self.dirs();
+        dirs.push(String::new());
+        let d = rng.pick(&dirs).cloned().unwrap_or_default();
+        self.next += 1;
+        if d.is_empty() {
+            format!("{prefix}{}", self.next)
+        } else {
+            format!("{d}/{prefix}{}", self.next)
+        }
+    }
+}
+
+/// A file held open by a worker.
+struct Held {
+    id: u64,
+    f: fs::File,
+}
+
+/// What a worker is doing, for the watchdog.
+#[derive(Default)]
+struct Progress {
+    op: Option<(Instant, String)>,
+    log: VecDeque<String>,
+    done: bool,
+}
+
+struct Worker {
+    root: PathBuf,
+    rng: Rng,
+    model: Model,
+    held: Vec<Held>,
+    progress: Arc<Mutex<Progress>>,
+}
+
+type OpResult = Result<(), String>;
+
+fn io<T>(what: &str, r: std::io::Result<T>) -> Result<T, String> {
+    r.map_err(|e| format!("{what}: {e}"))
+}
+
+impl Worker {
+    fn p(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    fn begin(&self, what: String) {
+        // Each name an operation uses, with the model inode behind it, so
+        // that one file can be followed through renames.
+        let ids: Vec<String> =
+            what.split_whitespace().filter_map(|w| self.model.names.get(w).map(|i| format!("{w}=#{i}"))).collect();
+        let line = if ids.is_empty() { what } else { format!("{what}   [{}]", ids.join(" ")) };
+        let mut p = self.progress.lock().unwrap();
+        p.op = Some((Instant::now(), line.clone()));
+        p.log.push_back(line);
+    }
+
+    fn step(&mut self) -> OpResult {
+        let files = self.model.files();
+        let dirs = self.model.dirs();
+        let r = self.rng.below(100);
+        match r {
+            0..=9 if files.len() < MAX_FILES => {
+                let name = self.model.fresh(&mut self.rng, "f");
+                let n = self.rng.len();
+                let data = self.rng.bytes(n);
+                self.begin(format!("create {name} ({n} bytes)"));
+                io("create", fs::write(self.p(&name), &data))?;
+                let mode = io("stat", fs::metadata(self.p(&name)))?.mode() & 0o7777;
+                let id = self.model.next;
+                self.model.inodes.insert(id, Inode { data, mode, xattr: None });
+                self.model.names.insert(name, id);
+            }
+            10..=24 => {
+                let Some(name) = self.rng.pick(&files).cloned() else { return Ok(()) };
+                let id = self.model.names[&name];
+                let cur = self.model.inodes[&id].data.len() as u64;
+                let off = self.rng.below(cur + 4096);
+                let n = self.rng.below(20_000) as usize;
+                let data = self.rng.bytes(n);
+                self.begin(format!("write {name} at {off}, {n} bytes"));
+                let f = io("open", fs::OpenOptions::new().write(true).open(self.p(&name)))?;
+                io("pwrite", f.write_all_at(&data, off))?;
+                write_model(&mut self.model.inodes.get_mut(&id).unwrap().data, off as usize, &data);
+            }
+            25..=30 => {
+                let Some(name) = self.rng.pick(&files).cloned() else { return Ok(()) };
+                let id = self.model.names[&name];
+                let n = self.rng.below(8_000) as usize;
+                let data = self.rng.bytes(n);
+                self.begin(format!("append {n} bytes to {name}"));
+                let mut f = io("open", fs::OpenOptions::new().append(true).open(self.p(&name)))?;
+                io("append", f.write_all(&data))?;
+                self.model.inodes.get_mut(&id).unwrap().data.extend_from_slice(&data);
+            }
+            31..=35 => {
+                let Some(name) = self.rng.pick(&files).cloned() else { return Ok(()) };
+                let id = self.model.names[&name];
+                let len = self.rng.below(self.model.inodes[&id].data.len() as u64 * 2 + 100);
+                self.begin(format!("truncate {name} to {len}"));
+                let f = io("open", fs::OpenOptions::new().write(true).open(self.p(&name)))?;
+                io("truncate", f.set_len(len))?;
+                self.model.inodes.get_mut(&id).unwrap().data.resize(len as usize, 0);
+            }
+            36..=43 => {
+                // Rename over an existing file (the replaced one goes).
+                let (Some(a), Some(b)) = (self.rng.pick(&files).cloned(), self.rng.pick(&files).cloned()) else {
+                    return Ok(());
+                };
+                self.begin(format!("rename {a} over {b}"));
+                io("rename over", fs::rename(self.p(&a), self.p(&b)))?;
+                let (ia, ib) = (self.model.names[&a], self.model.names[&b]);
+                if ia != ib {
+                    self.model.names.remove(&a);
+                    self.model.names.insert(b, ia);
+                    self.model.gc(&self.held);
+                }
+            }
+            44..=48 => {
+                let Some(a) = self.rng.pick(&files).cloned() else { return Ok(()) };
+                let b = self.model.fresh(&mut self.rng, "r");
+                self.begin(format!("rename {a} to {b}"));
+                io("rename", fs::rename(self.p(&a), self.p(&b)))?;
+                let id = self.model.names.remove(&a).unwrap();
+                self.model.names.insert(b, id);
+            }
+            49..=50 => {
+                // Rename a directory (not into itself).
+                let Some(d) = self.rng.pick(&dirs).cloned() else { return Ok(()) };
+                let to = self.model.fresh(&mut self.rng, "d");
+                if to.starts_with(&format!("{d}/")) {
+                    return Ok(());
+                }
+                self.begin(format!("rename directory {d} to {to}"));
+                io("rename dir", fs::rename(self.p(&d), self.p(&to)))?;
+                let moved = |p: &str| p == d || p.starts_with(&format!("{d}/"));
+                let re = |p: &str| format!("{to}{}", &p[d.len()..]);
+                self.model.dirs = self.model.dirs.iter().map(|p| if moved(p) { re(p) } else { p.clone() }).collect();
+                self.model.names =
+                    self.model.names.iter().map(|(p, i)| (if moved(p) { re(p) } else { p.clone() }, *i)).collect();
+            }
+            51..=53 if dirs.len() < MAX_DIRS => {
+                let d = self.model.fresh(&mut self.rng, "d");
+                self.begin(format!("mkdir {d}"));
+                io("mkdir", fs::create_dir(self.p(&d)))?;
+                self.model.dirs.insert(d);
+            }
+            54 => {
+                let Some(d) = self.rng.pick(&dirs).cloned() else { return Ok(()) };
+                let prefix = format!("{d}/");
+                if self.model.names.keys().chain(self.model.dirs.iter()).any(|p| p.starts_with(&prefix)) {
+                    return Ok(());
+                }
+                self.begin(format!("rmdir {d}"));
+                io("rmdir", fs::remove_dir(self.p(&d)))?;
+                self.model.dirs.remove(&d);
+            }
+            55..=58 if files.len() < MAX_FILES => {
+                let Some(a) = self.rng.pick(&files).cloned() else { return Ok(()) };
+                let b = self.model.fresh(&mut self.rng, "l");
+                self.begin(format!("link {a} as {b}"));
+                io("link", fs::hard_link(self.p(&a), self.p(&b)))?;
+                let id = self.model.names[&a];
+                self.model.names.insert(b, id);
+            }
+            59..=64 => {
+                let Some(a) = self.rng.pick(&files).cloned() else { return Ok(()) };
+                self.begin(format!("unlink {a}"));
+                io("unlink", fs::remove_file(self.p(&a)))?;
+                self.model.unlink(&a, &self.held);
+            }
+            65..=68 => {
+                let Some(a) = self.rng.pick(&files).cloned() else { return Ok(()) };
+                let mode = 0o600 | self.rng.below(0o200) as u32;
+                self.begin(format!("chmod {a} {mode:o}"));
+                io("chmod", fs::set_permissions(self.p(&a), fs::Permissions::from_mode(mode)))?;
+                let id = self.model.names[&a];
+                self.model.inodes.get_mut(&id).unwrap().mode = mode;
+            }
+            69..=72 => {
+                let Some(a) = self.rng.pick(&files).cloned() else { return Ok(()) };
+                let n = self.rng.below(40) as usize + 1;
+                let v = self.rng.bytes(n);
+                self.begin(format!("setxattr {a} ({n} bytes)"));
+                set_xattr(&self.p(&a), &v)?;
+                let id = self.model.names[&a];
+                self.model.inodes.get_mut(&id).unwrap().xattr = Some(v);
+            }
+            73..=86 => {
+                let Some(a) = self.rng.pick(&files).cloned() else { return Ok(()) };
+                self.begin(format!("read {a}"));
+                let got = io("read", fs::read(self.p(&a)))?;
+                let want = &self.model.inodes[&self.model.names[&a]].data;
+                if &got != want {
+                    return Err(format!("read {a}: {} bytes, {}", got.len(), differs(&got, want)));
+                }
+            }
+            87..=88 => {
+                let Some(a) = self.rng.pick(&files).cloned() else { return Ok(()) };
+                self.begin(format!("fsync {a}"));
+                let f = io("open", fs::File::open(self.p(&a)))?;
+                io("fsync", f.sync_all())?;
+            }
+            89..=91 if self.held.len() < MAX_HELD => {
+                let Some(a) = self.rng.pick(&files).cloned() else { return Ok(()) };
+                self.begin(format!("hold {a} open"));
+                let f = io("open", fs::OpenOptions::new().read(true).write(true).open(self.p(&a)))?;
+                self.held.push(Held { id: self.model.names[&a], f });
+            }
+            92..=95 if !self.held.is_empty() => {
+                let k = self.rng.below(self.held.len() as u64) as usize;
+                let id = self.held[k].id;
+                let cur = self.model.inodes[&id].data.len() as u64;
+                let off = self.rng.below(cur + 2048);
+                let n = self.rng.below(10_000) as usize;
+                let data = self.rng.bytes(n);
+                self.begin(format!("write {n} bytes at {off} through a held handle of inode {id}"));
+                io("held pwrite", self.held[k].f.write_all_at(&data, off))?;
+                write_model(&mut self.model.inodes.get_mut(&id).unwrap().data, off as usize, &data);
+            }
+            96..=97 if !self.held.is_empty() => {
+                let k = self.rng.below(self.held.len() as u64) as usize;
+                let id = self.held[k].id;
+                self.begin(format!("read through a held handle of inode {id}"));
+                let f = &mut self.held[k].f;
+                io("seek", f.rewind())?;
+                let mut got = Vec::new();
+                io("held read", f.read_to_end(&mut got))?;
+                let want = &self.model.inodes[&id].data;
+                if &got != want {
+                    return Err(format!("held read of inode {id}: {} bytes, {}", got.len(), differs(&got, want)));
+                }
+            }
+            98..=99 if !self.held.is_empty() => {
+                let k = self.rng.below(self.held.len() as u64) as usize;
+                self.begin(format!("close a held handle of inode {}", self.held[k].id));
+                self.held.swap_remove(k);
+                self.model.gc(&self.held);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The subtree on the mount equals the model.
+    fn verify(&self, when: &str) -> OpResult {
+        let mut found_dirs = BTreeSet::new();
+        let mut found = BTreeMap::new();
+        walk(&self.root, "", &mut found_dirs, &mut found).map_err(|e| format!("{when}: walk: {e}"))?;
+        if found_dirs != self.model.dirs {
+            return Err(format!("{when}: directories {found_dirs:?}, want {:?}", self.model.dirs));
+        }
+        let names: BTreeSet<&String> = found.keys().collect();
+        let want: BTreeSet<&String> = self.model.names.keys().collect();
+        if names != want {
+            return Err(format!("{when}: names {names:?}, want {want:?}"));
+        }
+        let mut ino_of: HashMap<u64, u64> = HashMap::new();
+        for (name, id) in &self.model.names {
+            let md = found[name].clone();
+            let inode = &self.model.inodes[id];
+            // One tierfs inode per model inode: hard links share it.
+            if *ino_of.entry(*id).or_insert(md.ino()) != md.ino() {
+                return Err(format!("{when}: {name} is another inode than its hard links"));
+            }
+            if md.nlink() != self.model.links(*id) as u64 {
+                return Err(format!("{when}: {name} has {} links, want {}", md.nlink(), self.model.links(*id)));
+            }
+            if md.mode() & 0o7777 != inode.mode {
+                return Err(format!("{when}: {name} mode {:o}, want {:o}", md.mode() & 0o7777, inode.mode));
+            }
+            let got = fs::read(self.p(name)).map_err(|e| format!("{when}: read {name}: {e}"))?;
+            if got != inode.data {
+                return Err(format!("{when}: {name}: {} bytes, {}", got.len(), differs(&got, &inode.data)));
+            }
+            let x = crate::harness::xattr_bytes(&self.p(name), "user.t");
+            if inode.xattr.is_some() && x != inode.xattr {
+                let err = std::io::Error::last_os_error();
+                return Err(format!("{when}: {name}: xattr {x:?} ({err}), want {:?}", inode.xattr));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn write_model(data: &mut Vec<u8>, off: usize, new: &[u8]) {
+    if data.len() < off + new.len() {
+        data.resize(off + new.len(), 0);
+    }
+    data[off..off + new.len()].copy_from_slice(new);
+}
+
+fn differs(got: &[u8], want: &[u8]) -> String {
+    let first = got.iter().zip(want).position(|(a, b)| a != b);
+    format!("want {} bytes; first difference at {first:?}", want.len())
+}
+
+fn set_xattr(p: &Path, v: &[u8]) -> OpResult {
+    use std::os::unix::ffi::OsStrExt;
+    let cp = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    // SAFETY: valid NUL-terminated strings and a value buffer of its length.
+    let r = unsafe { libc::lsetxattr(cp.as_ptr(), c"user.t".as_ptr(), v.as_ptr().cast(), v.len(), 0) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(format!("setxattr: {}", std::io::Error::last_os_error()))
+    }
+}
+
+fn walk(
+    root: &Path,
+    rel: &str,
+    dirs: &mut BTreeSet<String>,
+    files: &mut BTreeMap<String, fs::Metadata>,
+) -> std::io::Result<()> {
+    for e in fs::read_dir(root.join(rel))? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let p = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+        let md = fs::symlink_metadata(root.join(&p))?;
+        if md.is_dir() {
+            dirs.insert(p.clone());
+            walk(root, &p, dirs, files)?;
+        } else {
+            files.insert(p, md);
+        }
+    }
+    Ok(())
+}
+
+fn seconds() -> u64 {
+    std::env::var("TIERFS_TORTURE_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(4)
+}
+
+fn base_seed() -> u64 {
+    std::env::var("TIERFS_TORTURE_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x7153_2a5e_9d01_c4b3)
+}
+
+/// Runs the torture test for one configuration.
+fn torture(name: &str, args: &[&str]) {
+    let seed = base_seed() ^ name.bytes().fold(0u64, |h, b| h.wrapping_mul(131).wrapping_add(b as u64));
+    let area = Area::new();
+    let state = area.path("state");
+    let mut args: Vec<&str> = args.to_vec();
+    args.extend(["--ssd-capacity", "64K", "--migrate-rate", "0", "--interval", "1s", "--state-dir"]);
+    args.push(state.to_str().unwrap());
+    let m = Mounted::new(&area, &args);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::new();
+    let mut progress = Vec::new();
+    for w in 0..WORKERS {
+        let root = m.p(&format!("w{w}"));
+        fs::create_dir(&root).unwrap();
+        let p = Arc::new(Mutex::new(Progress::default()));
+        progress.push(p.clone());
+        let stop = stop.clone();
+        let mut worker = Worker {
+            root,
+            rng: Rng(seed.wrapping_add(w as u64 * 0x9E37_79B9) | 1),
+            model: Model::default(),
+            held: Vec::new(),
+            progress: p,
+        };
+        handles.push(std::thread::spawn(move || {
+            let mut r = Ok(());
+            while !stop.load(Ordering::Relaxed) {
+                r = worker.step().map_err(|e| format!("worker {w}: {e}"));
+                if r.is_err() {
+                    break;
+                }
+            }
+            let mut p = worker.progress.lock().unwrap();
+            p.op = None;
+            p.done = true;
+            drop(p);
+            (worker, r)
+        }));
+    }
+    // The watchdog: every operation answers within OP_LIMIT.
+    let end = Instant::now() + Duration::from_secs(seconds());
+    // The last operations of every worker; all of them go to a file.
+    let report = |progress: &[Arc<Mutex<Progress>>]| -> String {
+        let mut s = format!("seed {seed} ({name})\n");
+        let mut all = String::new();
+        for (w, p) in progress.iter().enumerate() {
+            let p = p.lock().unwrap();
+            s.push_str(&format!("worker {w}, last operations:\n"));
+            for (i, l) in p.log.iter().enumerate() {
+                all.push_str(&format!("w{w} {i} {l}\n"));
+                if i + 30 >= p.log.len() {
+                    s.push_str(&format!("  {l}\n"));
+                }
+            }
+        }
+        let file = std::env::temp_dir().join(format!("tierfs-torture-{name}-{seed}.log"));
+        if fs::write(&file, all).is_ok() {
+            s.push_str(&format!("every operation: {}\n", file.display()));
+        }
+        s
+    };
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        if Instant::now() > end {
+            stop.store(true, Ordering::Relaxed);
+        }
+        let stuck = progress.iter().enumerate().find_map(|(w, p)| {
+            let p = p.lock().unwrap();
+            p.op.as_ref().filter(|(t, _)| t.elapsed() > OP_LIMIT).map(|(_, op)| (w, op.clone()))
+        });
+        if let Some((w, op)) = stuck {
+            let text = format!("worker {w} stuck for {OP_LIMIT:?} in: {op}\n{}\n{}", report(&progress), m.log_text());
+            // Ends the daemon so that the stuck system calls return.
+            m.kill();
+            panic!("{text}");
+        }
+        if progress.iter().all(|p| p.lock().unwrap().done) {
+            break;
+        }
+    }
+    let mut workers = Vec::new();
+    for h in handles {
+        let (w, r) = h.join().unwrap();
+        if let Err(e) = r {
+            panic!("{e}\n{}\n{}", report(&progress), m.log_text());
+        }
+        // Close what the worker held: unlinked files it kept alive go.
+        let mut w = w;
+        w.held.clear();
+        w.model.gc(&[]);
+        workers.push(w);
+    }
+    let check = |m: &Mounted, when: &str| {
+        for w in &workers {
+            if let Err(e) = w.verify(when) {
+                panic!("{e}\n{}\n{}", report(&progress), m.log_text());
+            }
+            for name in w.model.names.keys() {
+                let rel = format!("{}/{name}", w.root.file_name().unwrap().to_string_lossy());
+                if let Err(e) = settled_placement(&area, &m.mnt, &rel) {
+                    panic!("{when}: {e}\n{}", m.log_text());
+                }
+            }
+        }
+        if let Err(e) = account_matches(&area, &m.mnt) {
+            panic!("{when}: {e}\n{}", m.log_text());
+        }
+    };
+    check(&m, &format!("{name}, at the end"));
+    let t = Instant::now();
+    m.unmount();
+    assert!(t.elapsed() < Duration::from_secs(10), "{name}: unmount took {:?}", t.elapsed());
+    let m = Mounted::new(&area, &args);
+    check(&m, &format!("{name}, after a remount"));
+    m.unmount();
+}
+
+macro_rules! torture_tests {
+    ($($test:ident => $policy:expr, $mode:expr;)*) => {
+        $(
+            #[test]
+            fn $test() {
+                torture(stringify!($test), &["--policy", $policy, "--io-mode", $mode]);
+            }
+        )*
+    };
+}
+
+torture_tests! {
+    torture_dynamic_hot_dst => "dynamic-hot-dst", "userspace";
+    torture_interval_hot_dst => "interval-hot-dst", "userspace";
+    torture_plain_cold_dst => "plain-cold-dst", "userspace";
+    torture_dynamic_cold_dst => "dynamic-cold-dst", "userspace";
+    torture_dynamic_cold_dst_bg => "dynamic-cold-dst-bg", "userspace";
+    torture_on_demand_cache => "on-demand-cache", "userspace";
+    torture_interval_cache => "interval-cache", "userspace";
+    torture_hdd_only => "hdd-only", "userspace";
+    torture_ssd_only => "ssd-only", "userspace";
+    torture_dynamic_hot_dst_passthrough => "dynamic-hot-dst", "passthrough";
+    torture_on_demand_cache_passthrough => "on-demand-cache", "passthrough";
+}
