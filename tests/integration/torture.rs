@@ -489,7 +489,8 @@ fn torture(name: &str, args: &[&str]) {
     let end = Instant::now() + Duration::from_secs(seconds());
     // The last operations of every worker; all of them go to a file.
     let report = |progress: &[Arc<Mutex<Progress>>]| -> String {
-        let mut s = format!("seed {seed} ({name})\n");
+        let mut s =
+            format!("{name}: rerun with TIERFS_TORTURE_SEED={} (this configuration's seed {seed})\n", base_seed());
         let mut all = String::new();
         for (w, p) in progress.iter().enumerate() {
             let p = p.lock().unwrap();

@@ -652,13 +652,13 @@ impl<S: Store> Volume<S> {
             JournalOp::Move { .. } => self.unlink_names(from, &links),
             _ => Ok(Vec::new()),
         };
+        if from == Tier::Ssd && removed.is_ok() {
+            self.hooks().off_ssd(ino);
+        }
         drop(io);
         drop(ilock);
         drop(dirs);
         let removed = removed?;
-        if from == Tier::Ssd {
-            self.hooks().off_ssd(ino);
-        }
         self.sync_dirs(from, &removed)?;
         ctl.at(Step::SourceRemoved)?;
         let mut b = self.ns.batch();
@@ -822,11 +822,14 @@ impl<S: Store> Volume<S> {
                 io.copy = None;
                 io.placement = Placement::On(Tier::Hdd);
             }
-            (copy.map(|c| c.size).unwrap_or(0), self.unlink_names(Tier::Ssd, &links))
+            let removed = self.unlink_names(Tier::Ssd, &links);
+            if removed.is_ok() {
+                self.hooks().off_ssd(ino);
+                self.copy_dropped(ino);
+            }
+            (copy.map(|c| c.size).unwrap_or(0), removed)
         };
         let removed = removed?;
-        self.hooks().off_ssd(ino);
-        self.copy_dropped(ino);
         self.sync_dirs(Tier::Ssd, &removed)?;
         ctl.at(Step::SourceRemoved)?;
         let mut b = self.ns.batch();
@@ -923,5 +926,7 @@ fn name_is_free<S: Store>(s: &S, d: &S::Dir, n: &OsStr) -> Result<bool> {
 /// Name of the staging directory, for documentation and tests.
 pub const STAGING_DIR: &str = STAGING;
 
+#[cfg(test)]
+mod powercut;
 #[cfg(test)]
 mod tests;

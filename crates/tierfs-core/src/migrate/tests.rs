@@ -10,23 +10,23 @@ use crate::event::NoEvents;
 use crate::state::ns::{Namespace, ROOT_INO};
 use crate::state::MemKv;
 use crate::store::mem::MemStore;
-use crate::store::FileKind;
+use crate::store::{FileKind, Store};
 use crate::vfs::{Ctx, Volume, VolumeConfig};
 use std::ffi::OsStr;
 use std::sync::Arc;
 
-struct Rig {
-    ssd: MemStore,
-    hdd: MemStore,
-    kv: MemKv,
+pub(super) struct Rig {
+    pub(super) ssd: MemStore,
+    pub(super) hdd: MemStore,
+    pub(super) kv: MemKv,
 }
 
 impl Rig {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         crate::lockcheck::watch();
         Rig { ssd: MemStore::new(), hdd: MemStore::new(), kv: MemKv::new() }
     }
-    fn mount(&self) -> Volume<MemStore> {
+    pub(super) fn mount(&self) -> Volume<MemStore> {
         let v = Volume::new(
             self.ssd.clone(),
             self.hdd.clone(),
@@ -39,20 +39,20 @@ impl Rig {
         v.recover().unwrap();
         v
     }
-    fn crash(&self) {
+    pub(super) fn crash(&self) {
         self.ssd.crash();
         self.hdd.crash();
         self.kv.crash();
     }
 }
 
-const CTX: Ctx = Ctx { uid: 0, gid: 0, pid: 1 };
+pub(super) const CTX: Ctx = Ctx { uid: 0, gid: 0, pid: 1 };
 
-fn content(tag: u8, n: usize) -> Vec<u8> {
+pub(super) fn content(tag: u8, n: usize) -> Vec<u8> {
     (0..n).map(|i| tag.wrapping_add((i % 251) as u8)).collect()
 }
 
-fn lookup(v: &Volume<MemStore>, path: &str) -> Ino {
+pub(super) fn lookup<S: Store>(v: &Volume<S>, path: &str) -> Ino {
     let mut ino = ROOT_INO;
     for c in path.split('/') {
         ino = v.lookup(ino, OsStr::new(c)).unwrap_or_else(|e| panic!("lookup {path}: {e}")).ino;
@@ -60,7 +60,7 @@ fn lookup(v: &Volume<MemStore>, path: &str) -> Ino {
     ino
 }
 
-fn read_all(v: &Volume<MemStore>, ino: Ino) -> Vec<u8> {
+pub(super) fn read_all<S: Store>(v: &Volume<S>, ino: Ino) -> Vec<u8> {
     let o = v.open(ino, libc::O_RDONLY).unwrap();
     let d = v.read(o.fh, 0, 1 << 22).unwrap();
     v.release(o.fh).unwrap();
@@ -68,13 +68,19 @@ fn read_all(v: &Volume<MemStore>, ino: Ino) -> Vec<u8> {
 }
 
 /// The files of the scenario: path, content, and what to do to it.
-struct Scenario {
-    files: Vec<(&'static str, Vec<u8>)>,
+pub(super) struct Scenario {
+    pub(super) files: Vec<(&'static str, Vec<u8>)>,
 }
 
 /// Builds the tree, with every file and directory durable.
 fn setup(rig: &Rig) -> Scenario {
-    let v = rig.mount();
+    build(&rig.mount())
+}
+
+/// The scenario's tree on a volume: two directories, a file with a second
+/// name in another directory, one file on the SSD and one cached; all
+/// durable, then a clean unmount.
+pub(super) fn build<S: Store>(v: &Volume<S>) -> Scenario {
     let d = v.mkdir(&CTX, ROOT_INO, OsStr::new("d"), 0o755, 0).unwrap().ino;
     let files: Vec<(&str, Vec<u8>)> = vec![
         ("d/one", content(1, 10_000)),
@@ -93,10 +99,10 @@ fn setup(rig: &Rig) -> Scenario {
         v.release(o.fh).unwrap();
     }
     // A second name for "two", in another directory.
-    let two = lookup(&v, "two");
+    let two = lookup(v, "two");
     v.link(two, d, OsStr::new("two-link")).unwrap();
-    assert_eq!(v.migrate(lookup(&v, "on-ssd"), Move::Promote, &NoCrash).unwrap(), Outcome::Done(5_000));
-    assert!(matches!(v.migrate(lookup(&v, "cached"), Move::Copy, &NoCrash).unwrap(), Outcome::Done(_)));
+    assert_eq!(v.migrate(lookup(v, "on-ssd"), Move::Promote, &NoCrash).unwrap(), Outcome::Done(5_000));
+    assert!(matches!(v.migrate(lookup(v, "cached"), Move::Copy, &NoCrash).unwrap(), Outcome::Done(_)));
     for dir in [ROOT_INO, d] {
         v.fsyncdir(dir).unwrap();
     }
@@ -109,16 +115,22 @@ fn setup(rig: &Rig) -> Scenario {
 }
 
 /// Every invariant a recovered volume must hold.
-fn check(rig: &Rig, sc: &Scenario, what: &str) {
-    let v = rig.mount();
+pub(super) fn check(rig: &Rig, sc: &Scenario, what: &str) {
+    verify(&rig.mount(), sc, what);
+}
+
+/// Every invariant a recovered volume must hold: each file whole, on
+/// exactly the tiers its placement names (a cached copy complete), hard
+/// links one inode, the journal empty, no staging file left.
+pub(super) fn verify<S: Store>(v: &Volume<S>, sc: &Scenario, what: &str) {
     for (path, data) in &sc.files {
-        let ino = lookup(&v, path);
-        assert_eq!(&read_all(&v, ino), data, "{what}: content of {path}");
+        let ino = lookup(v, path);
+        assert_eq!(&read_all(v, ino), data, "{what}: content of {path}");
         let rec = v.record(ino).unwrap();
         assert_eq!(rec.kind, FileKind::File);
         // The file is on exactly the tiers its placement names.
         let (p, n) = (path.rsplit_once('/').map(|x| x.0), path.rsplit('/').next().unwrap());
-        let parent = p.map(|p| lookup(&v, p)).unwrap_or(ROOT_INO);
+        let parent = p.map(|p| lookup(v, p)).unwrap_or(ROOT_INO);
         for t in Tier::ALL {
             let here = v.stat_on(parent, OsStr::new(n), t).is_ok();
             assert_eq!(
@@ -137,15 +149,12 @@ fn check(rig: &Rig, sc: &Scenario, what: &str) {
         }
     }
     // Hard links still share one inode, on one tier.
-    assert_eq!(lookup(&v, "two"), lookup(&v, "d/two-link"), "{what}");
+    assert_eq!(lookup(v, "two"), lookup(v, "d/two-link"), "{what}");
     assert!(v.ns.journal().unwrap().is_empty(), "{what}: journal empty after recovery");
     // No stray temporary files.
-    for (store, t) in [(&rig.ssd, "ssd"), (&rig.hdd, "hdd")] {
-        let strays: Vec<_> = store
-            .dump()
-            .into_iter()
-            .filter(|(p, k, _)| p.starts_with("/.tierfs/staging/") && *k == FileKind::File)
-            .collect();
+    for t in Tier::ALL {
+        let s = v.tiers.store(t);
+        let strays = v.tiers.staging(t).and_then(|d| Ok(s.list(&d)?)).unwrap();
         assert!(strays.is_empty(), "{what}: strays on {t}: {strays:?}");
     }
 }
@@ -681,4 +690,61 @@ fn a_write_through_that_failed_is_never_read_from_the_copy() {
     assert_eq!(read_all(&v, ino), want, "through a new handle");
     assert_eq!(v.getattr(ino).unwrap().size, 3_004);
     assert_eq!(v.record(ino).unwrap().placement, Placement::On(Tier::Hdd), "the stale copy is gone");
+}
+
+#[test]
+fn a_directory_renamed_while_a_migration_makes_its_copy_is_not_split() {
+    // A file moving to a tier where its directory had no copy yet made
+    // that copy by walking the namespace to the directory's path. A rename
+    // of the directory in between left the copy under the old name: the
+    // mount went on through the cached handle, but after a remount the old
+    // name came back as a directory of its own, and the file was missing
+    // from the renamed one (found by the torture test).
+    let rig = Rig::new();
+    let v = Arc::new(rig.mount());
+    let d = v.mkdir(&CTX, ROOT_INO, OsStr::new("old"), 0o755, 0).unwrap().ino;
+    let (f, o) = v.create(&CTX, d, OsStr::new("f"), 0o644, 0, libc::O_RDWR).unwrap();
+    v.write(o.fh, 0, b"in the renamed directory").unwrap();
+    v.release(o.fh).unwrap();
+    assert!(matches!(v.migrate(f.ino, Move::Promote, &NoCrash).unwrap(), Outcome::Done(_)));
+    // The directory has no copy on the HDD any more (as when its files
+    // never were there), nor a cached handle of one.
+    rig.hdd.rmdir(&rig.hdd.root().unwrap(), OsStr::new("old")).unwrap();
+    v.tiers.forget_all();
+    // The demotion makes the directory's HDD copy and is held as it does.
+    let (held_tx, held) = std::sync::mpsc::sync_channel(1);
+    let (release, release_rx) = std::sync::mpsc::sync_channel::<()>(1);
+    let release_rx = Arc::new(parking_lot::Mutex::new(release_rx));
+    rig.hdd.set_gate(Some(Arc::new(move |op, name| {
+        if op == "mkdir" && name == "old" && std::thread::current().name() == Some("mover") {
+            let _ = held_tx.try_send(());
+            let _ = release_rx.lock().recv_timeout(std::time::Duration::from_secs(10));
+        }
+    })));
+    let vm = v.clone();
+    let mover = std::thread::Builder::new()
+        .name("mover".into())
+        .spawn(move || vm.migrate(f.ino, Move::Demote, &NoCrash))
+        .unwrap();
+    held.recv_timeout(std::time::Duration::from_secs(5)).expect("the demotion makes the directory's copy");
+    let vr = v.clone();
+    let renamer = std::thread::spawn(move || vr.rename(ROOT_INO, OsStr::new("old"), ROOT_INO, OsStr::new("new"), 0));
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    release.send(()).unwrap();
+    assert!(matches!(mover.join().unwrap(), Ok(Outcome::Done(_))));
+    renamer.join().unwrap().unwrap();
+    rig.hdd.set_gate(None);
+    v.sync_state().unwrap();
+    v.mark_clean().unwrap();
+    drop(v);
+    // A fresh mount finds the file under the new name only.
+    let v = rig.mount();
+    let names: Vec<String> = {
+        let fh = v.opendir(ROOT_INO).unwrap();
+        let e = v.readdir(fh, 0).unwrap();
+        v.releasedir(fh).unwrap();
+        e.into_iter().map(|e| e.name.to_string_lossy().into_owned()).filter(|n| n != "." && n != "..").collect()
+    };
+    assert_eq!(names, vec!["new".to_string()], "no directory came back under the old name");
+    assert_eq!(read_all(&v, lookup(&v, "new/f")), b"in the renamed directory");
 }

@@ -57,7 +57,7 @@ pub struct MemStore {
 }
 
 /// A test's hook, called with the operation's name ("unlink", "link",
-/// "rename", "write") and the entry's name (empty for a write) before the
+/// "rename", "mkdir", "write") and the entry's name (empty for a write) before the
 /// change: it may block to hold the operation at that point while another
 /// thread runs.
 pub type Gate = Arc<dyn Fn(&'static str, &OsStr) + Send + Sync>;
@@ -333,6 +333,7 @@ impl Store for MemStore {
     }
 
     fn mkdir(&self, parent: &MemDir, name: &OsStr, mode: u32) -> io::Result<()> {
+        self.pass("mkdir", name);
         self.inner.lock().create(parent.0, name, FileKind::Dir, mode).map(drop)
     }
 

@@ -608,20 +608,23 @@ impl<S: Store> Volume<S> {
         if !last && !h.passthrough {
             return Ok(());
         }
-        let (size, on_ssd) = {
+        let size = {
+            // The account is settled under the I/O lock: a migration taking
+            // the file off the SSD cannot come in between and be undone.
             let io = h.oi.io.read();
-            (self.io_stat(&h.oi, &io).map(|s| s.size).unwrap_or(0), self.ssd_bytes(&h.oi, &io))
+            let size = self.io_stat(&h.oi, &io).map(|s| s.size).unwrap_or(0);
+            let hooks = self.hooks();
+            if last && self.ns.record(h.ino)?.is_none() {
+                // Unlinked while open: its data is gone with this close.
+                hooks.off_ssd(h.ino);
+            } else if let Some(b) = self.ssd_bytes(&h.oi, &io) {
+                hooks.settle_ssd(h.ino, 0, Some(b));
+            }
+            size
         };
         if h.passthrough && h.write {
             h.oi.size.store(size, Ordering::Release);
             self.note_change(h.ino);
-        }
-        let hooks = self.hooks();
-        if last && self.ns.record(h.ino)?.is_none() {
-            // Unlinked while open: its data is gone with this close.
-            hooks.off_ssd(h.ino);
-        } else if let Some(b) = on_ssd {
-            hooks.settle_ssd(h.ino, 0, Some(b));
         }
         if last {
             self.emit(h.ino, EventKind::Close { size });

@@ -132,6 +132,10 @@ impl<S: Store> Volume<S> {
         (a, ka): (Ino, FileKind),
         b: Option<(Ino, FileKind)>,
     ) -> Result<()> {
+        // A directory changes the shape of the tree: no backing copy may be
+        // made under the name it leaves while it moves.
+        let moves_dir = ka == FileKind::Dir || (exchange && b.is_some_and(|(_, k)| k == FileKind::Dir));
+        let _shape = moves_dir.then(|| self.tiers.lock_shape());
         let ta = self.tiers_of(a, ka, parent, name)?;
         let tb = match b {
             Some((bi, kb)) => self.tiers_of(bi, kb, new_parent, new_name)?,

@@ -20,10 +20,33 @@ pub const STAGING: &str = "staging";
 
 type DirCache<S> = HashMap<(Ino, Tier), Arc<<S as Store>::Dir>>;
 
+thread_local! {
+    /// True while this thread holds the shape of the tree (see
+    /// [`Tiers::lock_shape`]).
+    static SHAPE_HELD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The shape of the tree held still; released on drop.
+pub(crate) struct ShapeGuard<'a> {
+    _g: parking_lot::RwLockWriteGuard<'a, ()>,
+}
+
+impl Drop for ShapeGuard<'_> {
+    fn drop(&mut self) {
+        SHAPE_HELD.set(false);
+    }
+}
+
 /// Both stores and the directory handle cache.
 pub struct Tiers<S: Store> {
     stores: [S; 2],
     cache: Mutex<DirCache<S>>,
+    /// The shape of the directory tree. Finding (or making) a directory's
+    /// backing copy by walking the names from a cached ancestor holds it
+    /// shared; renaming a directory holds it exclusively, so that no copy
+    /// is made under a name the directory is leaving. Cached handles need
+    /// no lock: a handle follows its directory through renames.
+    shape: parking_lot::RwLock<()>,
     cache_cap: usize,
     ns: Namespace,
     /// The tier whose directory copies carry directory attributes.
@@ -39,7 +62,14 @@ impl<S: Store> std::fmt::Debug for Tiers<S> {
 impl<S: Store> Tiers<S> {
     /// Two stores, SSD first.
     pub fn new(ssd: S, hdd: S, ns: Namespace, meta: Tier) -> Self {
-        Tiers { stores: [ssd, hdd], cache: Mutex::new(HashMap::new()), cache_cap: 8192, ns, meta }
+        Tiers {
+            stores: [ssd, hdd],
+            cache: Mutex::new(HashMap::new()),
+            shape: parking_lot::RwLock::new(()),
+            cache_cap: 8192,
+            ns,
+            meta,
+        }
     }
 
     /// The store of a tier.
@@ -91,6 +121,25 @@ impl<S: Store> Tiers<S> {
         if let Some(d) = self.cached(dir, t) {
             return Ok(d);
         }
+        // The thread renaming a directory holds the shape already.
+        let _shape = (!SHAPE_HELD.get()).then(|| self.shape.read());
+        self.resolve(dir, t, create)
+    }
+
+    /// Holds the shape of the directory tree still while a directory is
+    /// renamed (its backing copies and its name in the namespace). The
+    /// holding thread may go on resolving directories.
+    pub(crate) fn lock_shape(&self) -> ShapeGuard<'_> {
+        let g = self.shape.write();
+        SHAPE_HELD.set(true);
+        ShapeGuard { _g: g }
+    }
+
+    /// [`Tiers::dir`] with the shape lock held.
+    fn resolve(&self, dir: Ino, t: Tier, create: bool) -> Result<Arc<S::Dir>> {
+        if let Some(d) = self.cached(dir, t) {
+            return Ok(d);
+        }
         // Walk up to a cached (or the root) ancestor.
         let mut chain: Vec<(Ino, OsString)> = Vec::new();
         let mut cur = dir;
@@ -133,8 +182,10 @@ impl<S: Store> Tiers<S> {
     /// `t`, with the mode and owner of its copy on the other tier.
     fn make_copy(&self, parent_ino: Ino, base: &S::Dir, name: &std::ffi::OsStr, t: Tier) -> Result<()> {
         let other = t.other();
-        let src: Option<Stat> =
-            self.dir(parent_ino, other, false).ok().and_then(|p| self.store(other).stat(Target::Entry(&p, name)).ok());
+        let src: Option<Stat> = self
+            .resolve(parent_ino, other, false)
+            .ok()
+            .and_then(|p| self.store(other).stat(Target::Entry(&p, name)).ok());
         let s = self.store(t);
         let mode = src.map(|st| st.mode & 0o7777).unwrap_or(0o755);
         match s.mkdir(base, name, mode) {
