@@ -105,3 +105,26 @@ fn replaced_files_leave_the_statistics_and_the_ssd_account_under_on_demand_cache
 fn replaced_files_leave_the_statistics_and_the_ssd_account_under_dynamic_cold_dst_bg() {
     replace_over_and_over("dynamic-cold-dst-bg");
 }
+
+#[test]
+fn sigterm_ends_the_daemon_even_with_files_open_on_the_mount() {
+    // A lazily unmounted mount stays alive as long as files are open on
+    // it, and with it the daemon: SIGTERM (systemd's stop) must still end
+    // it in seconds. The open files then fail instead of hanging.
+    let area = Area::new();
+    let mut m = Mounted::new(&area, &["--io-mode", "userspace"]);
+    fs::write(m.p("f"), b"held open").unwrap();
+    let held = fs::File::open(m.p("f")).unwrap();
+    let pid = m.child.as_ref().unwrap().id() as i32;
+    let t = Instant::now();
+    // SAFETY: the daemon is our own child.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let mut child = m.child.take().unwrap();
+    let status = within(20, "the daemon's exit", move || child.wait().unwrap());
+    assert!(t.elapsed() < Duration::from_secs(15), "the daemon took {:?}", t.elapsed());
+    let _ = status;
+    let mut buf = [0u8; 4];
+    use std::os::unix::fs::FileExt;
+    assert!(held.read_at(&mut buf, 0).is_err(), "the open file fails instead of hanging");
+    drop(held);
+}

@@ -393,6 +393,10 @@ impl Worker {
 }
 
 fn write_model(data: &mut Vec<u8>, off: usize, new: &[u8]) {
+    // An empty write changes nothing, not even past the end.
+    if new.is_empty() {
+        return;
+    }
     if data.len() < off + new.len() {
         data.resize(off + new.len(), 0);
     }

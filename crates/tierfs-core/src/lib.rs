@@ -26,4 +26,7 @@ pub mod store;
 pub mod tier;
 pub mod vfs;
 
+#[cfg(test)]
+mod testutil;
+
 pub use error::{Error, Result};

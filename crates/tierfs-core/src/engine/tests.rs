@@ -8,6 +8,7 @@ use crate::state::ns::{Namespace, ROOT_INO};
 use crate::state::MemKv;
 use crate::stats::Residence;
 use crate::store::mem::MemStore;
+use crate::testutil::within;
 use crate::vfs::VolumeConfig;
 
 const CTX: Ctx = Ctx { uid: 0, gid: 0, pid: 1 };
@@ -76,16 +77,6 @@ impl Rig {
             e.maintain(now, &mut last, false);
         });
     }
-}
-
-/// Runs `f` on another thread and fails if it does not return in time.
-fn within(secs: u64, what: &str, f: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        f();
-        let _ = tx.send(());
-    });
-    rx.recv_timeout(Duration::from_secs(secs)).unwrap_or_else(|_| panic!("{what} hung for {secs} s"));
 }
 
 #[test]
@@ -180,4 +171,37 @@ fn a_write_that_needs_room_never_migrates_in_its_own_thread() {
     assert!(!movers.is_empty());
     assert!(movers.iter().all(|t| t.starts_with("tierfs-")), "migrations ran in: {movers:?}");
     assert!(engine.shutdown());
+}
+
+#[test]
+fn the_shutdown_ends_in_seconds_even_if_a_migration_is_stuck() {
+    // A background thread stuck in a store call must not keep the daemon
+    // from ending: the shutdown gives up after a few seconds, says what
+    // each thread was doing, and reports the shutdown as not clean.
+    let r = rig(PolicyKind::DynamicHotDst);
+    let f = file(&r.vol, "f", &[1u8; 4096]);
+    r.hdd.set_gate(Some(Arc::new(|op, _| {
+        if op == "unlink" && std::thread::current().name() == Some("tierfs-migrator") {
+            std::thread::sleep(Duration::from_secs(30));
+        }
+    })));
+    let Rig { vol, engine, rx, .. } = r;
+    engine.start(rx);
+    engine.enqueue(Plan {
+        steps: vec![Step { ino: f, mv: Move::Promote, reason: Reason::Pinned, size: 4096 }],
+        skipped: vec![],
+    });
+    // The promotion gets stuck removing its source.
+    let stuck = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        engine.activity().iter().any(|a| a.starts_with("migrator: Promote"))
+    });
+    assert!(stuck, "{:?}", engine.activity());
+    std::thread::sleep(Duration::from_millis(200));
+    let t = std::time::Instant::now();
+    let e = engine.clone();
+    let clean = within(10, "the shutdown", move || e.shutdown());
+    assert!(!clean, "a stuck thread makes the shutdown unclean");
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    drop(vol);
 }

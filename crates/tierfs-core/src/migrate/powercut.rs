@@ -10,7 +10,7 @@
 //!   migration over real directories and a real state database and aborts
 //!   at each step, flushing nothing; the parent recovers and checks.
 
-use super::tests::{build, check, content, lookup, read_all, verify, Rig, CTX};
+use super::tests::{build, check, content, lookup, read_all, verify, Rig, CASES, CTX};
 use super::*;
 use crate::state::ns::ROOT_INO;
 use std::ffi::OsStr;
@@ -171,13 +171,7 @@ const SLED_CHILD: &str = "TIERFS_SLED_CRASH";
 
 #[test]
 fn every_crash_point_under_sled_recovers() {
-    let cases: [(&str, Move); 5] = [
-        ("d/one", Move::Promote),
-        ("two", Move::Promote),
-        ("on-ssd", Move::Demote),
-        ("d/one", Move::Copy),
-        ("cached", Move::DropCopy),
-    ];
+    let cases = CASES;
     if let Ok(spec) = std::env::var(SLED_CHILD) {
         // The child: one migration, aborted at one step.
         let mut it = spec.split('|');

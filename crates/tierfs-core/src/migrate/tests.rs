@@ -11,6 +11,7 @@ use crate::state::ns::{Namespace, ROOT_INO};
 use crate::state::MemKv;
 use crate::store::mem::MemStore;
 use crate::store::{FileKind, Store};
+use crate::testutil::within;
 use crate::vfs::{Ctx, Volume, VolumeConfig};
 use std::ffi::OsStr;
 use std::sync::Arc;
@@ -159,16 +160,19 @@ pub(super) fn verify<S: Store>(v: &Volume<S>, sc: &Scenario, what: &str) {
     }
 }
 
+/// Every kind of migration the scenario can make: two promotions (one of a
+/// file with a second name), a demotion, a copy and the drop of a copy.
+pub(super) const CASES: [(&str, Move); 5] = [
+    ("d/one", Move::Promote),
+    ("two", Move::Promote),
+    ("on-ssd", Move::Demote),
+    ("d/one", Move::Copy),
+    ("cached", Move::DropCopy),
+];
+
 #[test]
 fn every_crash_point_of_every_migration_recovers() {
-    let cases: [(&str, Move); 5] = [
-        ("d/one", Move::Promote),
-        ("two", Move::Promote),
-        ("on-ssd", Move::Demote),
-        ("d/one", Move::Copy),
-        ("cached", Move::DropCopy),
-    ];
-    for (path, mv) in cases {
+    for (path, mv) in CASES {
         for step in Step::ALL {
             let rig = Rig::new();
             let sc = setup(&rig);
@@ -447,15 +451,7 @@ fn a_second_migration_of_the_same_file_does_not_delete_the_first_ones_copy() {
     });
     a_paused.recv_timeout(std::time::Duration::from_secs(5)).expect("A reaches its switch-over");
     // Hold B where it removes the source, after its switch-over.
-    let (held_tx, held) = std::sync::mpsc::sync_channel(1);
-    let (release, release_rx) = std::sync::mpsc::sync_channel::<()>(1);
-    let release_rx = Arc::new(parking_lot::Mutex::new(release_rx));
-    rig.ssd.set_gate(Some(Arc::new(move |op, name| {
-        if op == "unlink" && name == "on-ssd" && std::thread::current().name() == Some("second") {
-            let _ = held_tx.try_send(());
-            let _ = release_rx.lock().recv_timeout(std::time::Duration::from_secs(10));
-        }
-    })));
+    let (held, release) = crate::testutil::hold(&rig.ssd, "unlink", "on-ssd", "second");
     let vb = v.clone();
     let b = std::thread::Builder::new()
         .name("second".into())
@@ -474,15 +470,6 @@ fn a_second_migration_of_the_same_file_does_not_delete_the_first_ones_copy() {
     drop(v);
     rig.crash();
     check(&rig, &sc, "two migrations of one file, then a crash");
-}
-
-/// Runs `f` on another thread and fails if it does not return in time.
-fn within<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(std::time::Duration::from_secs(secs)).unwrap_or_else(|_| panic!("{what} hung for {secs} s"))
 }
 
 /// Starts a promotion of `path` that stops right after its `Prepared`
@@ -576,15 +563,7 @@ fn a_rename_over_a_name_the_migration_vacates_keeps_the_renamed_file() {
     v.fsync(o.fh, false).unwrap();
     v.release(o.fh).unwrap();
     v.fsyncdir(d).unwrap();
-    let (held_tx, held) = std::sync::mpsc::sync_channel(1);
-    let (release, release_rx) = std::sync::mpsc::sync_channel::<()>(1);
-    let release_rx = Arc::new(parking_lot::Mutex::new(release_rx));
-    rig.hdd.set_gate(Some(Arc::new(move |op, name| {
-        if op == "unlink" && name == "one" && std::thread::current().name() == Some("mover") {
-            let _ = held_tx.try_send(());
-            let _ = release_rx.lock().recv_timeout(std::time::Duration::from_secs(10));
-        }
-    })));
+    let (held, release) = crate::testutil::hold(&rig.hdd, "unlink", "one", "mover");
     let vm = v.clone();
     let mover =
         std::thread::Builder::new().name("mover".into()).spawn(move || vm.migrate(x, Move::Promote, &NoCrash)).unwrap();
@@ -712,15 +691,7 @@ fn a_directory_renamed_while_a_migration_makes_its_copy_is_not_split() {
     rig.hdd.rmdir(&rig.hdd.root().unwrap(), OsStr::new("old")).unwrap();
     v.tiers.forget_all();
     // The demotion makes the directory's HDD copy and is held as it does.
-    let (held_tx, held) = std::sync::mpsc::sync_channel(1);
-    let (release, release_rx) = std::sync::mpsc::sync_channel::<()>(1);
-    let release_rx = Arc::new(parking_lot::Mutex::new(release_rx));
-    rig.hdd.set_gate(Some(Arc::new(move |op, name| {
-        if op == "mkdir" && name == "old" && std::thread::current().name() == Some("mover") {
-            let _ = held_tx.try_send(());
-            let _ = release_rx.lock().recv_timeout(std::time::Duration::from_secs(10));
-        }
-    })));
+    let (held, release) = crate::testutil::hold(&rig.hdd, "mkdir", "old", "mover");
     let vm = v.clone();
     let mover = std::thread::Builder::new()
         .name("mover".into())

@@ -451,21 +451,13 @@ impl<S: Store> Volume<S> {
         // Holes inside a file are rare; the account is trued up from the
         // file itself right after.
         let want = if ssd { alloc_growth(cur, end) } else { 0 };
-        if want > 0 {
-            if force {
-                hooks.force_ssd(h.ino, want);
-            } else if !hooks.reserve_ssd(h.ino, want) {
-                return Ok(Attempt::NoRoom(want));
-            }
+        if !self.take_room(h.ino, want, force) {
+            return Ok(Attempt::NoRoom(want));
         }
         let as_caller = AsCaller::new(&h.caller, false);
         if let Err(e) = write_full(s, &primary, data, off) {
             drop(as_caller);
-            hooks.settle_ssd(h.ino, want, None);
-            if e.raw_os_error() == Some(libc::ENOSPC) && t == Tier::Ssd {
-                return Ok(Attempt::Full(len));
-            }
-            return Err(e.into());
+            return self.failed(h.ino, want, t, len, e);
         }
         let mut lost_copy = false;
         if let Some(c) = &copy {
@@ -494,6 +486,32 @@ impl<S: Store> Volume<S> {
         let fragment = h.fragment(off, len);
         self.emit(h.ino, EventKind::Write { off, len, tier: t, size: old.max(end), fragment });
         Ok(Attempt::Done(data.len() as u32))
+    }
+
+    /// Reserves `want` bytes of SSD room for an operation that may allocate
+    /// that much there (past the capacity on the last try, `force`); false
+    /// if there is none.
+    fn take_room(&self, ino: Ino, want: u64, force: bool) -> bool {
+        let hooks = self.hooks();
+        match (want, force) {
+            (0, _) => true,
+            (_, true) => {
+                hooks.force_ssd(ino, want);
+                true
+            }
+            (_, false) => hooks.reserve_ssd(ino, want),
+        }
+    }
+
+    /// A backing call that had `want` bytes reserved failed: they go back;
+    /// a full SSD asks for room (or the file's move to the HDD), any other
+    /// error is the answer.
+    fn failed<T>(&self, ino: Ino, want: u64, t: Tier, len: u64, e: std::io::Error) -> Result<Attempt<T>> {
+        self.hooks().settle_ssd(ino, want, None);
+        if e.raw_os_error() == Some(libc::ENOSPC) && t == Tier::Ssd {
+            return Ok(Attempt::Full(len));
+        }
+        Err(e.into())
     }
 
     /// Runs `op` until it no longer needs SSD room. When it does, it has
@@ -643,6 +661,7 @@ impl<S: Store> Volume<S> {
 
     fn fallocate_once(&self, h: &Handle<S>, off: u64, len: u64, mode: i32, force: bool) -> Result<Attempt<()>> {
         let io = h.oi.io.read();
+        let primary = self.primary_of(h.ino, &io)?;
         let copy = self.live_copy(&h.oi, &io).cloned();
         let _order = copy.is_some().then(|| h.oi.order.lock());
         let t = io.placement.primary();
@@ -653,22 +672,13 @@ impl<S: Store> Volume<S> {
         let ssd = io.placement.uses_ssd();
         // Allocating modes may take every block of the range.
         let want = if ssd && !frees { alloc_growth(off - off % 4096, end) } else { 0 };
-        if want > 0 {
-            if force {
-                hooks.force_ssd(h.ino, want);
-            } else if !hooks.reserve_ssd(h.ino, want) {
-                return Ok(Attempt::NoRoom(want));
-            }
+        if !self.take_room(h.ino, want, force) {
+            return Ok(Attempt::NoRoom(want));
         }
-        let primary = self.primary_of(h.ino, &io)?;
         let as_caller = AsCaller::new(&h.caller, false);
         if let Err(e) = self.tiers.store(t).fallocate(&primary, mode, off, len) {
             drop(as_caller);
-            hooks.settle_ssd(h.ino, want, None);
-            if e.raw_os_error() == Some(libc::ENOSPC) && t == Tier::Ssd {
-                return Ok(Attempt::Full(len));
-            }
-            return Err(e.into());
+            return self.failed(h.ino, want, t, len, e);
         }
         let mut lost_copy = false;
         if let Some(c) = &copy {

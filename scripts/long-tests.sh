@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The long versions of the hardening tests, on demand (CI runs the short
+# ones through scripts/test.sh):
+#   - the torture test, TIERFS_TORTURE_SECS seconds of operations per
+#     configuration (default 180: 11 configurations, 33 minutes in all);
+#   - the kill -9 loop of issue 16, TIERFS_KILL_ROUNDS rounds per policy
+#     (default 20: 7 policies, 140 rounds).
+# The daemon is built with deadlock detection. Prints each test's result
+# and the total time; a failure names its seed (TIERFS_TORTURE_SEED) and
+# the file with every operation.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+export TIERFS_TORTURE_SECS="${TIERFS_TORTURE_SECS:-180}"
+export TIERFS_KILL_ROUNDS="${TIERFS_KILL_ROUNDS:-20}"
+start=$(date +%s)
+echo "torture: $TIERFS_TORTURE_SECS s per configuration; kill loop: $TIERFS_KILL_ROUNDS rounds per policy"
+cargo test --features tierfs/lock-check --test integration -- torture:: killloop:: "$@"
+echo "long tests passed in $(( $(date +%s) - start )) s"
