@@ -34,3 +34,21 @@ pub(crate) fn hold(
     })));
     (held, release)
 }
+
+/// Like [`hold`], for the first `op` of thread `thread` whatever its entry.
+pub(crate) fn hold_any(store: &MemStore, op: &'static str, thread: &'static str) -> (Receiver<()>, SyncSender<()>) {
+    let (held_tx, held) = std::sync::mpsc::sync_channel(1);
+    let (release, release_rx) = std::sync::mpsc::sync_channel::<()>(1);
+    let release_rx = Arc::new(parking_lot::Mutex::new(release_rx));
+    let once = std::sync::atomic::AtomicBool::new(false);
+    store.set_gate(Some(Arc::new(move |o, _| {
+        if o == op
+            && std::thread::current().name() == Some(thread)
+            && !once.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            let _ = held_tx.try_send(());
+            let _ = release_rx.lock().recv_timeout(Duration::from_secs(10));
+        }
+    })));
+    (held, release)
+}

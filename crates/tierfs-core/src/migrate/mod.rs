@@ -391,7 +391,7 @@ impl<S: Store> Volume<S> {
             let (tmp, dst) = self.stage(st, &staging, ino)?;
             // The staging name is this attempt's alone: whatever happens
             // below, removing it (if still there) removes nothing else.
-            let r = self.attempt(ino, op, (from, to), (&src, &sd, &n), (&staging, &tmp, &dst), v0, reserved, ctl);
+            let r = self.attempt(ino, op, (from, to), &src, (&staging, &tmp, &dst), v0, reserved, ctl);
             match r {
                 Err(e) if is_crash(&e) => return Err(e),
                 r => {
@@ -414,7 +414,7 @@ impl<S: Store> Volume<S> {
         ino: Ino,
         op: JournalOp,
         (from, to): (Tier, Tier),
-        (src, sd, n): (&S::File, &S::Dir, &OsStr),
+        src: &S::File,
         (staging, tmp, dst): (&S::Dir, &OsStr, &S::File),
         v0: u64,
         reserved: &mut u64,
@@ -423,7 +423,7 @@ impl<S: Store> Volume<S> {
         let sf = self.tiers.store(from);
         let st = self.tiers.store(to);
         let mut cur = sf.fstat(src)?;
-        self.copy_contents((sf, src, sd, n), (st, dst, staging, tmp), &cur, ctl)?;
+        self.copy_contents((sf, src), (st, dst), &cur, ctl)?;
         ctl.at(Step::Copied)?;
         // A file that is being appended to (a log) only grows: copy the
         // new tail as long as it keeps growing, a bounded number of
@@ -445,21 +445,29 @@ impl<S: Store> Volume<S> {
     }
 
     /// Copies data (sparse-aware: holes stay holes), xattrs, owner, mode
-    /// and times.
+    /// and times, all from the open source: what a name of the file now
+    /// points at does not matter (it may have been renamed meanwhile).
     fn copy_contents(
         &self,
-        (sf, src, sd, name): (&S, &S::File, &S::Dir, &OsStr),
-        (st, dst, staging, tmp): (&S, &S::File, &S::Dir, &OsStr),
+        (sf, src): (&S, &S::File),
+        (st, dst): (&S, &S::File),
         st0: &Stat,
         ctl: &dyn Control,
     ) -> Result<()> {
         copy_range((sf, src), (st, dst), 0, st0.size, ctl)?;
-        if let Ok(list) = sf.listxattr(Target::Entry(sd, name)) {
-            for raw in list.split(|b| *b == 0).filter(|x| !x.is_empty()) {
-                let key = OsStr::from_bytes(raw);
-                if let Ok(v) = sf.getxattr(Target::Entry(sd, name), key) {
-                    st.setxattr(Target::Entry(staging, tmp), key, &v, 0)?;
-                }
+        let list = match sf.file_listxattr(src) {
+            Ok(l) => l,
+            // A file system without extended attributes.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTSUP)) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        for raw in list.split(|b| *b == 0).filter(|x| !x.is_empty()) {
+            let key = OsStr::from_bytes(raw);
+            match sf.file_getxattr(src, key) {
+                Ok(v) => st.file_setxattr(dst, key, &v, 0)?,
+                // Removed since it was listed: the change counter moved.
+                Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {}
+                Err(e) => return Err(e.into()),
             }
         }
         if self.cfg.can_chown {

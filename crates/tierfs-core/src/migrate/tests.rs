@@ -719,3 +719,32 @@ fn a_directory_renamed_while_a_migration_makes_its_copy_is_not_split() {
     assert_eq!(names, vec!["new".to_string()], "no directory came back under the old name");
     assert_eq!(read_all(&v, lookup(&v, "new/f")), b"in the renamed directory");
 }
+
+#[test]
+fn a_rename_while_a_migration_starts_does_not_lose_the_files_xattrs() {
+    // The copy read the source's xattrs by the name it had when the attempt
+    // began, and skipped them on any error: a rename in between (the
+    // later checks compare a ctime taken after it) made the moved file
+    // lose its xattrs, or take another file's (found by the torture test).
+    let rig = Rig::new();
+    setup(&rig);
+    let v = Arc::new(rig.mount());
+    let ino = lookup(&v, "d/one");
+    let d = lookup(&v, "d");
+    v.setxattr_stored(ino, OsStr::new("user.k"), b"kept", 0).unwrap();
+    // Hold the promotion when it opens its staging file, after it opened
+    // the source by name.
+    let (held, release) = crate::testutil::hold_any(&rig.ssd, "open", "mover");
+    let vm = v.clone();
+    let mover = std::thread::Builder::new()
+        .name("mover".into())
+        .spawn(move || vm.migrate(ino, Move::Promote, &NoCrash))
+        .unwrap();
+    held.recv_timeout(std::time::Duration::from_secs(5)).expect("the promotion stages its copy");
+    v.rename(d, OsStr::new("one"), d, OsStr::new("renamed"), 0).unwrap();
+    release.send(()).unwrap();
+    assert!(matches!(mover.join().unwrap(), Ok(Outcome::Done(_))));
+    rig.ssd.set_gate(None);
+    assert_eq!(v.record(ino).unwrap().placement, Placement::On(Tier::Ssd));
+    assert_eq!(v.getxattr_stored(ino, OsStr::new("user.k")).unwrap(), b"kept");
+}

@@ -468,6 +468,26 @@ impl Store for DirStore {
         })
     }
 
+    fn file_getxattr(&self, f: &File, name: &OsStr) -> io::Result<Vec<u8>> {
+        let n = cstr(name)?;
+        let fd = f.0.as_raw_fd();
+        // SAFETY: the buffer pointer/length pair comes from xattr_buf.
+        xattr_buf(|p, l| unsafe { libc::fgetxattr(fd, n.as_ptr(), p, l) })
+    }
+
+    fn file_setxattr(&self, f: &File, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
+        let n = cstr(name)?;
+        // SAFETY: valid descriptor, name and value buffer.
+        check(unsafe { libc::fsetxattr(f.0.as_raw_fd(), n.as_ptr(), value.as_ptr().cast(), value.len(), flags) })
+            .map(drop)
+    }
+
+    fn file_listxattr(&self, f: &File) -> io::Result<Vec<u8>> {
+        let fd = f.0.as_raw_fd();
+        // SAFETY: the buffer pointer/length pair comes from xattr_buf.
+        xattr_buf(|p, l| unsafe { libc::flistxattr(fd, p.cast(), l) })
+    }
+
     fn file_chmod(&self, f: &File, mode: u32) -> io::Result<()> {
         // SAFETY: valid descriptor.
         check(unsafe { libc::fchmod(f.0.as_raw_fd(), mode) }).map(drop)

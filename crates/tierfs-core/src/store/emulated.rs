@@ -328,6 +328,21 @@ impl<S: Store> Store for Emulated<S> {
         self.inner.file_chmod(&f.inner, mode)
     }
 
+    fn file_getxattr(&self, f: &Self::File, name: &OsStr) -> io::Result<Vec<u8>> {
+        self.meta_read(f.id);
+        self.inner.file_getxattr(&f.inner, name)
+    }
+
+    fn file_setxattr(&self, f: &Self::File, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
+        self.meta_write(f.id);
+        self.inner.file_setxattr(&f.inner, name, value, flags)
+    }
+
+    fn file_listxattr(&self, f: &Self::File) -> io::Result<Vec<u8>> {
+        self.meta_read(f.id);
+        self.inner.file_listxattr(&f.inner)
+    }
+
     fn file_chown(&self, f: &Self::File, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
         self.meta_write(f.id);
         self.inner.file_chown(&f.inner, uid, gid)

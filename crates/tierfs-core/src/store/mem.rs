@@ -57,7 +57,7 @@ pub struct MemStore {
 }
 
 /// A test's hook, called with the operation's name ("unlink", "link",
-/// "rename", "mkdir", "write") and the entry's name (empty for a write) before the
+/// "rename", "mkdir", "open", "write") and the entry's name (empty for a write) before the
 /// change: it may block to hold the operation at that point while another
 /// thread runs.
 pub type Gate = Arc<dyn Fn(&'static str, &OsStr) + Send + Sync>;
@@ -269,6 +269,32 @@ impl Inner {
         p.meta.ctime = now;
         Ok(id)
     }
+    fn get_xattr(&self, id: NodeId, name: &OsStr) -> io::Result<Vec<u8>> {
+        self.node(id)?.meta.xattrs.get(name).cloned().ok_or_else(|| e(libc::ENODATA))
+    }
+    fn set_xattr(&mut self, id: NodeId, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
+        let now = self.tick();
+        let n = self.node_mut(id)?;
+        let exists = n.meta.xattrs.contains_key(name);
+        if flags & libc::XATTR_CREATE != 0 && exists {
+            return Err(e(libc::EEXIST));
+        }
+        if flags & libc::XATTR_REPLACE != 0 && !exists {
+            return Err(e(libc::ENODATA));
+        }
+        n.meta.xattrs.insert(name.to_owned(), value.to_vec());
+        n.meta.ctime = now;
+        Ok(())
+    }
+    fn list_xattr(&self, id: NodeId) -> io::Result<Vec<u8>> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut out = Vec::new();
+        for k in self.node(id)?.meta.xattrs.keys() {
+            out.extend_from_slice(k.as_bytes());
+            out.push(0);
+        }
+        Ok(out)
+    }
     fn touch_dir(&mut self, id: NodeId) {
         let now = self.tick();
         if let Some(n) = self.nodes.get_mut(&id) {
@@ -476,37 +502,30 @@ impl Store for MemStore {
 
     fn getxattr(&self, t: Target<'_, MemDir>, name: &OsStr) -> io::Result<Vec<u8>> {
         let g = self.inner.lock();
-        let n = g.node(g.target(t)?)?;
-        n.meta.xattrs.get(name).cloned().ok_or_else(|| e(libc::ENODATA))
+        g.get_xattr(g.target(t)?, name)
     }
 
     fn setxattr(&self, t: Target<'_, MemDir>, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
         let mut g = self.inner.lock();
         let id = g.target(t)?;
-        let now = g.tick();
-        let n = g.node_mut(id)?;
-        let exists = n.meta.xattrs.contains_key(name);
-        if flags & libc::XATTR_CREATE != 0 && exists {
-            return Err(e(libc::EEXIST));
-        }
-        if flags & libc::XATTR_REPLACE != 0 && !exists {
-            return Err(e(libc::ENODATA));
-        }
-        n.meta.xattrs.insert(name.to_owned(), value.to_vec());
-        n.meta.ctime = now;
-        Ok(())
+        g.set_xattr(id, name, value, flags)
     }
 
     fn listxattr(&self, t: Target<'_, MemDir>) -> io::Result<Vec<u8>> {
-        use std::os::unix::ffi::OsStrExt;
         let g = self.inner.lock();
-        let n = g.node(g.target(t)?)?;
-        let mut out = Vec::new();
-        for k in n.meta.xattrs.keys() {
-            out.extend_from_slice(k.as_bytes());
-            out.push(0);
-        }
-        Ok(out)
+        g.list_xattr(g.target(t)?)
+    }
+
+    fn file_getxattr(&self, f: &MemFile, name: &OsStr) -> io::Result<Vec<u8>> {
+        self.inner.lock().get_xattr(f.id, name)
+    }
+
+    fn file_setxattr(&self, f: &MemFile, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
+        self.inner.lock().set_xattr(f.id, name, value, flags)
+    }
+
+    fn file_listxattr(&self, f: &MemFile) -> io::Result<Vec<u8>> {
+        self.inner.lock().list_xattr(f.id)
     }
 
     fn removexattr(&self, t: Target<'_, MemDir>, name: &OsStr) -> io::Result<()> {
@@ -524,6 +543,7 @@ impl Store for MemStore {
     }
 
     fn open(&self, parent: &MemDir, name: &OsStr, flags: i32, mode: u32) -> io::Result<MemFile> {
+        self.pass("open", name);
         let mut g = self.inner.lock();
         let id = match g.child(parent.0, name) {
             Ok(id) => {

@@ -278,6 +278,13 @@ pub trait Store: Send + Sync + 'static {
         -> io::Result<usize>;
     /// Changes permission bits of an open file.
     fn file_chmod(&self, f: &Self::File, mode: u32) -> io::Result<()>;
+    /// Reads an extended attribute of an open file.
+    fn file_getxattr(&self, f: &Self::File, name: &OsStr) -> io::Result<Vec<u8>>;
+    /// Sets an extended attribute of an open file (flags as in setxattr(2)).
+    fn file_setxattr(&self, f: &Self::File, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()>;
+    /// Lists the extended attribute names of an open file, each followed by
+    /// a NUL byte.
+    fn file_listxattr(&self, f: &Self::File) -> io::Result<Vec<u8>>;
     /// Changes owner and/or group of an open file.
     fn file_chown(&self, f: &Self::File, uid: Option<u32>, gid: Option<u32>) -> io::Result<()>;
     /// Sets the times of an open file.
