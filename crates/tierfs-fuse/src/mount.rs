@@ -185,6 +185,7 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
         mountpoint: cfg.mountpoint.display().to_string(),
         ..EngineConfig::default()
     };
+    let sink_for_shutdown = sink.clone();
     let engine = Engine::new(vol.clone(), kv.clone(), clock.clone(), ecfg, Some(sink));
     engine.start(rx);
     let control = ControlServer::start(
@@ -203,9 +204,10 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
 
     let v2 = vol.clone();
     let e2 = engine.clone();
+    let events = sink_for_shutdown;
     let on_destroy = Box::new(move || {
         let stopped = e2.shutdown();
-        let clean = stopped && v2.no_stale_copies();
+        let clean = stopped && v2.no_stale_copies() && !events.lost_structural();
         let r = v2.sync_state().and_then(|_| if clean { v2.mark_clean() } else { Ok(()) });
         match r {
             Err(e) => tracing::error!(error = %e, "could not flush the state database at unmount"),

@@ -58,6 +58,8 @@ pub const QUEUE: usize = 1 << 16;
 pub struct QueueSink {
     tx: SyncSender<Event>,
     dropped: AtomicU64,
+    /// An event the engine's beliefs are built from was lost.
+    lost_structural: AtomicBool,
 }
 
 /// The longest a request waits to queue an event that must not be lost.
@@ -79,6 +81,7 @@ impl EventSink for QueueSink {
                     let d = *deadline.get_or_insert_with(|| std::time::Instant::now() + STRUCTURAL_WAIT);
                     if std::time::Instant::now() > d {
                         tracing::error!(ino = back.ino, kind = ?back.kind, "event queue full for {STRUCTURAL_WAIT:?}: event lost");
+                        self.lost_structural.store(true, Ordering::Release);
                         break;
                     }
                     ev = back;
@@ -96,12 +99,17 @@ impl QueueSink {
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
+    /// True if an event the statistics cannot do without was lost: the
+    /// shutdown must not be marked clean (the next mount audits them).
+    pub fn lost_structural(&self) -> bool {
+        self.lost_structural.load(Ordering::Acquire)
+    }
 }
 
 /// A queue: its sink for the volume, its receiving end for the engine.
 pub fn queue() -> (Arc<QueueSink>, Receiver<Event>) {
     let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
-    (Arc::new(QueueSink { tx, dropped: AtomicU64::new(0) }), rx)
+    (Arc::new(QueueSink { tx, dropped: AtomicU64::new(0), lost_structural: AtomicBool::new(false) }), rx)
 }
 
 /// Settings of the engine.
@@ -171,6 +179,10 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 /// How long a write waits for the executor to take its file off the SSD.
 const EVACUATE_WAIT: Duration = Duration::from_secs(60);
 
+/// How long the cleaner leaves a file alone after its eviction failed (in
+/// use, something in its way, an error).
+const EVICTION_RETRY: Duration = Duration::from_secs(30);
+
 #[derive(Debug, Default)]
 struct Counters {
     room_waits: AtomicU64,
@@ -195,8 +207,13 @@ struct Cleaning {
     pressure: u64,
     /// Files whose writers wait for room: not evicted for them.
     waiting: HashMap<Ino, u32>,
-    /// Completed cleaning passes.
+    /// Cleaning passes started, and completed (a waiter counts only passes
+    /// that started after it asked).
+    started: u64,
     passes: u64,
+    /// A pass made only for the watermark freed nothing: the watermark is
+    /// not looked at again before this (nothing to evict; no spinning).
+    quiet_until: Option<std::time::Instant>,
     /// Bytes the last completed pass freed.
     freed_last: u64,
     /// Files to take off the SSD now, and who waits for the answer.
@@ -235,6 +252,8 @@ pub struct Engine<S: Store> {
     room_cv: Condvar,
     /// What each background thread is doing, for a shutdown that hangs.
     activity: Mutex<HashMap<&'static str, String>>,
+    /// Files whose eviction failed, and until when they are left alone.
+    failed_evictions: Mutex<HashMap<Ino, std::time::Instant>>,
     counters: Counters,
     notes: Mutex<HashMap<Ino, String>>,
     last_run: Mutex<HashMap<Group, Timestamp>>,
@@ -364,6 +383,7 @@ impl<S: Store> Engine<S> {
             clean_cv: Condvar::new(),
             room_cv: Condvar::new(),
             activity: Mutex::new(HashMap::new()),
+            failed_evictions: Mutex::new(HashMap::new()),
             counters: Counters::default(),
             notes: Mutex::new(HashMap::new()),
             last_run: Mutex::new(HashMap::new()),
@@ -724,55 +744,78 @@ impl<S: Store> Engine<S> {
     /// watermark, and takes files off the SSD on demand ([`Engine::evacuate`]).
     fn cleaner(&self) {
         loop {
-            let (urgent, need, pressure, keep) = {
+            let (need, pressure, keep, for_watermark) = {
                 let mut c = self.cleaning.lock();
                 loop {
                     if self.stop.load(Ordering::Acquire) {
                         // Nobody waits for an answer that will not come.
                         c.urgent.clear();
-                        c.passes += 1;
+                        c.passes = c.started;
                         self.room_cv.notify_all();
                         return;
                     }
-                    let over = self.watermark_need();
-                    if !c.urgent.is_empty() || c.demand > 0 || c.pressure > 0 || over > 0 {
+                    if !c.urgent.is_empty() {
+                        drop(c);
+                        self.serve_urgent();
+                        c = self.cleaning.lock();
+                        continue;
+                    }
+                    let quiet = c.quiet_until.is_some_and(|t| std::time::Instant::now() < t);
+                    let over = if quiet { 0 } else { self.watermark_need() };
+                    if c.demand > 0 || c.pressure > 0 || over > 0 {
+                        c.started += 1;
                         let keep: HashSet<Ino> = c.waiting.keys().copied().collect();
-                        break (
-                            std::mem::take(&mut c.urgent),
-                            c.demand.max(over),
-                            std::mem::take(&mut c.pressure),
-                            keep,
-                        );
+                        let for_watermark = c.demand == 0 && c.pressure == 0;
+                        // No request can be met past the capacity.
+                        let limit = self.account.lock().limit();
+                        break (c.demand.max(over).min(limit), std::mem::take(&mut c.pressure), keep, for_watermark);
                     }
                     self.clean_cv.wait_for(&mut c, self.cfg.tick);
                 }
             };
-            for (ino, answer) in urgent {
-                self.doing("cleaner", format!("taking inode {ino} off the SSD for a write"));
-                let _ = answer.try_send(self.evacuate_now(ino));
-            }
-            let freed = if need > 0 || pressure > 0 { self.evict(need, pressure, &keep) } else { 0 };
+            let freed = self.evict(need, pressure, &keep);
             let mut c = self.cleaning.lock();
-            c.passes += 1;
+            c.passes = c.started;
             c.freed_last = freed;
+            if for_watermark && freed == 0 {
+                c.quiet_until = Some(std::time::Instant::now() + Duration::from_secs(1));
+            }
             self.room_cv.notify_all();
             drop(c);
             self.doing("cleaner", "idle");
         }
     }
 
+    /// Takes off the SSD the files writes asked for (see [`Engine::evacuate`]).
+    fn serve_urgent(&self) {
+        loop {
+            let next = self.cleaning.lock().urgent.pop_front();
+            let Some((ino, answer)) = next else { return };
+            self.doing("cleaner", format!("taking inode {ino} off the SSD for a write"));
+            let _ = answer.try_send(self.evacuate_now(ino));
+        }
+    }
+
     /// Evicts the coldest SSD files until `need` bytes are free under the
     /// capacity, and `pressure` more whatever the account says, never the
-    /// files in `keep` (their writers wait for this room). Returns the
-    /// bytes freed.
+    /// files in `keep` (their writers wait for this room) nor those whose
+    /// eviction failed a moment ago. Writes waiting for their file to leave
+    /// the SSD are served between evictions. Returns the bytes freed.
     fn evict(&self, need: u64, pressure: u64, keep: &HashSet<Ino>) -> u64 {
         // The choice must see the latest accesses and files.
         self.sync_events();
+        let mut skip = keep.clone();
+        {
+            let mut failed = self.failed_evictions.lock();
+            let now = std::time::Instant::now();
+            failed.retain(|_, until| *until > now);
+            skip.extend(failed.keys().copied());
+        }
         let steps = {
             let st = self.stats.lock();
             self.with_view(&st, 0, true, |v| {
                 let target = need.max(v.space.free().saturating_add(pressure));
-                evict_for(v, target, keep, |counter| Reason::Evict { counter }).0
+                evict_for(v, target, &skip, |counter| Reason::Evict { counter }).0
             })
         };
         let mut freed = 0;
@@ -780,6 +823,7 @@ impl<S: Store> Engine<S> {
             if self.stop.load(Ordering::Acquire) {
                 break;
             }
+            self.serve_urgent();
             let fresh = self.moves.lock().busy.insert(s.ino);
             if !fresh {
                 continue;
@@ -790,6 +834,9 @@ impl<S: Store> Engine<S> {
                 self.evicted_bytes.fetch_add(s.size, Ordering::Relaxed);
                 // Waiters may have room already.
                 self.room_cv.notify_all();
+            } else {
+                // In use, in the way or failing: not again for a while.
+                self.failed_evictions.lock().insert(s.ino, std::time::Instant::now() + EVICTION_RETRY);
             }
             self.moves.lock().busy.remove(&s.ino);
         }
@@ -798,9 +845,13 @@ impl<S: Store> Engine<S> {
 
     /// Waits (the caller holds no lock) until `bytes` are free under the
     /// capacity, or with `real` until a cleaning pass freed something,
-    /// or the cleaner gave up (a whole pass since the request did not
-    /// help), or the configured wait passed.
+    /// or the cleaner gave up (a whole pass that started after the request
+    /// did not help), or the configured wait passed. A request larger than
+    /// the capacity cannot be met: false at once.
     fn wait_room(&self, ino: Ino, bytes: u64, real: bool) -> bool {
+        if !real && bytes > self.account.lock().limit() {
+            return false;
+        }
         self.counters.room_waits.fetch_add(1, Ordering::Relaxed);
         let deadline = std::time::Instant::now() + self.cfg.room_wait;
         let mut c = self.cleaning.lock();
@@ -810,15 +861,14 @@ impl<S: Store> Engine<S> {
         } else {
             c.demand += bytes;
         }
-        let start = c.passes;
+        // The next pass to start sees this request.
+        let ours = c.started + 1;
         self.clean_cv.notify_one();
         let ok = loop {
             if !real && self.account.lock().free() >= bytes {
                 break true;
             }
-            // A pass that was running when we asked may not have seen us:
-            // the one after it has.
-            if c.passes >= start + 2 {
+            if c.passes >= ours {
                 break real && c.freed_last > 0;
             }
             if self.stop.load(Ordering::Acquire) || self.room_cv.wait_until(&mut c, deadline).timed_out() {
@@ -837,13 +887,25 @@ impl<S: Store> Engine<S> {
         ok
     }
 
-    /// Asks the cleaner to take `ino` off the SSD and waits for it.
+    /// Asks the cleaner to take `ino` off the SSD and waits for it (not
+    /// past the shutdown).
     fn evacuate(&self, ino: Ino) -> bool {
+        if self.stop.load(Ordering::Acquire) {
+            return false;
+        }
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.cleaning.lock().urgent.push_back((ino, tx));
         self.clean_cv.notify_one();
         self.counters.evacuations.fetch_add(1, Ordering::Relaxed);
-        rx.recv_timeout(EVACUATE_WAIT).unwrap_or(false)
+        let deadline = std::time::Instant::now() + EVACUATE_WAIT;
+        while std::time::Instant::now() < deadline && !self.stop.load(Ordering::Acquire) {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(done) => return done,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return false,
+            }
+        }
+        false
     }
 
     /// Demotes `ino` (or drops its copy) now, in the cleaner thread.

@@ -595,6 +595,8 @@ impl<S: Store> Volume<S> {
             JournalOp::Move { .. } => Some(backing_id(&now)),
             _ => None,
         };
+        // The record cannot change while the locks are held.
+        let mut rec = self.record(ino)?;
         let mut j =
             JournalEntry { ino, op, state: JournalState::Prepared, links: links.clone(), source, target: Some(target) };
         let mut b = self.ns.batch();
@@ -603,55 +605,58 @@ impl<S: Store> Volume<S> {
         ctl.at(Step::Journaled)?;
         // Until the commit, a failure undoes what was linked: the file stays
         // where it was.
-        let writable = io.as_ref().is_some_and(|io| io.writable() || io.primary_open().is_none());
-        let linked = self.link_target(to, &links, (staging, tmp), io.is_some().then_some(writable), ctl);
-        let new_fd = match linked {
-            Ok(f) => f,
-            Err(e) => {
-                if !is_crash(&e) {
-                    self.unlink_checked(to, ino, &links, Some(target));
-                    let mut b = self.ns.batch();
-                    b.del_journal(ino);
-                    let _ = self.ns.commit(b, false);
-                }
-                return Err(e);
+        let undo = |e: Error| -> Error {
+            if !is_crash(&e) {
+                self.unlink_checked(to, ino, &links, Some(target));
+                let mut b = self.ns.batch();
+                b.del_journal(ino);
+                let _ = self.ns.commit(b, false);
             }
+            e
         };
-        let mut rec = self.record(ino)?;
+        let writable = io.as_ref().is_some_and(|io| io.writable() || io.primary_open().is_none());
+        let (new_fd, linked) = self
+            .link_target(to, &links, (staging, tmp), io.is_some().then_some(writable), ctl)
+            .and_then(|f| Ok((f, st.fstat(dst)?)))
+            .map_err(undo)?;
         let placement = match op {
             JournalOp::Move { .. } => Placement::On(to),
             _ => Placement::Cached,
         };
         if let JournalOp::Move { .. } = op {
-            let moved = self.stat_on(*p0, n0, to)?;
             let logical = match rec.ctime_fix {
                 Some(f) if f.backing == st0.ctime => f.logical,
                 _ => st0.ctime,
             };
-            rec.ctime_fix = Some(CtimeFix { backing: moved.ctime, logical });
+            // Linking set the copy's ctime: that is its ctime now.
+            rec.ctime_fix = Some(CtimeFix { backing: linked.ctime, logical });
         }
         rec.placement = placement;
         j.state = JournalState::Committed;
         let mut b = self.ns.batch();
         b.put_record(ino, &rec).put_journal(&j);
-        self.ns.commit(b, true)?;
+        if let Err(e) = self.ns.commit(b, true) {
+            // Applied but not made durable, or not applied at all: the
+            // record says which. Not applied, the file stays where it was.
+            if self.ns.record(ino).ok().flatten().map(|r| r.placement) != Some(placement) {
+                return Err(undo(e));
+            }
+            // Applied: new opens use the target, so open handles must follow
+            // it; the source stays (the journal says what to do with it).
+            tracing::error!(ino, error = %e, "the new placement may not be durable; the source is kept");
+            if let (Some(io), Some(f)) = (io.as_mut(), new_fd) {
+                self.use_copy(io, op, placement, f, writable, oi.as_deref());
+            }
+            return Err(e);
+        }
         ctl.at(Step::Committed)?;
         if to == Tier::Ssd {
             // The copy is the file's (or its cached copy) now: it is charged
             // what it occupies, and the reservation is used up.
-            self.hooks().settle_ssd(ino, std::mem::take(reserved), Some(st.fstat(dst)?.blocks * 512));
+            self.hooks().settle_ssd(ino, std::mem::take(reserved), Some(linked.blocks * 512));
         }
         if let (Some(io), Some(f)) = (io.as_mut(), new_fd) {
-            let f = Arc::new(f);
-            match op {
-                JournalOp::Move { .. } => {
-                    let cell = std::sync::OnceLock::new();
-                    let _ = cell.set((f, writable));
-                    io.primary = cell;
-                }
-                _ => io.copy = Some(f),
-            }
-            io.placement = placement;
+            self.use_copy(io, op, placement, f, writable, oi.as_deref());
         }
         // The source names go while the locks are held: otherwise a rename
         // over one of them could put another file there first, and that
@@ -675,6 +680,34 @@ impl<S: Store> Volume<S> {
         ctl.at(Step::Done)?;
         self.emit(ino, EventKind::Placed { placement });
         Ok(Some(Outcome::Done(st0.size)))
+    }
+
+    /// Points an open file's handles at its new copy: the primary of a moved
+    /// file, or the SSD copy of a cached one (fresh: readable again).
+    fn use_copy(
+        &self,
+        io: &mut crate::vfs::IoState<S>,
+        op: JournalOp,
+        placement: Placement,
+        f: S::File,
+        writable: bool,
+        oi: Option<&crate::vfs::OpenInode<S>>,
+    ) {
+        let f = Arc::new(f);
+        match op {
+            JournalOp::Move { .. } => {
+                let cell = std::sync::OnceLock::new();
+                let _ = cell.set((f, writable));
+                io.primary = cell;
+            }
+            _ => {
+                io.copy = Some(f);
+                if let Some(oi) = oi {
+                    oi.copy_is_fresh();
+                }
+            }
+        }
+        io.placement = placement;
     }
 
     /// Links the staged copy under every name on the target tier, removes
@@ -762,7 +795,10 @@ impl<S: Store> Volume<S> {
                 Ok(st) => st,
                 Err(_) => continue,
             };
-            if st.kind() == Some(FileKind::Dir) || id.is_some_and(|id| id != backing_id(&st)) {
+            // The inode number identifies a file within its tier's file
+            // system while it exists; the device number may change across
+            // reboots (btrfs, LVM), so it is recorded but not compared.
+            if st.kind() == Some(FileKind::Dir) || id.is_some_and(|id| id.1 != st.ino) {
                 tracing::warn!(ino, tier = %t, name = ?n, "left alone: not the copy the journal names");
                 continue;
             }

@@ -748,3 +748,28 @@ fn a_rename_while_a_migration_starts_does_not_lose_the_files_xattrs() {
     assert_eq!(v.record(ino).unwrap().placement, Placement::On(Tier::Ssd));
     assert_eq!(v.getxattr_stored(ino, OsStr::new("user.k")).unwrap(), b"kept");
 }
+
+#[test]
+fn a_new_copy_of_a_file_held_open_is_written_through_again() {
+    // A copy that missed a write was marked on the open file and never
+    // unmarked: when the file got a new copy while still open, writes
+    // skipped it, and the next open read it stale (found in review).
+    let rig = Rig::new();
+    setup(&rig);
+    let v = rig.mount();
+    let ino = lookup(&v, "cached");
+    let o = v.open(ino, libc::O_RDWR).unwrap();
+    let used: u64 = rig.ssd.dump().iter().map(|(_, _, d)| d.len() as u64).sum();
+    rig.ssd.set_capacity(used);
+    v.write(o.fh, 3_000, b"ONE").unwrap();
+    assert_eq!(v.record(ino).unwrap().placement, Placement::On(Tier::Hdd), "the stale copy was dropped");
+    rig.ssd.set_capacity(u64::MAX);
+    assert!(matches!(v.migrate(ino, Move::Copy, &NoCrash).unwrap(), Outcome::Done(_)));
+    v.write(o.fh, 0, b"TWO").unwrap();
+    v.release(o.fh).unwrap();
+    let mut want = content(4, 3_000);
+    want[..3].copy_from_slice(b"TWO");
+    want.extend_from_slice(b"ONE");
+    assert_eq!(v.record(ino).unwrap().placement, Placement::Cached);
+    assert_eq!(read_all(&v, ino), want, "read from the new copy");
+}

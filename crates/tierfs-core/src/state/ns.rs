@@ -26,8 +26,10 @@ use std::sync::Arc;
 pub type Ino = u64;
 /// The root directory.
 pub const ROOT_INO: Ino = 1;
-/// Version of the state schema written by this build.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Version of the state schema written by this build: 2 added the backing
+/// identities to journal entries. A database of an older schema is read
+/// (and marked with this one); one of a newer schema is refused.
+pub const SCHEMA_VERSION: u32 = 2;
 const REC_V1: u8 = 1;
 /// Journal entries with the backing identities of their copies.
 const JOURNAL_V2: u8 = 2;

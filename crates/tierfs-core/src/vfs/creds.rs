@@ -63,24 +63,30 @@ fn get_groups() -> Vec<libc::gid_t> {
     g
 }
 
-fn set_fsuid(uid: u32) {
+/// Sets this thread's fsuid; true if it took (setfsuid reports no error:
+/// asking with an invalid id returns the current one).
+fn set_fsuid(uid: u32) -> bool {
     // SAFETY: no memory is involved; the call changes only this thread.
     unsafe { libc::syscall(libc::SYS_setfsuid, uid) };
+    // SAFETY: as above; -1 changes nothing and returns the current value.
+    (unsafe { libc::syscall(libc::SYS_setfsuid, u32::MAX) }) as u32 == uid
 }
 
-fn set_fsgid(gid: u32) {
+/// Sets this thread's fsgid; true if it took.
+fn set_fsgid(gid: u32) -> bool {
     // SAFETY: as above.
     unsafe { libc::syscall(libc::SYS_setfsgid, gid) };
+    // SAFETY: as above.
+    (unsafe { libc::syscall(libc::SYS_setfsgid, u32::MAX) }) as u32 == gid
 }
 
-/// The supplementary groups of process `pid`, from /proc (empty if it is
-/// gone or they cannot be read).
-pub(crate) fn groups_of(pid: u32) -> Vec<libc::gid_t> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| g.split_whitespace().filter_map(|x| x.parse().ok()).collect())
-        .unwrap_or_default()
+/// The supplementary groups of process `pid`, from /proc; `None` if they
+/// cannot be read (the process is gone, or in a pid namespace the daemon
+/// does not see).
+pub(crate) fn groups_of(pid: u32) -> Option<Vec<libc::gid_t>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = text.lines().find_map(|l| l.strip_prefix("Groups:"))?;
+    Some(line.split_whitespace().filter_map(|x| x.parse().ok()).collect())
 }
 
 thread_local! {
@@ -114,21 +120,37 @@ impl AsCaller {
             return none;
         }
         let Some((caps, less)) = CAPS.with(|c| *c) else { return none };
-        let saved_groups = if groups {
-            let old = get_groups();
-            if !set_groups(&groups_of(ctx.pid)) {
-                return none;
+        // Without the caller's groups the backing file system would judge
+        // it by too few: better not switch at all (the file is given away
+        // afterwards, as the daemon did before).
+        let theirs = if groups {
+            match groups_of(ctx.pid) {
+                Some(g) => Some(g),
+                None => return none,
             }
-            Some(old)
         } else {
             None
         };
-        set_fsgid(ctx.gid);
-        set_fsuid(ctx.uid);
+        let saved_groups = match theirs {
+            Some(g) => {
+                let old = get_groups();
+                if !set_groups(&g) {
+                    return none;
+                }
+                Some(old)
+            }
+            None => None,
+        };
+        let switched = AsCaller { saved: Some((caps, saved_groups)) };
+        if !set_fsgid(ctx.gid) || !set_fsuid(ctx.uid) {
+            // Restores what was changed (drop) and says so.
+            drop(switched);
+            return none;
+        }
         // The file-system capabilities went with the fsuid; reserved blocks
         // and quotas are judged by CAP_SYS_RESOURCE, which stays otherwise.
         capset(&less);
-        AsCaller { saved: Some((caps, saved_groups)) }
+        switched
     }
 
     /// True if the thread runs as the caller now.
@@ -156,14 +178,14 @@ mod tests {
     #[test]
     fn groups_are_read_from_proc() {
         // The test process itself: whatever groups it has, they parse.
-        let mine = groups_of(std::process::id());
+        let mine = groups_of(std::process::id()).unwrap();
         let direct = get_groups();
         let mut a = mine.clone();
         let mut b = direct.clone();
         a.sort_unstable();
         b.sort_unstable();
         assert_eq!(a, b);
-        assert!(groups_of(u32::MAX).is_empty(), "no such process");
+        assert!(groups_of(u32::MAX).is_none(), "no such process");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! lookup, mknod, mkdir, symlink, link, unlink, rmdir and the creation of
 //! new non-directories shared with create.
 
-use super::{check_name, is_reserved, Attr, Ctx, Volume};
+use super::{check_name, is_reserved, Attr, Ctx, InodeGuard, Volume};
 use crate::error::{err, Error, Result};
 use crate::event::EventKind;
 use crate::state::ns::{Ino, InodeRecord};
@@ -54,6 +54,9 @@ impl<S: Store> Volume<S> {
 
     /// Creates a non-directory with `make` on the tier chosen for new files
     /// (falling back to the HDD when the SSD is full) and records it.
+    /// Returns with the new inode's lock held for reading: nothing can
+    /// migrate the file before the caller has it open (a demotion in
+    /// between would leave it writing to an unlinked copy).
     pub(crate) fn create_node<T>(
         &self,
         ctx: &Ctx,
@@ -61,7 +64,7 @@ impl<S: Store> Volume<S> {
         name: &OsStr,
         kind: FileKind,
         make: impl Fn(&S, &S::Dir) -> io::Result<T>,
-    ) -> Result<(Ino, Tier, T)> {
+    ) -> Result<(Ino, Tier, T, InodeGuard<'_>)> {
         check_name(name)?;
         if is_reserved(parent, name) {
             return err(libc::EPERM);
@@ -102,11 +105,14 @@ impl<S: Store> Volume<S> {
         let mut b = self.ns.batch();
         b.link(parent, name, ino, kind).put_record(ino, &InodeRecord::new(kind, Placement::On(t)));
         self.ns.commit(b, false)?;
+        // Taken before the directory's lock goes (the hierarchy's order).
+        let il = self.ilocks.get(ino).read();
+        drop(_g);
         self.touch_dir(parent, t);
         if kind == FileKind::File {
             self.emit(ino, EventKind::Create { placement: Placement::On(t), parent, size: 0 });
         }
-        Ok((ino, t, x))
+        Ok((ino, t, x, il))
     }
 
     /// Creates a special file (fifo, socket, device) or an empty regular file.
@@ -116,8 +122,9 @@ impl<S: Store> Volume<S> {
             return err(libc::EINVAL);
         }
         let perm = mode & 0o7777 & !umask;
-        let (ino, _, _) =
+        let (ino, _, _, il) =
             self.create_node(ctx, parent, name, kind, |s, pd| s.mknod(pd, name, kind.mode_bits() | perm, rdev))?;
+        drop(il);
         self.getattr(ino)
     }
 
@@ -126,8 +133,9 @@ impl<S: Store> Volume<S> {
         if target.len() >= libc::PATH_MAX as usize {
             return err(libc::ENAMETOOLONG);
         }
-        let (ino, _, _) =
+        let (ino, _, _, il) =
             self.create_node(ctx, parent, name, FileKind::Symlink, |s, pd| s.symlink(target, pd, name))?;
+        drop(il);
         self.getattr(ino)
     }
 

@@ -7,7 +7,7 @@
 //! inode's I/O lock, so handles follow the file to its new tier.
 
 use super::creds::AsCaller;
-use super::{Attr, Ctx, IoMode, IoState, OpenInode, Volume};
+use super::{Attr, Ctx, InodeGuard, IoMode, IoState, OpenInode, Volume};
 use crate::error::{err, Error, Result};
 use crate::event::EventKind;
 use crate::state::ns::Ino;
@@ -160,9 +160,10 @@ impl<S: Store> Volume<S> {
             match r {
                 Ok(f) => Some(Arc::new(f)),
                 Err(e) => {
-                    // Not read until it is dropped (by the next change or
-                    // an eviction); the HDD copy is whole.
+                    // Never read again, and dropped once the file is open
+                    // (see `open_as`): changes skip it from now on.
                     tracing::warn!(ino, error = %e, "cached copy cannot be opened; reading the HDD copy");
+                    self.stale_copies.lock().insert(ino);
                     None
                 }
             }
@@ -175,8 +176,18 @@ impl<S: Store> Volume<S> {
     }
 
     /// The open state of `ino`, creating it (and one handle count) if needed.
-    fn acquire(&self, ino: Ino, want_write: bool, created: Option<(Tier, S::File)>) -> Result<Arc<OpenInode<S>>> {
-        let _pl = self.ilocks.get(ino).read();
+    /// For a file just created, `created` brings its descriptor and the
+    /// inode lock `create_node` kept; otherwise the lock is taken here.
+    fn acquire(
+        &self,
+        ino: Ino,
+        want_write: bool,
+        created: Option<(Tier, S::File, InodeGuard<'_>)>,
+    ) -> Result<Arc<OpenInode<S>>> {
+        let (created, _pl) = match created {
+            Some((t, f, g)) => (Some((t, f)), g),
+            None => (None, self.ilocks.get(ino).read()),
+        };
         // The open map's lock is never held while waiting for an inode's
         // I/O lock: a writer holding that lock may need the map (the
         // cleaner looks up the files it evicts).
@@ -267,7 +278,7 @@ impl<S: Store> Volume<S> {
             let mut io = oi.io.write();
             if self.io_mode() == IoMode::Passthrough {
                 backing = if !write {
-                    match &io.copy {
+                    match self.live_copy(&oi, &io) {
                         Some(c) => Some((Tier::Ssd, c.clone())),
                         None => io.primary_open().map(|p| (io.placement.primary(), p.clone())),
                     }
@@ -325,13 +336,15 @@ impl<S: Store> Volume<S> {
 
     /// The kernel refused passthrough for a handle: count it as userspace.
     pub fn unpassthrough(&self, fh: u64) {
-        let mut hs = self.handles.write();
-        if let Some(h) = hs.get(&fh).cloned() {
-            if h.passthrough {
+        // The handles map is not held while the I/O lock is waited for.
+        let Some(h) = self.handles.read().get(&fh).cloned() else { return };
+        if h.passthrough {
+            {
                 let mut io = h.oi.io.write();
                 io.passthrough = io.passthrough.saturating_sub(1);
                 h.oi.passthrough.store(io.passthrough, Ordering::Release);
-                drop(io);
+            }
+            {
                 let nh = Handle {
                     ino: h.ino,
                     caller: h.caller,
@@ -342,7 +355,7 @@ impl<S: Store> Volume<S> {
                     passthrough: false,
                     last: Mutex::new((u64::MAX, 0)),
                 };
-                hs.insert(fh, Arc::new(nh));
+                self.handles.write().insert(fh, Arc::new(nh));
             }
         }
     }
@@ -357,7 +370,12 @@ impl<S: Store> Volume<S> {
     pub fn open_as(&self, ctx: &Ctx, ino: Ino, flags: i32) -> Result<Opened<S>> {
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let oi = self.acquire(ino, write, None)?;
-        Ok(self.register(ctx, ino, oi, flags))
+        let stale = oi.io.read().placement == Placement::Cached && self.copy_is_stale(ino);
+        let opened = self.register(ctx, ino, oi, flags);
+        if stale {
+            self.drop_stale_copy(ino);
+        }
+        Ok(opened)
     }
 
     /// Creates and opens a regular file.
@@ -371,10 +389,10 @@ impl<S: Store> Volume<S> {
         flags: i32,
     ) -> Result<(Attr, Opened<S>)> {
         let perm = mode & 0o7777 & !umask;
-        let (ino, t, f) = self.create_node(ctx, parent, name, FileKind::File, |s, pd| {
+        let (ino, t, f, il) = self.create_node(ctx, parent, name, FileKind::File, |s, pd| {
             s.open(pd, name, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, perm)
         })?;
-        let oi = self.acquire(ino, true, Some((t, f)))?;
+        let oi = self.acquire(ino, true, Some((t, f, il)))?;
         let opened = self.register(ctx, ino, oi, flags);
         match self.getattr(ino) {
             Ok(a) => Ok((a, opened)),
@@ -389,6 +407,7 @@ impl<S: Store> Volume<S> {
     pub fn read(&self, fh: u64, off: u64, size: u32) -> Result<Vec<u8>> {
         let h = self.handle(fh)?;
         let mut buf = vec![0u8; size as usize];
+        let mut lost_copy = false;
         let (n, tier) = {
             let io = h.oi.io.read();
             let copy = self.live_copy(&h.oi, &io);
@@ -398,7 +417,8 @@ impl<S: Store> Volume<S> {
                 other => {
                     if let Some(Err(e)) = other {
                         tracing::warn!(ino = h.ino, error = %e, "read from cached copy failed; using the primary");
-                        h.oi.copy_stale.store(true, Ordering::Release);
+                        self.mark_copy_stale(&h.oi);
+                        lost_copy = true;
                     }
                     let t = io.placement.primary();
                     let p = self.primary_of(h.ino, &io)?;
@@ -406,6 +426,9 @@ impl<S: Store> Volume<S> {
                 }
             }
         };
+        if lost_copy {
+            self.drop_stale_copy(h.ino);
+        }
         buf.truncate(n);
         let fragment = h.fragment(off, n as u64);
         self.emit(h.ino, EventKind::Read { off, len: n as u64, tier, fragment });
@@ -457,6 +480,12 @@ impl<S: Store> Volume<S> {
         let as_caller = AsCaller::new(&h.caller, false);
         if let Err(e) = write_full(s, &primary, data, off) {
             drop(as_caller);
+            if extends {
+                // Part of it may have landed: nothing was acknowledged, and
+                // a retry (an append recomputes its offset) must not find
+                // it. Extending writes are serialised, so this is ours.
+                let _ = s.set_len(&primary, cur);
+            }
             return self.failed(h.ino, want, t, len, e);
         }
         let mut lost_copy = false;
@@ -610,36 +639,36 @@ impl<S: Store> Volume<S> {
     /// and a file whose last name went while it was open leaves it.
     pub fn release(&self, fh: u64) -> Result<()> {
         let h = self.handles.write().remove(&fh).ok_or_else(|| Error::errno(libc::EBADF))?;
-        let last = {
+        let (last, size) = {
             let mut io = h.oi.io.write();
             io.handles = io.handles.saturating_sub(1);
             if h.passthrough {
                 io.passthrough = io.passthrough.saturating_sub(1);
                 h.oi.passthrough.store(io.passthrough, Ordering::Release);
             }
-            io.retired = io.handles == 0;
-            io.retired
+            let last = io.handles == 0;
+            let mut size = None;
+            if last || h.passthrough {
+                // The account is settled before the state retires, under
+                // its write lock: a switch-over either waits for this or,
+                // once the state is retired and gone from the map, runs
+                // after it, so that a demotion is never undone.
+                size = Some(self.io_stat(&h.oi, &io).map(|s| s.size).unwrap_or(0));
+                let hooks = self.hooks();
+                if last && matches!(self.ns.record(h.ino), Ok(None)) {
+                    // Unlinked while open: its data is gone with this close.
+                    hooks.off_ssd(h.ino);
+                } else if let Some(b) = self.ssd_bytes(&h.oi, &io) {
+                    hooks.settle_ssd(h.ino, 0, Some(b));
+                }
+            }
+            io.retired = last;
+            (last, size)
         };
         if last {
             self.forget_open(h.ino, &h.oi);
         }
-        if !last && !h.passthrough {
-            return Ok(());
-        }
-        let size = {
-            // The account is settled under the I/O lock: a migration taking
-            // the file off the SSD cannot come in between and be undone.
-            let io = h.oi.io.read();
-            let size = self.io_stat(&h.oi, &io).map(|s| s.size).unwrap_or(0);
-            let hooks = self.hooks();
-            if last && self.ns.record(h.ino)?.is_none() {
-                // Unlinked while open: its data is gone with this close.
-                hooks.off_ssd(h.ino);
-            } else if let Some(b) = self.ssd_bytes(&h.oi, &io) {
-                hooks.settle_ssd(h.ino, 0, Some(b));
-            }
-            size
-        };
+        let Some(size) = size else { return Ok(()) };
         if h.passthrough && h.write {
             h.oi.size.store(size, Ordering::Release);
             self.note_change(h.ino);
@@ -667,7 +696,10 @@ impl<S: Store> Volume<S> {
         let t = io.placement.primary();
         let end = off + len;
         let frees = mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_COLLAPSE_RANGE) != 0;
-        let grows = !frees && mode & libc::FALLOC_FL_KEEP_SIZE == 0;
+        // Modes that may change the size (collapsing and inserting ranges
+        // by `len`, allocating past the end).
+        let resizes = mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0
+            || (!frees && mode & libc::FALLOC_FL_KEEP_SIZE == 0);
         let hooks = self.hooks();
         let ssd = io.placement.uses_ssd();
         // Allocating modes may take every block of the range.
@@ -692,7 +724,14 @@ impl<S: Store> Volume<S> {
         if ssd {
             hooks.settle_ssd(h.ino, want, self.ssd_bytes(&h.oi, &io));
         }
-        let size = if grows { Some(h.oi.size.fetch_max(end, Ordering::AcqRel).max(end)) } else { None };
+        let size = match resizes {
+            true => {
+                let size = self.tiers.store(t).fstat(&primary)?.size;
+                h.oi.size.store(size, Ordering::Release);
+                Some(size)
+            }
+            false => None,
+        };
         drop(_order);
         drop(io);
         if lost_copy {
@@ -729,10 +768,18 @@ impl<S: Store> Volume<S> {
         let len = len.min(16 << 20);
         if hin.ino != hout.ino {
             let same = {
-                let (i, o) = (hin.oi.io.read(), hout.oi.io.read());
+                // Two files' I/O locks: always in inode order, so that two
+                // copies in opposite directions cannot wait for each other.
+                let (first, second) = if hin.ino < hout.ino { (&hin, &hout) } else { (&hout, &hin) };
+                let (g1, g2) = (first.oi.io.read(), second.oi.io.read());
+                let (i, o) = if hin.ino < hout.ino { (&g1, &g2) } else { (&g2, &g1) };
                 match (i.copy.is_none(), o.placement, i.primary_open(), o.primary_open()) {
                     (true, Placement::On(t), Some(ip), Some(op)) if i.placement.primary() == t && t == Tier::Hdd => {
-                        Some(self.tiers.store(t).copy_range(ip, off_in, op, off_out, len))
+                        let _as = AsCaller::new(&hout.caller, false);
+                        let r = self.tiers.store(t).copy_range(ip, off_in, op, off_out, len);
+                        // Before the locks go: a migration must see it.
+                        self.note_change(hout.ino);
+                        Some(r)
                     }
                     _ => None,
                 }
@@ -742,7 +789,6 @@ impl<S: Store> Volume<S> {
                     Ok(n) => {
                         let end = off_out + n as u64;
                         let old = hout.oi.size.fetch_max(end, Ordering::AcqRel);
-                        self.note_change(hout.ino);
                         self.emit(
                             hin.ino,
                             EventKind::Read { off: off_in, len: n as u64, tier: Tier::Hdd, fragment: false },

@@ -33,7 +33,7 @@ pub use reconcile::Conflict;
 use crate::clock::{Clock, Timestamp};
 use crate::error::{err, Error, Result};
 use crate::event::{Event, EventKind, EventSink};
-use crate::state::ns::{Ino, InodeRecord, Namespace, ROOT_INO};
+use crate::state::ns::{Ino, InodeRecord, Namespace, ROOT_INO, SCHEMA_VERSION};
 use crate::store::{FileKind, Stat, Store, Target, TimeSpec};
 use crate::tier::{Placement, Tier};
 use locks::{DirLocks, InodeLocks};
@@ -251,6 +251,10 @@ impl<S: Store> OpenInode<S> {
     pub fn has_passthrough(&self) -> bool {
         self.passthrough.load(Ordering::Acquire) > 0
     }
+    /// A new cached copy replaced the one that missed changes.
+    pub(crate) fn copy_is_fresh(&self) {
+        self.copy_stale.store(false, Ordering::Release);
+    }
 }
 
 /// One tierfs volume. See the module documentation.
@@ -292,6 +296,9 @@ impl<S: Store> std::fmt::Debug for Volume<S> {
         write!(f, "Volume({:?})", self.cfg)
     }
 }
+
+/// An inode lock held for reading.
+pub(crate) type InodeGuard<'a> = parking_lot::RwLockReadGuard<'a, ()>;
 
 /// Longest name a component may have.
 pub const NAME_MAX: usize = 255;
@@ -347,9 +354,20 @@ impl<S: Store> Volume<S> {
             staging_seq: AtomicU64::new(0),
             stale_copies: Mutex::new(HashSet::new()),
         };
+        let schema = v.ns.meta("schema")?.and_then(|b| b.try_into().ok()).map(u32::from_be_bytes);
+        if let Some(n) = schema.filter(|n| *n > SCHEMA_VERSION) {
+            return Err(Error::State(format!(
+                "written by a newer tierfs (schema {n}; this build reads schema {SCHEMA_VERSION} and older)"
+            )));
+        }
+        let mut b = v.ns.batch();
         if v.ns.record(ROOT_INO)?.is_none() {
-            let mut b = v.ns.batch();
             b.put_record(ROOT_INO, &InodeRecord::new(FileKind::Dir, Placement::On(v.cfg.meta_tier)));
+        }
+        if schema != Some(SCHEMA_VERSION) {
+            b.put_meta("schema", SCHEMA_VERSION.to_be_bytes().to_vec());
+        }
+        if !b.is_empty() {
             v.ns.commit(b, true)?;
         }
         Ok(v)

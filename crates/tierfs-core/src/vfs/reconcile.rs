@@ -107,6 +107,22 @@ impl<S: Store> Volume<S> {
             b.put_record(dir, &drec);
         }
         self.ns.commit(b, false)?;
+        // The SSD account follows what was adopted, re-placed or forgotten.
+        let hooks = self.hooks();
+        for (ino, ev) in &events {
+            match ev {
+                EventKind::Remove => hooks.off_ssd(*ino),
+                EventKind::Create { placement, .. } | EventKind::Placed { placement } if placement.uses_ssd() => {
+                    let on_ssd =
+                        self.ns.first_link(*ino).ok().flatten().and_then(|(p, n)| self.stat_on(p, &n, Tier::Ssd).ok());
+                    if let Some(st) = on_ssd {
+                        hooks.settle_ssd(*ino, 0, Some(st.blocks * 512));
+                    }
+                }
+                EventKind::Placed { .. } => hooks.off_ssd(*ino),
+                _ => {}
+            }
+        }
         for (ino, ev) in events {
             self.emit(ino, ev);
         }

@@ -135,7 +135,7 @@ impl<S: Store> Volume<S> {
         // A directory changes the shape of the tree: no backing copy may be
         // made under the name it leaves while it moves.
         let moves_dir = ka == FileKind::Dir || (exchange && b.is_some_and(|(_, k)| k == FileKind::Dir));
-        let _shape = moves_dir.then(|| self.tiers.lock_shape());
+        let shape = moves_dir.then(|| self.tiers.lock_shape());
         let ta = self.tiers_of(a, ka, parent, name)?;
         let tb = match b {
             Some((bi, kb)) => self.tiers_of(bi, kb, new_parent, new_name)?,
@@ -227,6 +227,8 @@ impl<S: Store> Volume<S> {
             }
         }
         self.ns.commit(batch, false)?;
+        // The tree has its new shape: nothing below waits while it is held.
+        drop(shape);
         for t in touched {
             self.touch_dir(parent, t);
             self.touch_dir(new_parent, t);

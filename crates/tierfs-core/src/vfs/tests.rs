@@ -269,3 +269,50 @@ fn a_kernel_write_through_passthrough_during_a_migration_is_not_lost() {
     assert_eq!(v.record(ino).unwrap().placement, Placement::On(Tier::Ssd));
     assert!(read(&v, ino) == want, "the kernel's write is in the moved file");
 }
+
+#[test]
+fn a_file_demoted_as_soon_as_it_is_created_keeps_what_its_creator_writes() {
+    // create committed a new SSD file and let go of its directory before
+    // its open state existed: a demotion in between unlinked the SSD copy,
+    // and the creator's handle was then built around it, so every write
+    // went to an unlinked inode (found in review). The new inode's lock is
+    // now held from the commit until the open state is in place.
+    struct DemoteOnCreate {
+        v: std::sync::OnceLock<std::sync::Weak<Volume<MemStore>>>,
+        movers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    }
+    impl crate::event::EventSink for DemoteOnCreate {
+        fn record(&self, ev: crate::event::Event) {
+            if let crate::event::EventKind::Create { placement: Placement::On(Tier::Ssd), .. } = ev.kind {
+                let v = self.v.get().and_then(|w| w.upgrade());
+                self.movers.lock().push(std::thread::spawn(move || {
+                    if let Some(v) = v {
+                        let _ = v.migrate(ev.ino, Move::Demote, &NoCrash);
+                    }
+                }));
+            }
+        }
+    }
+    crate::lockcheck::watch();
+    let sink = Arc::new(DemoteOnCreate { v: std::sync::OnceLock::new(), movers: Mutex::new(Vec::new()) });
+    let v = Arc::new(
+        Volume::new(
+            MemStore::new(),
+            MemStore::new(),
+            Namespace::new(Arc::new(MemKv::new())),
+            VolumeConfig { default_tier: Tier::Ssd, ..VolumeConfig::default() },
+            sink.clone(),
+            Arc::new(ManualClock::new(Timestamp::from_secs(1))),
+        )
+        .unwrap(),
+    );
+    let _ = sink.v.set(Arc::downgrade(&v));
+    for i in 0..300 {
+        let data = vec![(i % 251) as u8 + 1; 8192];
+        let ino = file(&v, ROOT_INO, &format!("f{i}"), &data);
+        assert_eq!(read(&v, ino), data, "file {i}");
+    }
+    for t in sink.movers.lock().drain(..) {
+        t.join().unwrap();
+    }
+}
