@@ -4,7 +4,7 @@
 #
 #   bash scripts/pjdfstest.sh PJDFSTEST_SOURCE [-- tierfs mount options]
 #
-# PJDFSTEST_SOURCE is a checkout of pjdfstest (it is not packaged for
+# PJDFSTEST_SOURCE is a checkout of pjdfstest, or a bare clone of it (it is not packaged for
 # Debian, and CI has no GitHub: this runs on demand). Builds it, mounts
 # fresh ssd/hdd directories under a temporary directory (default options:
 # --io-mode userspace, so that every request reaches the daemon), runs the
@@ -38,7 +38,13 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-cp -r "$src" "$work/pjdfstest"
+if [ -f "$src/configure.ac" ]; then
+    cp -r "$src" "$work/pjdfstest"
+else
+    # A bare repository (as `git clone --mirror` makes): its HEAD.
+    mkdir "$work/pjdfstest"
+    git --git-dir="$src" archive HEAD | tar -x -C "$work/pjdfstest"
+fi
 (cd "$work/pjdfstest" && autoreconf -ifs >/dev/null 2>&1 && ./configure -q >/dev/null && make -s pjdfstest >/dev/null)
 mkdir -p "$work/ssd" "$work/hdd" "$mnt"
 "$root/target/release/tierfs" mount "$work/ssd" "$work/hdd" "$mnt" "${opts[@]}" 2>"$work/tierfs.log" &
