@@ -16,5 +16,14 @@ export TIERFS_TORTURE_SECS="${TIERFS_TORTURE_SECS:-180}"
 export TIERFS_KILL_ROUNDS="${TIERFS_KILL_ROUNDS:-20}"
 start=$(date +%s)
 echo "torture: $TIERFS_TORTURE_SECS s per configuration; kill loop: $TIERFS_KILL_ROUNDS rounds per policy"
-cargo test --features tierfs/lock-check --test integration -- torture:: killloop:: "$@"
+log="$(mktemp /tmp/tierfs-long-XXXXXX.log)"
+status=0
+cargo test --features tierfs/lock-check --test integration -- torture:: killloop:: \
+    --nocapture "$@" >"$log" 2>&1 || status=$?
+grep -E "^test |operations by|kill -9 rounds|panicked|rerun with|every operation|^test result" "$log" || true
+if [ "$status" -ne 0 ]; then
+    echo "long tests FAILED (exit $status); whole output in $log"
+    exit "$status"
+fi
+rm -f "$log"
 echo "long tests passed in $(( $(date +%s) - start )) s"

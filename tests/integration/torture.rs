@@ -560,12 +560,17 @@ fn torture(name: &str, args: &[&str]) {
         }
     };
     check(&m, &format!("{name}, at the end"));
+    let ops: usize = progress.iter().map(|p| p.lock().unwrap().log.len()).sum();
+    let mv = &crate::harness::stats_json(&m.mnt)["migrations"];
+    let moves: u64 = ["promotions", "demotions", "copies", "drops"].iter().map(|k| mv[k].as_u64().unwrap_or(0)).sum();
     let t = Instant::now();
     m.unmount();
     assert!(t.elapsed() < Duration::from_secs(10), "{name}: unmount took {:?}", t.elapsed());
     let m = Mounted::new(&area, &args);
     check(&m, &format!("{name}, after a remount"));
     m.unmount();
+    // Shown with --nocapture (scripts/long-tests.sh).
+    eprintln!("{name}: {ops} operations by {WORKERS} workers in {} s, {moves} migrations; checked", seconds());
 }
 
 macro_rules! torture_tests {
