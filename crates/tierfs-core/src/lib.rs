@@ -14,6 +14,7 @@ pub mod device;
 pub mod engine;
 pub mod error;
 pub mod event;
+pub mod extent;
 pub mod lockcheck;
 pub mod migrate;
 pub mod policy;
