@@ -221,7 +221,7 @@ pub struct BenchArgs {
 #[derive(Subcommand, Debug)]
 pub enum BenchCmd {
     /// Prepare and run one workload in DIR: mail, postmark (the real one),
-    /// fileserver, webserver, webserver-zipf, shifting, mixed.
+    /// fileserver, webserver, webserver-zipf, shifting, mixed, db.
     Workload {
         /// Workload name.
         name: String,

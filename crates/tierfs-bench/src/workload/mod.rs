@@ -2,12 +2,14 @@
 //! preparation phase (the file set; not measured) and a measured run, a
 //! fixed seed and a scale factor (1.0 = the papers' sizes).
 
+mod db;
 mod fileserver;
 mod mail;
 mod mixed;
 mod postmark;
 mod webserver;
 
+pub use db::Db;
 pub use fileserver::FileServer;
 pub use mail::Mail;
 pub use mixed::Mixed;
@@ -105,12 +107,14 @@ pub fn by_name(name: &str, p: Params) -> Option<Box<dyn Workload>> {
         "webserver-zipf" => Box::new(WebServer { p, zipf: true, sub: "" }),
         "shifting" => Box::new(Shifting { p }),
         "mixed" => Box::new(Mixed { p }),
+        "db" => Box::new(Db { p }),
         _ => return None,
     })
 }
 
 /// The workload names.
-pub const NAMES: &[&str] = &["mail", "postmark", "fileserver", "webserver", "webserver-zipf", "shifting", "mixed"];
+pub const NAMES: &[&str] =
+    &["mail", "postmark", "fileserver", "webserver", "webserver-zipf", "shifting", "mixed", "db"];
 
 /// Counts operations, bytes and latencies.
 #[derive(Debug, Default)]
