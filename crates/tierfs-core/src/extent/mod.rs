@@ -9,12 +9,17 @@
 //! - [`resident`]: the resident list of the remap area and its smooth
 //!   update (at most a fraction of the area replaced per period).
 //! - [`Monitor`]: the three together, run once per period.
+//! - [`map`]: the persistent extent map (which chunks have an SSD copy,
+//!   which HDD copies are stale), its invariants, and how a request is cut
+//!   into pieces per tier.
 //!
-//! The doing half (the extent map, the data path that splits requests, the
-//! executor that copies chunks) is not built yet: see ARCHITECTURE.md.
+//! The chunk mover and the split data path in the volume are not built
+//! yet: see ARCHITECTURE.md.
 
 pub mod choose;
+pub mod map;
 pub mod resident;
+pub mod split;
 pub mod table;
 
 use crate::clock::Timestamp;

@@ -630,6 +630,18 @@ impl Store for MemStore {
     }
 
     fn fallocate(&self, f: &MemFile, mode: i32, off: u64, len: u64) -> io::Result<()> {
+        if mode == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE {
+            // Zeroes within the size; no sparseness is modelled.
+            let mut g = self.inner.lock();
+            let now = g.tick();
+            let n = g.node_mut(f.id)?;
+            let size = n.meta.data.len() as u64;
+            let (start, end) = (off.min(size) as usize, off.saturating_add(len).min(size) as usize);
+            n.meta.data[start..end].fill(0);
+            n.meta.mtime = now;
+            n.meta.ctime = now;
+            return Ok(());
+        }
         if mode != 0 {
             return Err(e(libc::EOPNOTSUPP));
         }

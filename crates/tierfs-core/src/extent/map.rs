@@ -1,0 +1,392 @@
+//! The extent map: which chunks of a file have a copy on the SSD, and
+//! whether the HDD copy of each is stale.
+//!
+//! Layout: a split file has one sparse shadow file on the SSD tier, chunk
+//! `i` at offset `i * chunk`; the HDD file stays the home of every byte
+//! and of the file's size (Hystor's remap area is inclusive).
+//!
+//! Keys in the `ns` tree (integers big-endian, values start with a format
+//! byte): `X` ino → chunk shift (the file's chunk size); `x` ino index →
+//! state (clean or dirty).
+//!
+//! Invariants, which the chunk mover keeps and recovery relies on:
+//! - **I1** A chunk in the durable map has an SSD copy at least as new as
+//!   its HDD copy: the copy is made durable (shadow fdatasync) before its
+//!   entry is made durable ([`ExtentMap::commit_present`] flushes), and
+//!   every write to a mapped chunk goes to the SSD copy.
+//! - **I2** The clean/dirty state is kept lazily (saved at clean shutdown
+//!   and now and then); after an unclean shutdown every mapped chunk is
+//!   taken as dirty ([`ExtentMap::load`]), so none is dropped without a
+//!   write-back.
+//! - **I3** A chunk leaves the map durably ([`ExtentMap::commit_absent`]
+//!   flushes) before its SSD copy is punched out; a dirty chunk is written
+//!   back and the HDD file synced before it leaves.
+
+use super::{ChunkId, ChunkSize};
+use crate::error::{Error, Result};
+use crate::state::ns::Ino;
+use crate::state::{Kv, Op, TreeId};
+use crate::tier::Tier;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+const FORMAT: u8 = 1;
+const CLEAN: u8 = 0;
+const DIRTY: u8 = 1;
+
+/// Whether a mapped chunk's HDD copy is current.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkState {
+    /// The HDD copy equals the SSD copy: the chunk can be dropped at once.
+    Clean,
+    /// The SSD copy is newer: it must be written back before it is dropped.
+    Dirty,
+}
+
+/// A piece of a request served by one tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// Offset in the file (and in the shadow file, for the SSD).
+    pub off: u64,
+    /// Bytes.
+    pub len: u64,
+    /// The tier serving it.
+    pub tier: Tier,
+}
+
+#[derive(Clone, Debug)]
+struct FileMap {
+    chunk: ChunkSize,
+    chunks: BTreeMap<u64, ChunkState>,
+}
+
+/// The extent map of every split file, in memory, backed by the state
+/// database.
+pub struct ExtentMap {
+    kv: Arc<dyn Kv>,
+    files: BTreeMap<Ino, FileMap>,
+    /// States changed since they were last saved.
+    unsaved: BTreeMap<ChunkId, ChunkState>,
+}
+
+impl std::fmt::Debug for ExtentMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExtentMap").field("files", &self.files.len()).finish()
+    }
+}
+
+fn file_key(ino: Ino) -> Vec<u8> {
+    let mut k = vec![b'X'];
+    k.extend_from_slice(&ino.to_be_bytes());
+    k
+}
+
+fn chunk_key(id: ChunkId) -> Vec<u8> {
+    let mut k = vec![b'x'];
+    k.extend_from_slice(&id.ino.to_be_bytes());
+    k.extend_from_slice(&id.index.to_be_bytes());
+    k
+}
+
+fn corrupt(what: &str) -> Error {
+    Error::Corrupt(format!("extent map: {what}"))
+}
+
+impl ExtentMap {
+    /// Loads the map. After an unclean shutdown (`clean` false) every
+    /// chunk is taken as dirty (I2).
+    pub fn load(kv: Arc<dyn Kv>, clean: bool) -> Result<Self> {
+        let mut files = BTreeMap::new();
+        for (k, v) in kv.scan(TreeId::Ns, b"X")? {
+            let ino =
+                Ino::from_be_bytes(k.get(1..9).and_then(|b| b.try_into().ok()).ok_or_else(|| corrupt("file key"))?);
+            let chunk = match v.as_slice() {
+                [FORMAT, shift] => ChunkSize::new(1u64.checked_shl(u32::from(*shift)).unwrap_or(0)),
+                _ => None,
+            }
+            .ok_or_else(|| corrupt("chunk size"))?;
+            files.insert(ino, FileMap { chunk, chunks: BTreeMap::new() });
+        }
+        for (k, v) in kv.scan(TreeId::Ns, b"x")? {
+            let (ino, index) = match k.as_slice() {
+                [_, rest @ ..] if rest.len() == 16 => (
+                    Ino::from_be_bytes(rest[..8].try_into().map_err(|_| corrupt("chunk key"))?),
+                    u64::from_be_bytes(rest[8..].try_into().map_err(|_| corrupt("chunk key"))?),
+                ),
+                _ => return Err(corrupt("chunk key")),
+            };
+            let state = match v.as_slice() {
+                [FORMAT, CLEAN] if clean => ChunkState::Clean,
+                [FORMAT, CLEAN | DIRTY] => ChunkState::Dirty,
+                _ => return Err(corrupt("chunk state")),
+            };
+            let file = files.get_mut(&ino).ok_or_else(|| corrupt("a chunk of a file without a chunk size"))?;
+            file.chunks.insert(index, state);
+        }
+        Ok(ExtentMap { kv, files, unsaved: BTreeMap::new() })
+    }
+
+    /// The state of one chunk; `None` if it is only on the HDD.
+    pub fn get(&self, id: ChunkId) -> Option<ChunkState> {
+        self.files.get(&id.ino)?.chunks.get(&id.index).copied()
+    }
+
+    /// The chunk size of a split file (or of one that was).
+    pub fn chunk_size(&self, ino: Ino) -> Option<ChunkSize> {
+        self.files.get(&ino).map(|f| f.chunk)
+    }
+
+    /// True if some chunk of `ino` is on the SSD.
+    pub fn is_split(&self, ino: Ino) -> bool {
+        self.files.get(&ino).is_some_and(|f| !f.chunks.is_empty())
+    }
+
+    /// The chunks of `ino` on the SSD, by index.
+    pub fn chunks(&self, ino: Ino) -> impl Iterator<Item = (u64, ChunkState)> + '_ {
+        self.files.get(&ino).into_iter().flat_map(|f| f.chunks.iter().map(|(&i, &s)| (i, s)))
+    }
+
+    /// Split files.
+    pub fn files(&self) -> impl Iterator<Item = Ino> + '_ {
+        self.files.iter().filter(|(_, f)| !f.chunks.is_empty()).map(|(&ino, _)| ino)
+    }
+
+    /// `len` bytes at `off` of `ino`, cut where the serving tier changes:
+    /// in order, covering exactly the range. A file that is not split is
+    /// one HDD piece.
+    pub fn split(&self, ino: Ino, off: u64, len: u64) -> Vec<Piece> {
+        let mut out: Vec<Piece> = Vec::new();
+        let Some(f) = self.files.get(&ino).filter(|f| !f.chunks.is_empty()) else {
+            return if len == 0 { Vec::new() } else { vec![Piece { off, len, tier: Tier::Hdd }] };
+        };
+        let end = off.saturating_add(len);
+        let mut at = off;
+        while at < end {
+            let index = at >> f.chunk.shift();
+            let chunk_end = (index + 1).saturating_mul(f.chunk.bytes()).min(end);
+            let tier = if f.chunks.contains_key(&index) { Tier::Ssd } else { Tier::Hdd };
+            match out.last_mut() {
+                Some(p) if p.tier == tier => p.len += chunk_end - at,
+                _ => out.push(Piece { off: at, len: chunk_end - at, tier }),
+            }
+            at = chunk_end;
+        }
+        out
+    }
+
+    /// The chunk's SSD copy is durable: it enters the map, clean, durably
+    /// (I1). The file's chunk size is fixed by its first chunk.
+    pub fn commit_present(&mut self, id: ChunkId, chunk: ChunkSize) -> Result<()> {
+        let mut ops = Vec::new();
+        let known = self.files.get(&id.ino).map(|f| f.chunk);
+        if known.is_some_and(|c| c != chunk) {
+            return Err(Error::Invalid(format!(
+                "file {} has chunks of {}, not {chunk}",
+                id.ino,
+                known.unwrap_or(chunk)
+            )));
+        }
+        if known.is_none() {
+            ops.push(Op::Put(file_key(id.ino), vec![FORMAT, chunk.shift() as u8]));
+        }
+        ops.push(Op::Put(chunk_key(id), vec![FORMAT, CLEAN]));
+        self.kv.apply(TreeId::Ns, ops)?;
+        self.kv.flush()?;
+        self.files
+            .entry(id.ino)
+            .or_insert_with(|| FileMap { chunk, chunks: BTreeMap::new() })
+            .chunks
+            .insert(id.index, ChunkState::Clean);
+        self.unsaved.remove(&id);
+        Ok(())
+    }
+
+    /// A write reached the SSD copy of a mapped chunk: its HDD copy is now
+    /// stale. Kept in memory until [`save`](Self::save) (I2).
+    pub fn note_write(&mut self, id: ChunkId) {
+        self.set_state(id, ChunkState::Dirty);
+    }
+
+    /// The chunk was written back and the HDD file synced.
+    pub fn note_written_back(&mut self, id: ChunkId) {
+        self.set_state(id, ChunkState::Clean);
+    }
+
+    fn set_state(&mut self, id: ChunkId, state: ChunkState) {
+        if let Some(s) = self.files.get_mut(&id.ino).and_then(|f| f.chunks.get_mut(&id.index)) {
+            if *s != state {
+                *s = state;
+                self.unsaved.insert(id, state);
+            }
+        }
+    }
+
+    /// Writes the states changed since the last save (not flushed: after an
+    /// unclean shutdown they are not believed anyway).
+    pub fn save(&mut self) -> Result<()> {
+        if self.unsaved.is_empty() {
+            return Ok(());
+        }
+        let ops = self
+            .unsaved
+            .iter()
+            .map(|(&id, &s)| Op::Put(chunk_key(id), vec![FORMAT, if s == ChunkState::Dirty { DIRTY } else { CLEAN }]))
+            .collect();
+        self.kv.apply(TreeId::Ns, ops)?;
+        self.unsaved.clear();
+        Ok(())
+    }
+
+    /// The chunks leave the map durably, before their SSD copies are
+    /// punched out (I3). Refused for a dirty chunk: write it back first.
+    pub fn commit_absent(&mut self, ino: Ino, indices: &[u64]) -> Result<()> {
+        let Some(f) = self.files.get(&ino) else { return Ok(()) };
+        if let Some(i) = indices.iter().find(|i| f.chunks.get(i) == Some(&ChunkState::Dirty)) {
+            return Err(Error::Invalid(format!("chunk {i} of file {ino} is dirty: write it back first")));
+        }
+        self.remove(ino, indices)
+    }
+
+    /// The chunks leave the map durably whatever their state, because their
+    /// bytes are gone from the file too (truncated away, or the file's last
+    /// name and handle are gone and `indices` is all of them).
+    pub fn commit_discarded(&mut self, ino: Ino, indices: &[u64]) -> Result<()> {
+        self.remove(ino, indices)
+    }
+
+    fn remove(&mut self, ino: Ino, indices: &[u64]) -> Result<()> {
+        let Some(f) = self.files.get_mut(&ino) else { return Ok(()) };
+        let mut ops: Vec<Op> = indices.iter().map(|&i| Op::Del(chunk_key(ChunkId::new(ino, i)))).collect();
+        let last = indices.iter().filter(|i| f.chunks.contains_key(i)).count() == f.chunks.len();
+        if last {
+            ops.push(Op::Del(file_key(ino)));
+        }
+        self.kv.apply(TreeId::Ns, ops)?;
+        self.kv.flush()?;
+        for i in indices {
+            f.chunks.remove(i);
+            self.unsaved.remove(&ChunkId::new(ino, *i));
+        }
+        if last {
+            self.files.remove(&ino);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::MemKv;
+    use proptest::prelude::*;
+
+    const K64: ChunkSize = ChunkSize::DEFAULT;
+
+    fn map(kv: &MemKv, clean: bool) -> ExtentMap {
+        ExtentMap::load(Arc::new(kv.clone()), clean).unwrap()
+    }
+
+    #[test]
+    fn a_present_chunk_survives_a_power_cut_and_its_dirtiness_is_assumed() {
+        let kv = MemKv::new();
+        let mut m = map(&kv, true);
+        m.commit_present(ChunkId::new(5, 2), K64).unwrap();
+        m.commit_present(ChunkId::new(5, 3), K64).unwrap();
+        m.note_write(ChunkId::new(5, 2));
+        assert_eq!(m.get(ChunkId::new(5, 2)), Some(ChunkState::Dirty));
+        kv.crash();
+        // The entries were flushed; the states were not, and after an
+        // unclean shutdown every chunk is dirty.
+        let m = map(&kv, false);
+        assert_eq!(m.get(ChunkId::new(5, 2)), Some(ChunkState::Dirty));
+        assert_eq!(m.get(ChunkId::new(5, 3)), Some(ChunkState::Dirty));
+        assert_eq!(m.chunk_size(5), Some(K64));
+        // After a clean shutdown the saved states are believed.
+        let mut m = map(&kv, true);
+        m.note_written_back(ChunkId::new(5, 2));
+        m.note_write(ChunkId::new(5, 3));
+        m.save().unwrap();
+        kv.flush().unwrap();
+        let m = map(&kv, true);
+        assert_eq!(m.get(ChunkId::new(5, 2)), Some(ChunkState::Clean));
+        assert_eq!(m.get(ChunkId::new(5, 3)), Some(ChunkState::Dirty));
+    }
+
+    #[test]
+    fn a_dirty_chunk_is_not_dropped_without_a_write_back() {
+        let kv = MemKv::new();
+        let mut m = map(&kv, true);
+        m.commit_present(ChunkId::new(1, 0), K64).unwrap();
+        m.note_write(ChunkId::new(1, 0));
+        assert!(m.commit_absent(1, &[0]).is_err());
+        assert!(m.is_split(1));
+        m.note_written_back(ChunkId::new(1, 0));
+        m.commit_absent(1, &[0]).unwrap();
+        assert!(!m.is_split(1));
+        assert_eq!(m.chunk_size(1), None);
+        kv.crash();
+        let m = map(&kv, false);
+        assert_eq!(m.get(ChunkId::new(1, 0)), None);
+        assert_eq!(m.files().count(), 0);
+    }
+
+    #[test]
+    fn a_file_keeps_one_chunk_size() {
+        let kv = MemKv::new();
+        let mut m = map(&kv, true);
+        m.commit_present(ChunkId::new(1, 0), K64).unwrap();
+        assert!(m.commit_present(ChunkId::new(1, 1), ChunkSize::MIN).is_err());
+        m.commit_discarded(1, &[0]).unwrap();
+        m.commit_present(ChunkId::new(1, 1), ChunkSize::MIN).unwrap();
+        assert_eq!(m.chunk_size(1), Some(ChunkSize::MIN));
+    }
+
+    #[test]
+    fn split_cuts_where_the_tier_changes() {
+        let kv = MemKv::new();
+        let mut m = map(&kv, true);
+        assert_eq!(m.split(1, 10, 100), vec![Piece { off: 10, len: 100, tier: Tier::Hdd }]);
+        assert!(m.split(1, 10, 0).is_empty());
+        for i in [1, 2, 4] {
+            m.commit_present(ChunkId::new(1, i), ChunkSize::MIN).unwrap();
+        }
+        let p = m.split(1, 4000, 4 * 4096);
+        assert_eq!(
+            p,
+            vec![
+                Piece { off: 4000, len: 96, tier: Tier::Hdd },
+                Piece { off: 4096, len: 8192, tier: Tier::Ssd },
+                Piece { off: 12288, len: 4096, tier: Tier::Hdd },
+                Piece { off: 16384, len: 4000, tier: Tier::Ssd },
+            ]
+        );
+    }
+
+    proptest! {
+        /// Pieces cover the request exactly, in order, each on the tier the
+        /// map says for every chunk it touches, and neighbours differ.
+        #[test]
+        fn split_covers_the_request(present in proptest::collection::btree_set(0u64..40, 0..20), off in 0u64..200_000, len in 0u64..200_000) {
+            let kv = MemKv::new();
+            let mut m = map(&kv, true);
+            for &i in &present {
+                m.commit_present(ChunkId::new(1, i), ChunkSize::MIN).unwrap();
+            }
+            let pieces = m.split(1, off, len);
+            let mut at = off;
+            for (k, p) in pieces.iter().enumerate() {
+                prop_assert_eq!(p.off, at);
+                prop_assert!(p.len > 0);
+                for i in ChunkSize::MIN.chunks(p.off, p.len) {
+                    let want = if present.contains(&i) { Tier::Ssd } else { Tier::Hdd };
+                    prop_assert_eq!(p.tier, want);
+                }
+                if k > 0 {
+                    prop_assert_ne!(pieces[k - 1].tier, p.tier);
+                }
+                at += p.len;
+            }
+            prop_assert_eq!(at, off + len);
+        }
+    }
+}

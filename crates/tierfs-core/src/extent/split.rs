@@ -1,0 +1,260 @@
+//! A split file: its HDD file (the home of every byte and of the size),
+//! its sparse shadow file on the SSD, and the extent map. The data path
+//! (reads and writes cut into pieces per tier) and the chunk mover (copy a
+//! chunk up, write it back, drop it) with their named crash points, and
+//! recovery after a crash.
+//!
+//! Beyond the map's invariants (I1–I3, see [`super::map`]):
+//! - **I4** Shadow bytes at or past the file's size are zero, so a file
+//!   that grows again reads zeros there. Truncate cuts the HDD file first
+//!   and then zeroes the shadow past the new size; recovery does it again
+//!   ([`Split::recover`]) for a crash in between.
+//!
+//! The caller holds the file's I/O lock for every call: a chunk move is a
+//! few hundred KiB at most, so the mover does not need the migration's
+//! change counter to copy while writers run.
+
+use super::map::{ChunkState, ExtentMap};
+use super::{ChunkId, ChunkSize};
+use crate::error::{Error, Result};
+use crate::state::ns::Ino;
+use crate::store::{read_full, write_full, Store};
+use crate::tier::Tier;
+
+/// Named steps of the chunk mover where tests simulate a crash.
+pub mod points {
+    /// Add: the chunk is copied to the shadow, not synced.
+    pub const ADD_COPIED: &str = "extent-add-copied";
+    /// Add: the shadow is synced, the map does not have the chunk yet.
+    pub const ADD_SYNCED: &str = "extent-add-synced";
+    /// Add: the map has the chunk.
+    pub const ADD_COMMITTED: &str = "extent-add-committed";
+    /// Write-back: the HDD file has the chunk's bytes, not synced.
+    pub const BACK_COPIED: &str = "extent-back-copied";
+    /// Write-back: the HDD file is synced, the chunk is not yet clean.
+    pub const BACK_SYNCED: &str = "extent-back-synced";
+    /// Drop: the chunk left the map, its shadow bytes are still there.
+    pub const DROP_UNMAPPED: &str = "extent-drop-unmapped";
+    /// Drop: the shadow bytes are punched out.
+    pub const DROP_PUNCHED: &str = "extent-drop-punched";
+    /// Every point, in protocol order.
+    pub const ALL: [&str; 7] =
+        [ADD_COPIED, ADD_SYNCED, ADD_COMMITTED, BACK_COPIED, BACK_SYNCED, DROP_UNMAPPED, DROP_PUNCHED];
+}
+
+/// Where a test stops the mover: called at each named point; an error
+/// stops the move there, as a crash would.
+pub type CrashHook<'a> = &'a mut dyn FnMut(&'static str) -> Result<()>;
+
+const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+
+/// One split file's two copies.
+pub struct Split<'a, S: Store> {
+    /// The HDD tier.
+    pub hdd: &'a S,
+    /// The file on the HDD.
+    pub home: &'a S::File,
+    /// The SSD tier.
+    pub ssd: &'a S,
+    /// The shadow file on the SSD (created, and its name synced, before
+    /// the first chunk is committed).
+    pub shadow: &'a S::File,
+    /// The file.
+    pub ino: Ino,
+}
+
+impl<S: Store> Split<'_, S> {
+    /// The file's size (the HDD file's).
+    pub fn size(&self) -> Result<u64> {
+        Ok(self.hdd.fstat(self.home)?.size)
+    }
+
+    fn chunk(&self, map: &ExtentMap, default: ChunkSize) -> ChunkSize {
+        map.chunk_size(self.ino).unwrap_or(default)
+    }
+
+    /// Reads up to `buf.len()` bytes at `off`, each piece from its tier.
+    pub fn read(&self, map: &ExtentMap, off: u64, buf: &mut [u8]) -> Result<usize> {
+        let size = self.size()?;
+        if off >= size {
+            return Ok(0);
+        }
+        let len = (buf.len() as u64).min(size - off);
+        for p in map.split(self.ino, off, len) {
+            let at = (p.off - off) as usize;
+            let dst = &mut buf[at..at + p.len as usize];
+            let n = match p.tier {
+                Tier::Ssd => read_full(self.ssd, self.shadow, dst, p.off)?,
+                Tier::Hdd => read_full(self.hdd, self.home, dst, p.off)?,
+            };
+            // A short read inside the size: a shadow hole past its end.
+            dst[n..].fill(0);
+        }
+        Ok(len as usize)
+    }
+
+    /// Writes `data` at `off`: the HDD file grows first if the write
+    /// extends it; pieces on mapped chunks go to the shadow and make those
+    /// chunks dirty.
+    pub fn write(&self, map: &mut ExtentMap, off: u64, data: &[u8]) -> Result<()> {
+        let end = off + data.len() as u64;
+        if end > self.size()? && map.is_split(self.ino) {
+            self.hdd.set_len(self.home, end)?;
+        }
+        for p in map.split(self.ino, off, data.len() as u64) {
+            let src = &data[(p.off - off) as usize..(p.off - off + p.len) as usize];
+            match p.tier {
+                Tier::Ssd => {
+                    write_full(self.ssd, self.shadow, src, p.off)?;
+                    let chunk = self.chunk(map, ChunkSize::DEFAULT);
+                    for index in chunk.chunks(p.off, p.len) {
+                        map.note_write(ChunkId::new(self.ino, index));
+                    }
+                }
+                Tier::Hdd => write_full(self.hdd, self.home, src, p.off)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// fsync: both copies. The map's entries are durable already (I1).
+    pub fn fsync(&self) -> Result<()> {
+        self.hdd.fsync(self.home, false)?;
+        self.ssd.fsync(self.shadow, true)?;
+        Ok(())
+    }
+
+    /// Cuts or extends the file to `size`: the HDD file first, then the
+    /// shadow past the new end is zeroed (I4) and chunks wholly past it
+    /// leave the map.
+    pub fn truncate(&self, map: &mut ExtentMap, size: u64) -> Result<()> {
+        self.hdd.set_len(self.home, size)?;
+        self.cut_shadow(map, size)
+    }
+
+    fn cut_shadow(&self, map: &mut ExtentMap, size: u64) -> Result<()> {
+        let Some(chunk) = map.chunk_size(self.ino) else { return Ok(()) };
+        let keep = chunk.count(size);
+        let gone: Vec<u64> = map.chunks(self.ino).map(|(i, _)| i).filter(|&i| i >= keep).collect();
+        if size % chunk.bytes() != 0 && map.get(ChunkId::new(self.ino, keep - 1)).is_some() {
+            self.ssd.fallocate(self.shadow, PUNCH, size, keep * chunk.bytes() - size)?;
+        }
+        if !gone.is_empty() {
+            map.commit_discarded(self.ino, &gone)?;
+            for i in gone {
+                self.ssd.fallocate(self.shadow, PUNCH, i * chunk.bytes(), chunk.bytes())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Punches a hole: in the HDD file, and in the shadow where the range
+    /// covers mapped chunks (their states do not change: both copies
+    /// change alike).
+    pub fn punch(&self, map: &ExtentMap, off: u64, len: u64) -> Result<()> {
+        self.hdd.fallocate(self.home, PUNCH, off, len)?;
+        for p in map.split(self.ino, off, len) {
+            if p.tier == Tier::Ssd {
+                self.ssd.fallocate(self.shadow, PUNCH, p.off, p.len)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The byte range of chunk `index` within the file, or `None` past the end.
+    fn range(&self, chunk: ChunkSize, index: u64) -> Result<Option<(u64, usize)>> {
+        let start = index * chunk.bytes();
+        let size = self.size()?;
+        Ok((start < size).then(|| (start, (size - start).min(chunk.bytes()) as usize)))
+    }
+
+    /// Copies chunk `index` to the SSD: HDD → shadow, shadow synced, then
+    /// committed to the map (I1). The chunk size is the file's, or `chunk`
+    /// for its first chunk.
+    pub fn add(&self, map: &mut ExtentMap, index: u64, chunk: ChunkSize, crash: CrashHook<'_>) -> Result<()> {
+        let chunk = self.chunk(map, chunk);
+        let id = ChunkId::new(self.ino, index);
+        if map.get(id).is_some() {
+            return Ok(());
+        }
+        let Some((start, len)) = self.range(chunk, index)? else {
+            return Err(Error::Invalid(format!("chunk {index} is past the end of file {}", self.ino)));
+        };
+        let mut buf = vec![0u8; len];
+        let n = read_full(self.hdd, self.home, &mut buf, start)?;
+        buf[n..].fill(0);
+        write_full(self.ssd, self.shadow, &buf, start)?;
+        crash(points::ADD_COPIED)?;
+        self.ssd.fsync(self.shadow, true)?;
+        crash(points::ADD_SYNCED)?;
+        map.commit_present(id, chunk)?;
+        crash(points::ADD_COMMITTED)
+    }
+
+    /// Writes a dirty chunk back: shadow → HDD, HDD synced, then clean.
+    pub fn write_back(&self, map: &mut ExtentMap, index: u64, crash: CrashHook<'_>) -> Result<()> {
+        let id = ChunkId::new(self.ino, index);
+        if map.get(id) != Some(ChunkState::Dirty) {
+            return Ok(());
+        }
+        let chunk = self.chunk(map, ChunkSize::DEFAULT);
+        if let Some((start, len)) = self.range(chunk, index)? {
+            let mut buf = vec![0u8; len];
+            let n = read_full(self.ssd, self.shadow, &mut buf, start)?;
+            buf[n..].fill(0);
+            write_full(self.hdd, self.home, &buf, start)?;
+            crash(points::BACK_COPIED)?;
+            self.hdd.fsync(self.home, true)?;
+            crash(points::BACK_SYNCED)?;
+        }
+        map.note_written_back(id);
+        Ok(())
+    }
+
+    /// Takes chunk `index` off the SSD: written back if dirty, out of the
+    /// map durably, then punched out of the shadow (I3).
+    pub fn drop_chunk(&self, map: &mut ExtentMap, index: u64, crash: CrashHook<'_>) -> Result<()> {
+        let Some(chunk) = map.chunk_size(self.ino) else { return Ok(()) };
+        if map.get(ChunkId::new(self.ino, index)).is_none() {
+            return Ok(());
+        }
+        self.write_back(map, index, crash)?;
+        map.commit_absent(self.ino, &[index])?;
+        crash(points::DROP_UNMAPPED)?;
+        self.ssd.fallocate(self.shadow, PUNCH, index * chunk.bytes(), chunk.bytes())?;
+        crash(points::DROP_PUNCHED)
+    }
+
+    /// After a crash (the map loaded with every chunk dirty if the
+    /// shutdown was unclean): chunks past the size leave the map and the
+    /// shadow past the size is zeroed (I4); shadow bytes of chunks not in
+    /// the map (a copy that was not committed, a drop that was not
+    /// punched) are punched out.
+    pub fn recover(&self, map: &mut ExtentMap) -> Result<()> {
+        let size = self.size()?;
+        self.cut_shadow(map, size)?;
+        let Some(chunk) = map.chunk_size(self.ino) else {
+            // Nothing mapped: the whole shadow is garbage.
+            self.ssd.set_len(self.shadow, 0)?;
+            return Ok(());
+        };
+        let shadow_size = self.ssd.fstat(self.shadow)?.size;
+        let mut at = 0;
+        while at < shadow_size {
+            let data = match self.ssd.seek(self.shadow, at as i64, libc::SEEK_DATA) {
+                Ok(d) => d as u64,
+                Err(e) if e.raw_os_error() == Some(libc::ENXIO) => break,
+                Err(e) => return Err(e.into()),
+            };
+            let index = data >> chunk.shift();
+            if map.get(ChunkId::new(self.ino, index)).is_none() {
+                self.ssd.fallocate(self.shadow, PUNCH, index * chunk.bytes(), chunk.bytes())?;
+            }
+            at = (index + 1) * chunk.bytes();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,272 @@
+//! A split file against a plain byte array: random reads, writes,
+//! truncates, hole punches, chunk moves, fsyncs, daemon crashes (the state
+//! database loses what it did not flush; the files keep everything, as
+//! the page cache does) and power cuts at every named step of a chunk move
+//! (everything loses what was not synced).
+
+use super::*;
+use crate::error::Error;
+use crate::state::MemKv;
+use crate::store::mem::{MemFile, MemStore};
+use proptest::prelude::*;
+use std::ffi::OsStr;
+use std::sync::Arc;
+
+const C: u64 = 4096;
+const CHUNK: ChunkSize = ChunkSize::MIN;
+const INO: Ino = 9;
+
+struct Rig {
+    hdd: MemStore,
+    ssd: MemStore,
+    kv: MemKv,
+    home: MemFile,
+    shadow: MemFile,
+    map: ExtentMap,
+}
+
+fn open(s: &MemStore, name: &str) -> MemFile {
+    let root = s.root().unwrap();
+    s.open(&root, OsStr::new(name), libc::O_RDWR | libc::O_CREAT, 0o644).unwrap()
+}
+
+impl Rig {
+    fn new(initial: &[u8]) -> Rig {
+        let (hdd, ssd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
+        let home = open(&hdd, "f");
+        hdd.write_at(&home, initial, 0).unwrap();
+        hdd.fsync(&home, false).unwrap();
+        hdd.sync_dir(&hdd.root().unwrap()).unwrap();
+        let shadow = open(&ssd, "shadow");
+        ssd.fsync(&shadow, false).unwrap();
+        ssd.sync_dir(&ssd.root().unwrap()).unwrap();
+        let map = ExtentMap::load(Arc::new(kv.clone()), true).unwrap();
+        Rig { hdd, ssd, kv, home, shadow, map }
+    }
+
+    /// Runs `f` on the split file and the map.
+    fn with<R>(&mut self, f: impl FnOnce(&Split<'_, MemStore>, &mut ExtentMap) -> R) -> R {
+        let s = Split { hdd: &self.hdd, home: &self.home, ssd: &self.ssd, shadow: &self.shadow, ino: INO };
+        f(&s, &mut self.map)
+    }
+
+    fn split(&self) -> Split<'_, MemStore> {
+        Split { hdd: &self.hdd, home: &self.home, ssd: &self.ssd, shadow: &self.shadow, ino: INO }
+    }
+
+    fn content(&self) -> Vec<u8> {
+        let size = self.split().size().unwrap();
+        let mut buf = vec![0xee; size as usize + 100];
+        let n = self.split().read(&self.map, 0, &mut buf).unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    /// The daemon dies: the files keep everything, the state database what
+    /// it flushed; at the next start the map is loaded as after an unclean
+    /// shutdown and recovery runs.
+    fn daemon_crash(&mut self) {
+        self.kv.crash();
+        self.restart();
+    }
+
+    /// The power goes: everything keeps only what was synced.
+    fn power_cut(&mut self) {
+        self.hdd.crash();
+        self.ssd.crash();
+        self.kv.crash();
+        self.home = open(&self.hdd, "f");
+        self.shadow = open(&self.ssd, "shadow");
+        self.restart();
+    }
+
+    fn restart(&mut self) {
+        self.map = ExtentMap::load(Arc::new(self.kv.clone()), false).unwrap();
+        let s = Split { hdd: &self.hdd, home: &self.home, ssd: &self.ssd, shadow: &self.shadow, ino: INO };
+        s.recover(&mut self.map).unwrap();
+    }
+
+    fn mover(&mut self, kind: u8, index: u64, crash: CrashHook<'_>) -> Result<()> {
+        let s = Split { hdd: &self.hdd, home: &self.home, ssd: &self.ssd, shadow: &self.shadow, ino: INO };
+        let size = s.size()?;
+        match kind {
+            0 if index * C < size => s.add(&mut self.map, index, CHUNK, crash),
+            0 => Ok(()),
+            1 => s.write_back(&mut self.map, index, crash),
+            _ => s.drop_chunk(&mut self.map, index, crash),
+        }
+    }
+}
+
+fn never(_: &'static str) -> Result<()> {
+    Ok(())
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Write {
+        off: u64,
+        len: u64,
+        byte: u8,
+    },
+    Truncate(u64),
+    Punch {
+        off: u64,
+        len: u64,
+    },
+    Move {
+        kind: u8,
+        index: u64,
+    },
+    Fsync,
+    DaemonCrash,
+    /// An fsync, then a move cut by a power cut at point `at` (or after
+    /// it, if the move never reaches that point).
+    PowerCut {
+        kind: u8,
+        index: u64,
+        at: usize,
+    },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => (0u64..20 * C, 1u64..3 * C, any::<u8>()).prop_map(|(off, len, byte)| Step::Write { off, len, byte }),
+        1 => (0u64..20 * C).prop_map(Step::Truncate),
+        1 => (0u64..20 * C, 1u64..3 * C).prop_map(|(off, len)| Step::Punch { off, len }),
+        5 => (0u8..3, 0u64..20).prop_map(|(kind, index)| Step::Move { kind, index }),
+        1 => Just(Step::Fsync),
+        1 => Just(Step::DaemonCrash),
+        2 => (0u8..3, 0u64..20, 0usize..points::ALL.len()).prop_map(|(kind, index, at)| Step::PowerCut { kind, index, at }),
+    ]
+}
+
+fn run(initial: Vec<u8>, steps: Vec<Step>) -> std::result::Result<(), TestCaseError> {
+    let mut rig = Rig::new(&initial);
+    let mut model = initial;
+    for (n, s) in steps.into_iter().enumerate() {
+        match s.clone() {
+            Step::Write { off, len, byte } => {
+                let data = vec![byte; len as usize];
+                rig.with(|s, m| s.write(m, off, &data)).unwrap();
+                let end = (off + len) as usize;
+                if model.len() < end {
+                    model.resize(end, 0);
+                }
+                model[off as usize..end].fill(byte);
+            }
+            Step::Truncate(size) => {
+                rig.with(|s, m| s.truncate(m, size)).unwrap();
+                model.resize(size as usize, 0);
+            }
+            Step::Punch { off, len } => {
+                rig.split().punch(&rig.map, off, len).unwrap();
+                let (a, b) = ((off as usize).min(model.len()), ((off + len) as usize).min(model.len()));
+                model[a..b].fill(0);
+            }
+            Step::Move { kind, index } => rig.mover(kind, index, &mut never).unwrap(),
+            Step::Fsync => rig.split().fsync().unwrap(),
+            Step::DaemonCrash => rig.daemon_crash(),
+            Step::PowerCut { kind, index, at } => {
+                rig.split().fsync().unwrap();
+                let point = points::ALL[at];
+                let mut hook = |p: &'static str| if p == point { Err(Error::SimulatedCrash(p)) } else { Ok(()) };
+                match rig.mover(kind, index, &mut hook) {
+                    Ok(()) | Err(Error::SimulatedCrash(_)) => {}
+                    Err(e) => panic!("step {n}: {e}"),
+                }
+                rig.power_cut();
+            }
+        }
+        let got = rig.content();
+        prop_assert_eq!(got.len(), model.len(), "size after step {} {:?}", n, s);
+        if let Some(i) = (0..got.len()).find(|&i| got[i] != model[i]) {
+            return Err(TestCaseError::fail(format!(
+                "after step {n} {s:?}: byte {i} is {:#x}, the model says {:#x}; map {:?}",
+                got[i],
+                model[i],
+                rig.map.chunks(INO).collect::<Vec<_>>()
+            )));
+        }
+        // I1 with I4: every mapped chunk is inside the file.
+        for (i, _) in rig.map.chunks(INO) {
+            prop_assert!(i * C < model.len() as u64, "chunk {} mapped past the end {}", i, model.len());
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #[test]
+    fn a_split_file_reads_like_a_byte_array_through_moves_crashes_and_power_cuts(
+        size in 0usize..16 * C as usize,
+        steps in proptest::collection::vec(step(), 1..60),
+    ) {
+        let initial: Vec<u8> = (0..size).map(|i| (i % 251) as u8 + 1).collect();
+        run(initial, steps)?;
+    }
+}
+
+/// Each named point, deterministically: a chunk written on the SSD (dirty)
+/// and synced, then dropped (write-back, unmap, punch) with a power cut at
+/// the point; then added again and cut at the add points.
+#[test]
+fn a_power_cut_at_every_step_of_a_chunk_move_keeps_the_synced_bytes() {
+    for point in points::ALL {
+        let initial: Vec<u8> = (0..5 * C as usize).map(|i| (i % 7) as u8).collect();
+        let mut rig = Rig::new(&initial);
+        let mut model = initial.clone();
+        rig.mover(0, 2, &mut never).unwrap();
+        rig.with(|s, m| s.write(m, 2 * C + 10, &[0xab; 100])).unwrap();
+        model[2 * C as usize + 10..2 * C as usize + 110].fill(0xab);
+        assert_eq!(rig.map.get(ChunkId::new(INO, 2)), Some(ChunkState::Dirty));
+        rig.split().fsync().unwrap();
+        let mut hook = |p: &'static str| if p == point { Err(Error::SimulatedCrash(p)) } else { Ok(()) };
+        let _ = rig.mover(2, 2, &mut hook);
+        rig.power_cut();
+        assert_eq!(rig.content(), model, "drop cut at {point}");
+        let mut hook = |p: &'static str| if p == point { Err(Error::SimulatedCrash(p)) } else { Ok(()) };
+        let _ = rig.mover(0, 3, &mut hook);
+        rig.power_cut();
+        assert_eq!(rig.content(), model, "add cut at {point}");
+    }
+}
+
+/// A write acknowledged to a chunk on the SSD survives the daemon's death
+/// without an fsync: the map entry was durable before the write, and the
+/// chunk is taken as dirty afterwards, so it is written back before it is
+/// dropped.
+#[test]
+fn a_write_to_an_ssd_chunk_survives_the_daemon_and_is_written_back_before_a_drop() {
+    let mut rig = Rig::new(&[1u8; 3 * C as usize]);
+    rig.mover(0, 1, &mut never).unwrap();
+    rig.map.save().unwrap();
+    rig.with(|s, m| s.write(m, C, &[9u8; 10])).unwrap();
+    rig.daemon_crash();
+    assert_eq!(rig.map.get(ChunkId::new(INO, 1)), Some(ChunkState::Dirty));
+    assert_eq!(&rig.content()[C as usize..C as usize + 11], &[9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 1]);
+    rig.mover(2, 1, &mut never).unwrap();
+    assert!(!rig.map.is_split(INO));
+    let mut home = vec![0u8; 11];
+    read_full(&rig.hdd, &rig.home, &mut home, C).unwrap();
+    assert_eq!(home, [9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 1]);
+}
+
+/// A truncate that cuts into a mapped chunk, then an extension: the bytes
+/// past the cut read as zeros (I4), also when the daemon died between the
+/// two halves of the truncate.
+#[test]
+fn bytes_past_a_truncate_read_as_zeros_after_the_file_grows_again() {
+    let mut rig = Rig::new(&[5u8; 4 * C as usize]);
+    rig.mover(0, 1, &mut never).unwrap();
+    rig.mover(0, 3, &mut never).unwrap();
+    // Only the HDD half of a truncate, as if the daemon died in between.
+    rig.hdd.set_len(&rig.home, C + 100).unwrap();
+    rig.daemon_crash();
+    assert_eq!(rig.map.chunks(INO).map(|(i, _)| i).collect::<Vec<_>>(), vec![1]);
+    rig.with(|s, m| s.truncate(m, 3 * C)).unwrap();
+    let c = rig.content();
+    assert!(c[..C as usize + 100].iter().all(|&b| b == 5));
+    assert!(c[C as usize + 100..].iter().all(|&b| b == 0), "stale bytes came back");
+}
