@@ -1,6 +1,6 @@
-//! Sub-file extents, the deciding half (Hystor §4 and §5.4): which chunks
-//! of big files deserve the SSD. Pure, like the other policies: accesses
-//! and the time come in as values, plans of chunk moves go out.
+//! Sub-file extents (Hystor §4, §5.4): the hot chunks of big files on the
+//! SSD. The deciding half is pure, like the other policies: accesses and
+//! the time come in as values, plans of chunk moves go out.
 //!
 //! - [`table`]: the three-level block table (region / sub-region / chunk)
 //!   with Hystor's inverse-bitmap counters and the per-page overflow shift.
@@ -12,9 +12,10 @@
 //! - [`map`]: the persistent extent map (which chunks have an SSD copy,
 //!   which HDD copies are stale), its invariants, and how a request is cut
 //!   into pieces per tier.
+//! - [`split`]: a split file's I/O over the two stores, the chunk mover
+//!   with its crash points, and recovery.
 //!
-//! The chunk mover and the split data path in the volume are not built
-//! yet: see ARCHITECTURE.md.
+//! Not yet used by the volume, the engine or a policy (ARCHITECTURE.md).
 
 pub mod choose;
 pub mod map;
