@@ -97,6 +97,7 @@ impl ExtentMap {
     /// chunk is taken as dirty (I2).
     pub fn load(kv: Arc<dyn Kv>, clean: bool) -> Result<Self> {
         let mut files = BTreeMap::new();
+        let mut unsaved = BTreeMap::new();
         for (k, v) in kv.scan(TreeId::Ns, b"X")? {
             let ino =
                 Ino::from_be_bytes(k.get(1..9).and_then(|b| b.try_into().ok()).ok_or_else(|| corrupt("file key"))?);
@@ -117,13 +118,19 @@ impl ExtentMap {
             };
             let state = match v.as_slice() {
                 [FORMAT, CLEAN] if clean => ChunkState::Clean,
-                [FORMAT, CLEAN | DIRTY] => ChunkState::Dirty,
+                [FORMAT, CLEAN] => {
+                    // Taken as dirty, and saved so: a later clean shutdown
+                    // must not make the stored "clean" believed again.
+                    unsaved.insert(ChunkId::new(ino, index), ChunkState::Dirty);
+                    ChunkState::Dirty
+                }
+                [FORMAT, DIRTY] => ChunkState::Dirty,
                 _ => return Err(corrupt("chunk state")),
             };
             let file = files.get_mut(&ino).ok_or_else(|| corrupt("a chunk of a file without a chunk size"))?;
             file.chunks.insert(index, state);
         }
-        Ok(ExtentMap { kv, files, unsaved: BTreeMap::new() })
+        Ok(ExtentMap { kv, files, unsaved })
     }
 
     /// The state of one chunk; `None` if it is only on the HDD.
@@ -191,7 +198,16 @@ impl ExtentMap {
         }
         ops.push(Op::Put(chunk_key(id), vec![FORMAT, CLEAN]));
         self.kv.apply(TreeId::Ns, ops)?;
-        self.kv.flush()?;
+        if let Err(e) = self.kv.flush() {
+            // Not in memory, so writes go to the HDD: the entry must not
+            // become durable later and bring the older SSD copy back.
+            let mut undo = vec![Op::Del(chunk_key(id))];
+            if known.is_none() {
+                undo.push(Op::Del(file_key(id.ino)));
+            }
+            self.kv.apply(TreeId::Ns, undo)?;
+            return Err(e);
+        }
         self.files
             .entry(id.ino)
             .or_insert_with(|| FileMap { chunk, chunks: BTreeMap::new() })
@@ -257,7 +273,9 @@ impl ExtentMap {
     fn remove(&mut self, ino: Ino, indices: &[u64]) -> Result<()> {
         let Some(f) = self.files.get_mut(&ino) else { return Ok(()) };
         let mut ops: Vec<Op> = indices.iter().map(|&i| Op::Del(chunk_key(ChunkId::new(ino, i)))).collect();
-        let last = indices.iter().filter(|i| f.chunks.contains_key(i)).count() == f.chunks.len();
+        let going: std::collections::BTreeSet<u64> =
+            indices.iter().copied().filter(|i| f.chunks.contains_key(i)).collect();
+        let last = going.len() == f.chunks.len();
         if last {
             ops.push(Op::Del(file_key(ino)));
         }
@@ -312,6 +330,24 @@ mod tests {
         assert_eq!(m.get(ChunkId::new(5, 3)), Some(ChunkState::Dirty));
     }
 
+    /// Found by the model test: after an unclean shutdown every chunk is
+    /// dirty in memory, but the stored states still said clean; a write
+    /// changed nothing to save, and after a clean restart the chunk was
+    /// believed clean and dropped without its write-back.
+    #[test]
+    fn chunks_taken_as_dirty_after_a_crash_stay_dirty_across_a_clean_restart() {
+        let kv = MemKv::new();
+        let mut m = map(&kv, true);
+        m.commit_present(ChunkId::new(1, 4), K64).unwrap();
+        kv.crash();
+        let mut m = map(&kv, false);
+        m.note_write(ChunkId::new(1, 4));
+        m.save().unwrap();
+        kv.flush().unwrap();
+        let m = map(&kv, true);
+        assert_eq!(m.get(ChunkId::new(1, 4)), Some(ChunkState::Dirty));
+    }
+
     #[test]
     fn a_dirty_chunk_is_not_dropped_without_a_write_back() {
         let kv = MemKv::new();
@@ -328,6 +364,21 @@ mod tests {
         let m = map(&kv, false);
         assert_eq!(m.get(ChunkId::new(1, 0)), None);
         assert_eq!(m.files().count(), 0);
+    }
+
+    /// Review finding: a chunk named twice counted twice, so the file's
+    /// chunk size was deleted while another chunk was still mapped, and the
+    /// next load failed.
+    #[test]
+    fn discarding_a_chunk_named_twice_keeps_the_other_chunks() {
+        let kv = MemKv::new();
+        let mut m = map(&kv, true);
+        m.commit_present(ChunkId::new(1, 3), K64).unwrap();
+        m.commit_present(ChunkId::new(1, 4), K64).unwrap();
+        m.commit_discarded(1, &[3, 3]).unwrap();
+        assert_eq!(m.chunks(1).map(|(i, _)| i).collect::<Vec<_>>(), vec![4]);
+        let m = map(&kv, true);
+        assert_eq!(m.chunks(1).map(|(i, _)| i).collect::<Vec<_>>(), vec![4]);
     }
 
     #[test]

@@ -97,7 +97,10 @@ impl<S: Store> Split<'_, S> {
     /// extends it; pieces on mapped chunks go to the shadow and make those
     /// chunks dirty.
     pub fn write(&self, map: &mut ExtentMap, off: u64, data: &[u8]) -> Result<()> {
-        let end = off + data.len() as u64;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let end = off.checked_add(data.len() as u64).ok_or_else(|| Error::errno(libc::EFBIG))?;
         if end > self.size()? && map.is_split(self.ino) {
             self.hdd.set_len(self.home, end)?;
         }
@@ -105,11 +108,13 @@ impl<S: Store> Split<'_, S> {
             let src = &data[(p.off - off) as usize..(p.off - off + p.len) as usize];
             match p.tier {
                 Tier::Ssd => {
-                    write_full(self.ssd, self.shadow, src, p.off)?;
+                    // Dirty before the bytes land: a write that fails half
+                    // way must not leave new bytes on a "clean" chunk.
                     let chunk = self.chunk(map, ChunkSize::DEFAULT);
                     for index in chunk.chunks(p.off, p.len) {
                         map.note_write(ChunkId::new(self.ino, index));
                     }
+                    write_full(self.ssd, self.shadow, src, p.off)?;
                 }
                 Tier::Hdd => write_full(self.hdd, self.home, src, p.off)?,
             }
@@ -132,11 +137,22 @@ impl<S: Store> Split<'_, S> {
         self.cut_shadow(map, size)
     }
 
+    /// The shadow half of a truncate to `size`, also redone by recovery.
+    /// When it touches a mapped chunk, the HDD file's new size is made
+    /// durable first (else a power cut could bring back the old size over
+    /// chunks already unmapped: stale HDD bytes in place of synced SSD
+    /// ones), and the shadow is synced after (else the old bytes past the
+    /// cut could come back once the file grows again).
     fn cut_shadow(&self, map: &mut ExtentMap, size: u64) -> Result<()> {
         let Some(chunk) = map.chunk_size(self.ino) else { return Ok(()) };
         let keep = chunk.count(size);
         let gone: Vec<u64> = map.chunks(self.ino).map(|(i, _)| i).filter(|&i| i >= keep).collect();
-        if size % chunk.bytes() != 0 && map.get(ChunkId::new(self.ino, keep - 1)).is_some() {
+        let partial = size % chunk.bytes() != 0 && map.get(ChunkId::new(self.ino, keep - 1)).is_some();
+        if gone.is_empty() && !partial {
+            return Ok(());
+        }
+        self.hdd.fsync(self.home, true)?;
+        if partial {
             self.ssd.fallocate(self.shadow, PUNCH, size, keep * chunk.bytes() - size)?;
         }
         if !gone.is_empty() {
@@ -145,6 +161,7 @@ impl<S: Store> Split<'_, S> {
                 self.ssd.fallocate(self.shadow, PUNCH, i * chunk.bytes(), chunk.bytes())?;
             }
         }
+        self.ssd.fsync(self.shadow, true)?;
         Ok(())
     }
 
@@ -184,6 +201,11 @@ impl<S: Store> Split<'_, S> {
         let n = read_full(self.hdd, self.home, &mut buf, start)?;
         buf[n..].fill(0);
         write_full(self.ssd, self.shadow, &buf, start)?;
+        if (len as u64) < chunk.bytes() {
+            // The last chunk: whatever an earlier life left past the size
+            // must read as zeros if the file grows (I4).
+            self.ssd.fallocate(self.shadow, PUNCH, start + len as u64, chunk.bytes() - len as u64)?;
+        }
         crash(points::ADD_COPIED)?;
         self.ssd.fsync(self.shadow, true)?;
         crash(points::ADD_SYNCED)?;
