@@ -126,13 +126,9 @@ fn cached_copies_dropped_by_recovery_leave_the_statistics_and_the_ssd_account() 
     assert_eq!(r.engine.ssd_used(), 0);
 }
 
-#[test]
-fn a_write_that_needs_room_never_migrates_in_its_own_thread() {
-    // The foreground cleaner ran whole migrations inside the request that
-    // needed room, holding its file's I/O lock: two such writes stalled a
-    // mount with two request threads, and the cleaner could wait for a
-    // lock another request held while that one waited for ours. Now the
-    // request waits, holding nothing, and the cleaner thread evicts.
+/// Dynamic cold-DST on a 20 KiB SSD cleaned only on demand, with two
+/// files of 8 KiB on it: the next 8 KiB need an eviction.
+fn two_files_on_a_full_ssd() -> (Rig, Ino, Ino) {
     let cfg = EngineConfig {
         policy: PolicyKind::DynamicColdDst,
         ssd_capacity: Some(20 << 10),
@@ -142,6 +138,17 @@ fn a_write_that_needs_room_never_migrates_in_its_own_thread() {
     let r = rig_with(cfg);
     let a = file(&r.vol, "a", &[1u8; 8192]);
     let b = file(&r.vol, "b", &[2u8; 8192]);
+    (r, a, b)
+}
+
+#[test]
+fn a_write_that_needs_room_never_migrates_in_its_own_thread() {
+    // The foreground cleaner ran whole migrations inside the request that
+    // needed room, holding its file's I/O lock: two such writes stalled a
+    // mount with two request threads, and the cleaner could wait for a
+    // lock another request held while that one waited for ours. Now the
+    // request waits, holding nothing, and the cleaner thread evicts.
+    let (r, a, b) = two_files_on_a_full_ssd();
     assert_eq!(r.vol.record(b).unwrap().placement, crate::tier::Placement::On(Tier::Ssd));
     let movers = Arc::new(Mutex::new(Vec::new()));
     let seen = movers.clone();
@@ -211,15 +218,7 @@ fn a_write_larger_than_the_ssd_does_not_empty_it() {
     // A request for more room than the capacity made the cleaner evict
     // every file before the writer gave up (found in review): it cannot be
     // met, so the written file goes to the HDD at once.
-    let cfg = EngineConfig {
-        policy: PolicyKind::DynamicColdDst,
-        ssd_capacity: Some(20 << 10),
-        watermarks: (100, 100),
-        ..EngineConfig::default()
-    };
-    let r = rig_with(cfg);
-    let a = file(&r.vol, "a", &[1u8; 8192]);
-    let b = file(&r.vol, "b", &[2u8; 8192]);
+    let (r, a, b) = two_files_on_a_full_ssd();
     let Rig { vol, engine, rx, .. } = r;
     engine.start(rx);
     let v = vol.clone();

@@ -24,7 +24,7 @@
 
 use super::{ChunkId, ChunkSize};
 use crate::error::{Error, Result};
-use crate::state::ns::Ino;
+use crate::state::ns::{ino_at, key, Ino};
 use crate::state::{Kv, Op, TreeId};
 use crate::tier::Tier;
 use std::collections::BTreeMap;
@@ -76,14 +76,11 @@ impl std::fmt::Debug for ExtentMap {
 }
 
 fn file_key(ino: Ino) -> Vec<u8> {
-    let mut k = vec![b'X'];
-    k.extend_from_slice(&ino.to_be_bytes());
-    k
+    key(b'X', ino)
 }
 
 fn chunk_key(id: ChunkId) -> Vec<u8> {
-    let mut k = vec![b'x'];
-    k.extend_from_slice(&id.ino.to_be_bytes());
+    let mut k = key(b'x', id.ino);
     k.extend_from_slice(&id.index.to_be_bytes());
     k
 }
@@ -99,8 +96,7 @@ impl ExtentMap {
         let mut files = BTreeMap::new();
         let mut unsaved = BTreeMap::new();
         for (k, v) in kv.scan(TreeId::Ns, b"X")? {
-            let ino =
-                Ino::from_be_bytes(k.get(1..9).and_then(|b| b.try_into().ok()).ok_or_else(|| corrupt("file key"))?);
+            let ino = ino_at(&k, 1)?;
             let chunk = match v.as_slice() {
                 [FORMAT, shift] => ChunkSize::new(1u64.checked_shl(u32::from(*shift)).unwrap_or(0)),
                 _ => None,
@@ -109,13 +105,10 @@ impl ExtentMap {
             files.insert(ino, FileMap { chunk, chunks: BTreeMap::new() });
         }
         for (k, v) in kv.scan(TreeId::Ns, b"x")? {
-            let (ino, index) = match k.as_slice() {
-                [_, rest @ ..] if rest.len() == 16 => (
-                    Ino::from_be_bytes(rest[..8].try_into().map_err(|_| corrupt("chunk key"))?),
-                    u64::from_be_bytes(rest[8..].try_into().map_err(|_| corrupt("chunk key"))?),
-                ),
-                _ => return Err(corrupt("chunk key")),
-            };
+            if k.len() != 17 {
+                return Err(corrupt("chunk key"));
+            }
+            let (ino, index) = (ino_at(&k, 1)?, ino_at(&k, 9)?);
             let state = match v.as_slice() {
                 [FORMAT, CLEAN] if clean => ChunkState::Clean,
                 [FORMAT, CLEAN] => {

@@ -101,16 +101,18 @@ impl<S: Store> Split<'_, S> {
             return Ok(());
         }
         let end = off.checked_add(data.len() as u64).ok_or_else(|| Error::errno(libc::EFBIG))?;
-        if end > self.size()? && map.is_split(self.ino) {
+        // An unsplit file is one HDD piece, which grows the file itself:
+        // no fstat on its path.
+        if map.is_split(self.ino) && end > self.size()? {
             self.hdd.set_len(self.home, end)?;
         }
+        let chunk = self.chunk(map, ChunkSize::DEFAULT);
         for p in map.split(self.ino, off, data.len() as u64) {
             let src = &data[(p.off - off) as usize..(p.off - off + p.len) as usize];
             match p.tier {
                 Tier::Ssd => {
                     // Dirty before the bytes land: a write that fails half
                     // way must not leave new bytes on a "clean" chunk.
-                    let chunk = self.chunk(map, ChunkSize::DEFAULT);
                     for index in chunk.chunks(p.off, p.len) {
                         map.note_write(ChunkId::new(self.ino, index));
                     }

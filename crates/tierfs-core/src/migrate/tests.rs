@@ -649,6 +649,13 @@ fn overlapping_writes_leave_a_cached_copy_equal_to_its_primary() {
     assert_eq!(&read_all(&v, ino)[..4], &on(Tier::Hdd)[..]);
 }
 
+/// Leaves the SSD no room past what it holds: the next write that needs
+/// a byte more fails with ENOSPC.
+fn fill_ssd(rig: &Rig) {
+    let used: u64 = rig.ssd.dump().iter().map(|(_, _, d)| d.len() as u64).sum();
+    rig.ssd.set_capacity(used);
+}
+
 #[test]
 fn a_write_through_that_failed_is_never_read_from_the_copy() {
     // A failed write to the cached copy only queued its drop: meanwhile
@@ -659,8 +666,7 @@ fn a_write_through_that_failed_is_never_read_from_the_copy() {
     let ino = lookup(&v, "cached");
     let o = v.open(ino, libc::O_RDWR).unwrap();
     // The SSD is full: writing the copy past its end fails.
-    let used: u64 = rig.ssd.dump().iter().map(|(_, _, d)| d.len() as u64).sum();
-    rig.ssd.set_capacity(used);
+    fill_ssd(&rig);
     v.write(o.fh, 3_000, b"TAIL").unwrap();
     let mut want = content(4, 3_000);
     want.extend_from_slice(b"TAIL");
@@ -759,8 +765,7 @@ fn a_new_copy_of_a_file_held_open_is_written_through_again() {
     let v = rig.mount();
     let ino = lookup(&v, "cached");
     let o = v.open(ino, libc::O_RDWR).unwrap();
-    let used: u64 = rig.ssd.dump().iter().map(|(_, _, d)| d.len() as u64).sum();
-    rig.ssd.set_capacity(used);
+    fill_ssd(&rig);
     v.write(o.fh, 3_000, b"ONE").unwrap();
     assert_eq!(v.record(ino).unwrap().placement, Placement::On(Tier::Hdd), "the stale copy was dropped");
     rig.ssd.set_capacity(u64::MAX);

@@ -292,7 +292,8 @@ fn decode_journal(ino: Ino, b: &[u8]) -> Result<JournalEntry> {
     Ok(JournalEntry { ino, op, state, links, source: ids[0], target: ids[1] })
 }
 
-fn key(tag: u8, ino: Ino) -> Vec<u8> {
+/// A key of the `ns` tree: a tag byte and an inode number, big-endian.
+pub(crate) fn key(tag: u8, ino: Ino) -> Vec<u8> {
     let mut k = Vec::with_capacity(9);
     k.push(tag);
     k.extend_from_slice(&ino.to_be_bytes());
@@ -312,7 +313,8 @@ fn backref_key(child: Ino, parent: Ino, name: &OsStr) -> Vec<u8> {
     k
 }
 
-fn ino_at(b: &[u8], at: usize) -> Result<Ino> {
+/// The big-endian number at `at` of a key or value.
+pub(crate) fn ino_at(b: &[u8], at: usize) -> Result<Ino> {
     b.get(at..at + 8)
         .map(|s| u64::from_be_bytes(s.try_into().expect("8 bytes")))
         .ok_or_else(|| Error::Corrupt("short key or value".into()))
