@@ -96,6 +96,9 @@ impl ExtentMap {
         let mut files = BTreeMap::new();
         let mut unsaved = BTreeMap::new();
         for (k, v) in kv.scan(TreeId::Ns, b"X")? {
+            if k.len() != 9 {
+                return Err(corrupt("file key"));
+            }
             let ino = ino_at(&k, 1)?;
             let chunk = match v.as_slice() {
                 [FORMAT, shift] => ChunkSize::new(1u64.checked_shl(u32::from(*shift)).unwrap_or(0)),
@@ -372,6 +375,15 @@ mod tests {
         assert_eq!(m.chunks(1).map(|(i, _)| i).collect::<Vec<_>>(), vec![4]);
         let m = map(&kv, true);
         assert_eq!(m.chunks(1).map(|(i, _)| i).collect::<Vec<_>>(), vec![4]);
+    }
+
+    #[test]
+    fn keys_of_the_wrong_length_are_corrupt() {
+        for bad in [b"X\0\0\0\0\0\0\0\x01\x02".to_vec(), b"x\0\0\0\0\0\0\0\x01\x02".to_vec()] {
+            let kv = MemKv::new();
+            kv.apply(TreeId::Ns, vec![Op::Put(bad, vec![FORMAT, 16])]).unwrap();
+            assert!(matches!(ExtentMap::load(Arc::new(kv), true), Err(Error::Corrupt(_))));
+        }
     }
 
     #[test]
