@@ -269,6 +269,8 @@ pub fn du_files(tier: &Path) -> (u64, u64) {
         for e in rd.flatten() {
             let p = e.path();
             if d == tier && e.file_name() == ".tierfs" {
+                // Shadows of split files are charged to the SSD account.
+                stack.push(p.join("shadow"));
                 continue;
             }
             let Ok(md) = fs::symlink_metadata(&p) else { continue };

@@ -5,6 +5,7 @@ mod adopt;
 mod badinput;
 mod bench;
 mod crash;
+mod extents;
 mod hardening;
 mod harness;
 mod killloop;

@@ -563,6 +563,8 @@ fn torture(name: &str, args: &[&str]) {
     let ops: usize = progress.iter().map(|p| p.lock().unwrap().log.len()).sum();
     let mv = &crate::harness::stats_json(&m.mnt)["migrations"];
     let moves: u64 = ["promotions", "demotions", "copies", "drops"].iter().map(|k| mv[k].as_u64().unwrap_or(0)).sum();
+    let rm = &crate::harness::stats_json(&m.mnt)["remap"];
+    let chunk_moves = ["added", "dropped", "unsplit"].iter().map(|k| rm[k].as_u64().unwrap_or(0)).sum::<u64>();
     let t = Instant::now();
     m.unmount();
     assert!(t.elapsed() < Duration::from_secs(10), "{name}: unmount took {:?}", t.elapsed());
@@ -570,7 +572,20 @@ fn torture(name: &str, args: &[&str]) {
     check(&m, &format!("{name}, after a remount"));
     m.unmount();
     // Shown with --nocapture (scripts/long-tests.sh).
-    eprintln!("{name}: {ops} operations by {WORKERS} workers in {} s, {moves} migrations; checked", seconds());
+    eprintln!(
+        "{name}: {ops} operations by {WORKERS} workers in {} s, {moves} migrations, {chunk_moves} chunk moves; checked",
+        seconds()
+    );
+}
+
+/// Hystor on files small enough for the tiny SSD: sieve 8K, 4-KiB chunks,
+/// a chunk period of 200 ms, so chunks move under the operations too.
+#[test]
+fn torture_hystor() {
+    torture(
+        "torture_hystor",
+        &["--policy", "hystor", "--io-mode", "userspace", "--sieve", "8K", "--chunk", "4K", "--chunk-period", "200ms"],
+    );
 }
 
 macro_rules! torture_tests {

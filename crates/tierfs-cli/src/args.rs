@@ -69,7 +69,8 @@ pub struct MountArgs {
     pub io_mode: IoModeArg,
     /// The architecture: dynamic-hot-dst, interval-hot-dst, plain-cold-dst,
     /// dynamic-cold-dst, dynamic-cold-dst-bg, on-demand-cache,
-    /// interval-cache, hdd-only or ssd-only.
+    /// interval-cache, hdd-only, ssd-only or hystor (small files by
+    /// dynamic-hot-dst, the hot chunks of files past the sieve on the SSD).
     #[arg(long, default_value = "dynamic-hot-dst", value_name = "NAME")]
     pub policy: String,
     /// Treat the SSD as holding at most this much user data (e.g. 512M,
@@ -83,6 +84,12 @@ pub struct MountArgs {
     /// Interval of interval-hot-dst and interval-cache (e.g. 5s, 80s).
     #[arg(long, default_value = "80s", value_name = "DURATION")]
     pub interval: String,
+    /// Chunk size of split files under hystor: a power of two from 4K to 1M.
+    #[arg(long, default_value = "64K", value_name = "SIZE")]
+    pub chunk: String,
+    /// How often hystor chooses the chunks on the SSD (Hystor's period).
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    pub chunk_period: String,
     /// Most bytes per second background migrations copy (0: unlimited).
     #[arg(long, default_value = "64M", value_name = "SIZE")]
     pub migrate_rate: String,

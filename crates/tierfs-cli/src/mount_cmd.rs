@@ -142,6 +142,20 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
                 }
                 d
             },
+            chunk: {
+                let n = parse_size(&a.chunk).map_err(|e| anyhow::anyhow!("--chunk: {e}"))?;
+                if tierfs_core::extent::ChunkSize::new(n).is_none() {
+                    bail!("--chunk must be a power of two from 4K to 1M");
+                }
+                n
+            },
+        },
+        chunk_period: {
+            let d = parse_duration(&a.chunk_period).map_err(|e| anyhow::anyhow!("--chunk-period: {e}"))?;
+            if d.is_zero() {
+                bail!("--chunk-period must be more than 0");
+            }
+            d
         },
         ssd_capacity: a
             .ssd_capacity

@@ -125,6 +125,19 @@ fn render_status(r: &StatusReport) -> String {
             );
         }
     }
+    let rm = &r.remap;
+    if rm.split_files > 0 || rm.area_bytes > 0 || rm.added > 0 {
+        o += &format!(
+            "\nsub-file extents: {} split files, {} of chunks on the SSD (remap area {}); {} chunks copied, {} dropped, {} files unsplit, {} queued\n",
+            rm.split_files,
+            format_size(rm.used_bytes),
+            format_size(rm.area_bytes),
+            rm.added,
+            rm.dropped,
+            rm.unsplit,
+            rm.queued
+        );
+    }
     if r.dropped_events > 0 {
         o += &format!("events dropped (statistics thread behind): {}\n", r.dropped_events);
     }
@@ -170,6 +183,26 @@ fn render_file(f: &FileReport) -> String {
     }
     if let Some(n) = &f.note {
         o += &format!("  {n}\n");
+    }
+    if let Some(sp) = &f.split {
+        o += &format!(
+            "  chunks of {}: {} on the SSD ({} dirty); {} on the SSD, {} on the HDD only\n",
+            format_size(sp.chunk),
+            sp.ssd_chunks,
+            sp.dirty_chunks,
+            format_size(sp.ssd_bytes),
+            format_size(sp.hdd_only_bytes)
+        );
+        let ratio = if sp.reads == 0 { 0.0 } else { sp.ssd_reads as f64 / sp.reads as f64 };
+        o += &format!("  SSD hit ratio: {} of {} read requests served by the SSD\n", pct(ratio), sp.reads);
+        o += &format!("  split: {}\n", sp.why);
+        if !sp.hottest.is_empty() {
+            o += "  hottest chunks (index, counter, tier):";
+            for (i, c, on_ssd) in &sp.hottest {
+                o += &format!(" {i}:{c}:{}", if *on_ssd { "ssd" } else { "hdd" });
+            }
+            o += "\n";
+        }
     }
     o
 }

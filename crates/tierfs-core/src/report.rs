@@ -115,6 +115,52 @@ pub struct FileReport {
     pub policy: Option<String>,
     /// Why it is where it is, or why it did not move (latest decision).
     pub note: Option<String>,
+    /// Its chunks, if it is counted by chunks (`hystor`, past the sieve).
+    #[serde(default)]
+    pub split: Option<SplitReport>,
+}
+
+/// A file counted by chunks: which of them are on the SSD, and how well
+/// they serve its reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitReport {
+    /// Chunk size, bytes.
+    pub chunk: u64,
+    /// Chunks with a copy on the SSD.
+    pub ssd_chunks: u64,
+    /// Of which the HDD copy is stale (written on the SSD since).
+    pub dirty_chunks: u64,
+    /// Bytes of the file with a copy on the SSD.
+    pub ssd_bytes: u64,
+    /// Bytes only on the HDD.
+    pub hdd_only_bytes: u64,
+    /// The hottest chunks by Hystor's counters: index, counter, on the SSD.
+    pub hottest: Vec<(u64, u16, bool)>,
+    /// Read requests counted since the mount.
+    pub reads: u64,
+    /// Of which the SSD served every byte.
+    pub ssd_reads: u64,
+    /// Why the file is (or is not) split.
+    pub why: String,
+}
+
+/// The remap area of sub-file extents.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemapReport {
+    /// Files with chunks on the SSD.
+    pub split_files: u64,
+    /// Bytes of their chunks.
+    pub used_bytes: u64,
+    /// The area at the last period (what whole files leave, less a margin).
+    pub area_bytes: u64,
+    /// Chunks copied to the SSD, dropped, and files unsplit since the mount.
+    pub added: u64,
+    /// See `added`.
+    pub dropped: u64,
+    /// See `added`.
+    pub unsplit: u64,
+    /// Chunk moves queued.
+    pub queued: u64,
 }
 
 /// Everything `tierfs stats` shows.
@@ -153,6 +199,9 @@ pub struct StatusReport {
     /// Emulated devices, if any.
     #[serde(default)]
     pub emulation: Vec<DeviceReport>,
+    /// Sub-file extents.
+    #[serde(default)]
+    pub remap: RemapReport,
 }
 
 /// One policy directory (a group) and the files it governs.

@@ -27,6 +27,8 @@ pub enum Key {
     Sieve,
     /// `user.tierfs.interval` (directories).
     Interval,
+    /// `user.tierfs.chunk` (directories): chunk size of new split files.
+    Chunk,
     /// `user.tierfs.pin` (files and directories).
     Pin,
     /// `user.tierfs.placement` (read-only: where a file's data is now,
@@ -36,7 +38,8 @@ pub enum Key {
 
 impl Key {
     /// Every key, for listing.
-    pub const ALL: [Key; 6] = [Key::Policy, Key::PolicySource, Key::Sieve, Key::Interval, Key::Pin, Key::Placement];
+    pub const ALL: [Key; 7] =
+        [Key::Policy, Key::PolicySource, Key::Sieve, Key::Interval, Key::Chunk, Key::Pin, Key::Placement];
 
     /// The full xattr name.
     pub fn name(self) -> &'static str {
@@ -45,6 +48,7 @@ impl Key {
             Key::PolicySource => "user.tierfs.policy.source",
             Key::Sieve => "user.tierfs.sieve",
             Key::Interval => "user.tierfs.interval",
+            Key::Chunk => "user.tierfs.chunk",
             Key::Pin => "user.tierfs.pin",
             Key::Placement => "user.tierfs.placement",
         }
@@ -60,7 +64,7 @@ impl Key {
         match Key::ALL.into_iter().find(|k| k.name().as_bytes() == name) {
             Some(k) => Ok(Some(k)),
             None => Err(Error::Invalid(format!(
-                "unknown tierfs attribute {:?} (known: user.tierfs.policy, .sieve, .interval, .pin, .placement)",
+                "unknown tierfs attribute {:?} (known: user.tierfs.policy, .sieve, .interval, .chunk, .pin, .placement)",
                 String::from_utf8_lossy(name)
             ))),
         }
@@ -68,7 +72,7 @@ impl Key {
 
     /// True for keys that only directories take.
     pub fn dirs_only(self) -> bool {
-        matches!(self, Key::Policy | Key::Sieve | Key::Interval)
+        matches!(self, Key::Policy | Key::Sieve | Key::Interval | Key::Chunk)
     }
 
     /// True for keys that only show what is (they cannot be set).
@@ -89,6 +93,9 @@ pub struct Settings {
     /// Interval for this subtree, seconds.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "opt_duration")]
     pub interval: Option<Duration>,
+    /// Chunk size of new split files in this subtree, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk: Option<u64>,
     /// Pin of this file or subtree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pin: Option<Tier>,
@@ -118,7 +125,11 @@ impl Settings {
 
     /// True if this defines a policy group (anything but a file's own pin).
     pub fn defines_group(&self) -> bool {
-        self.policy.is_some() || self.sieve.is_some() || self.interval.is_some() || self.pin.is_some()
+        self.policy.is_some()
+            || self.sieve.is_some()
+            || self.interval.is_some()
+            || self.chunk.is_some()
+            || self.pin.is_some()
     }
 
     /// Encodes for the state database.
@@ -137,6 +148,7 @@ impl Settings {
             Key::Policy => self.policy.map(|p| p.name().to_string()),
             Key::Sieve => self.sieve.map(format_size),
             Key::Interval => self.interval.map(format_duration),
+            Key::Chunk => self.chunk.map(format_size),
             Key::Pin => self.pin.map(|t| t.name().to_string()),
             Key::PolicySource | Key::Placement => None,
         }
@@ -167,6 +179,13 @@ impl Settings {
                 }
                 self.interval = Some(d);
             }
+            Key::Chunk => {
+                let n = parse_size(v).map_err(bad)?;
+                if crate::extent::ChunkSize::new(n).is_none() {
+                    return Err(bad(format!("{v:?}: a chunk is a power of two from 4K to 1M")));
+                }
+                self.chunk = Some(n);
+            }
             Key::Pin => self.pin = Some(Tier::parse(v).ok_or_else(|| bad(format!("unknown tier {v:?} (ssd or hdd)")))?),
             Key::PolicySource | Key::Placement => return Err(bad("is read-only".into())),
         }
@@ -179,6 +198,7 @@ impl Settings {
             Key::Policy => self.policy.take().is_some(),
             Key::Sieve => self.sieve.take().is_some(),
             Key::Interval => self.interval.take().is_some(),
+            Key::Chunk => self.chunk.take().is_some(),
             Key::Pin => self.pin.take().is_some(),
             Key::PolicySource | Key::Placement => false,
         }
@@ -190,6 +210,7 @@ impl Settings {
             policy: self.policy.or(parent.policy),
             sieve: self.sieve.or(parent.sieve),
             interval: self.interval.or(parent.interval),
+            chunk: self.chunk.or(parent.chunk),
             pin: self.pin.or(parent.pin),
         }
     }

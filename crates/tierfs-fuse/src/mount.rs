@@ -67,6 +67,8 @@ pub struct MountConfig {
     pub stats: bool,
     /// Halve all counters every this long.
     pub aging: std::time::Duration,
+    /// Period of hystor's chunk choice.
+    pub chunk_period: std::time::Duration,
 }
 
 /// An exclusive lock on a state directory, held while mounted.
@@ -172,6 +174,7 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     );
     let recovery = vol.recover().map_err(|e| MountError(format!("recovery failed: {e}")))?;
     let ecfg = EngineConfig {
+        chunk_period: cfg.chunk_period,
         policy: cfg.policy,
         params: cfg.params,
         ssd_capacity: cfg.ssd_capacity,
@@ -207,7 +210,9 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     let events = sink_for_shutdown;
     let on_destroy = Box::new(move || {
         let stopped = e2.shutdown();
-        let clean = stopped && v2.no_stale_copies() && !events.lost_structural();
+        // Shadows synced and chunk states saved before the flush.
+        let saved = v2.save_extents();
+        let clean = stopped && saved && v2.no_stale_copies() && !events.lost_structural();
         let r = v2.sync_state().and_then(|_| if clean { v2.mark_clean() } else { Ok(()) });
         match r {
             Err(e) => tracing::error!(error = %e, "could not flush the state database at unmount"),

@@ -202,6 +202,7 @@ impl Groups {
             params: Params {
                 sieve: s.sieve.unwrap_or(dparams.sieve),
                 interval: s.interval.unwrap_or(dparams.interval),
+                chunk: s.chunk.unwrap_or(dparams.chunk),
             },
             pin: s.pin,
             policy_from: from,

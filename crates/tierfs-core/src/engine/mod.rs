@@ -14,6 +14,7 @@
 //! ([`account::SsdAccount`]).
 
 pub mod account;
+mod chunks;
 pub mod groups;
 pub mod rate;
 
@@ -147,6 +148,8 @@ pub struct EngineConfig {
     /// How long a write or a migration waits for the cleaner before its
     /// file leaves the SSD (a write) or it gives up (a migration).
     pub room_wait: Duration,
+    /// How often Hystor's monitor chooses the chunks of the remap area.
+    pub chunk_period: Duration,
 }
 
 impl Default for EngineConfig {
@@ -166,6 +169,7 @@ impl Default for EngineConfig {
             audit_space: false,
             watermarks: DEFAULT_WATERMARKS,
             room_wait: Duration::from_secs(1),
+            chunk_period: crate::extent::defaults::PERIOD,
         }
     }
 }
@@ -260,6 +264,8 @@ pub struct Engine<S: Store> {
     groups: Mutex<Groups>,
     /// Directories whose subtree must be regrouped (settings changed, renamed).
     regroup: Mutex<Vec<Ino>>,
+    /// Hystor's monitor and the chunk moves to make.
+    chunks: Mutex<chunks::Chunks>,
 }
 
 /// Notes kept for `tierfs stats --file` (the latest decision per file).
@@ -313,6 +319,7 @@ impl<S: Store> Engine<S> {
         // Loading went through a large temporary buffer: give it back.
         // SAFETY: malloc_trim has no preconditions.
         unsafe { libc::malloc_trim(0) };
+        let period = cfg.chunk_period;
         let limiter = RateLimiter::new(cfg.migrate_rate, (cfg.migrate_rate / 4).max(1 << 20));
         let mut groups = Groups::new(cfg.policy, cfg.params);
         let stored: Vec<(Ino, Stored, bool)> = vol
@@ -389,7 +396,9 @@ impl<S: Store> Engine<S> {
             last_run: Mutex::new(HashMap::new()),
             groups: Mutex::new(groups),
             regroup: Mutex::new(Vec::new()),
+            chunks: Mutex::new(chunks::Chunks::new(period)),
         });
+        e.load_resident();
         e.vol.set_hooks(Arc::new(EngineHooks(Arc::downgrade(&e))));
         e
     }
@@ -523,7 +532,13 @@ impl<S: Store> Engine<S> {
                     self.enqueue(Plan { steps: vec![step], skipped: vec![] });
                 }
             }
-            let Some(f) = st.get(ev.ino).copied() else { continue };
+            let Some(f) = st.get(ev.ino).copied() else {
+                if ev.kind == EventKind::Remove {
+                    self.chunk_event(ev.ino, &FileStats::default(), &ev.kind);
+                }
+                continue;
+            };
+            self.chunk_event(ev.ino, &f, &ev.kind);
             let (kind, _) = self.setting(f.group);
             let plan = self.with_view(&st, f.group, false, |v| kind.policy().on_access(v, ev.ino, &f, &ev.kind));
             self.enqueue(plan);
@@ -560,6 +575,7 @@ impl<S: Store> Engine<S> {
             }
             self.enqueue(plan);
         }
+        self.chunk_tick(&st, now);
         let aged = st.age(now);
         if aged > 0 {
             tracing::debug!(periods = aged, "counters aged");
@@ -667,11 +683,23 @@ impl<S: Store> Engine<S> {
                         return;
                     }
                     if let Some(s) = q.items.pop_front() {
-                        break s;
+                        break Some(s);
                     }
-                    self.moves_cv.wait_for(&mut q, Duration::from_millis(200));
+                    // File moves first; chunk moves when there are none.
+                    // The move queue is not held while the chunk queue is
+                    // looked at.
+                    drop(q);
+                    if self.next_chunk_move() {
+                        self.doing("migrator", "idle");
+                        break None;
+                    }
+                    q = self.moves.lock();
+                    if q.items.is_empty() && !self.stop.load(Ordering::Acquire) {
+                        self.moves_cv.wait_for(&mut q, Duration::from_millis(200));
+                    }
                 }
             };
+            let Some(step) = step else { continue };
             self.doing("migrator", format!("{:?} of inode {} ({})", step.mv, step.ino, step.reason));
             self.execute(step, &Pacer(self), true);
             self.moves.lock().busy.remove(&step.ino);
@@ -910,6 +938,9 @@ impl<S: Store> Engine<S> {
 
     /// Demotes `ino` (or drops its copy) now, in the cleaner thread.
     fn evacuate_now(&self, ino: Ino) -> bool {
+        if self.vol.is_split(ino) {
+            return self.unsplit_now(ino);
+        }
         for _ in 0..20 {
             let Ok(rec) = self.vol.record(ino) else { return true };
             let Some(mv) = off_ssd(rec.placement.into()) else { return true };
@@ -1011,6 +1042,7 @@ impl<S: Store> Engine<S> {
             hdd_requests: f.hdd_reqs,
             policy: Some(policy.name().to_string()),
             note: self.notes.lock().get(&ino).cloned(),
+            split: self.split_report(ino, f.size),
         })
     }
 
@@ -1100,6 +1132,7 @@ impl<S: Store> Engine<S> {
             migrations,
             groups: self.groups_report(),
             emulation: Vec::new(),
+            remap: self.remap_report(),
         }
     }
 
@@ -1201,6 +1234,7 @@ impl<S: Store> Engine<S> {
                 },
                 Key::Sieve => crate::config::format_size(e.params.sieve),
                 Key::Interval => crate::config::format_duration(e.params.interval),
+                Key::Chunk => crate::config::format_size(e.params.chunk),
                 Key::Placement => {
                     let rec = self.vol.record(ino)?;
                     if is_dir {
@@ -1397,6 +1431,10 @@ fn ssd_account<S: Store>(vol: &Volume<S>, records: &[(Ino, crate::state::ns::Ino
         if let Ok(st) = vol.stat_on(p, &n, Tier::Ssd) {
             a.settle(*ino, 0, st.blocks * 512);
         }
+    }
+    // Split files are charged what their shadows occupy.
+    for (ino, _) in vol.split_files() {
+        a.settle(ino, 0, vol.shadow_bytes(ino));
     }
     a
 }

@@ -90,6 +90,11 @@ fn corrupt(what: &str) -> Error {
 }
 
 impl ExtentMap {
+    /// An empty map over `kv` (before [`load`](Self::load) runs at mount).
+    pub fn empty(kv: Arc<dyn Kv>) -> Self {
+        ExtentMap { kv, files: BTreeMap::new(), unsaved: BTreeMap::new() }
+    }
+
     /// Loads the map. After an unclean shutdown (`clean` false) every
     /// chunk is taken as dirty (I2).
     pub fn load(kv: Arc<dyn Kv>, clean: bool) -> Result<Self> {

@@ -10,9 +10,13 @@
 //!   and then zeroes the shadow past the new size; recovery does it again
 //!   ([`Split::recover`]) for a crash in between.
 //!
-//! The caller holds the file's I/O lock for every call: a chunk move is a
-//! few hundred KiB at most, so the mover does not need the migration's
-//! change counter to copy while writers run.
+//! The map is shared by every split file of the volume: it is locked only
+//! to look up or change entries (a commit holds it across its flush), never
+//! across file I/O. The caller keeps a file's chunk set still while it
+//! reads or writes: the file's I/O lock, taken for reading by reads, writes
+//! and punches, for writing by the chunk mover and truncate. A chunk move
+//! is at most 1 MiB, so the mover does not need the migration's change
+//! counter to copy while writers run.
 
 use super::map::{ChunkState, ExtentMap};
 use super::{ChunkId, ChunkSize};
@@ -20,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::state::ns::Ino;
 use crate::store::{read_full, write_full, Store};
 use crate::tier::Tier;
+use parking_lot::Mutex;
 
 /// Named steps of the chunk mover where tests simulate a crash.
 pub mod points {
@@ -37,9 +42,12 @@ pub mod points {
     pub const DROP_UNMAPPED: &str = "extent-drop-unmapped";
     /// Drop: the shadow bytes are punched out.
     pub const DROP_PUNCHED: &str = "extent-drop-punched";
+    /// Unsplit: every dirty chunk is written back and the HDD file synced;
+    /// the chunks are still mapped.
+    pub const UNSPLIT_SYNCED: &str = "extent-unsplit-synced";
     /// Every point, in protocol order.
-    pub const ALL: [&str; 7] =
-        [ADD_COPIED, ADD_SYNCED, ADD_COMMITTED, BACK_COPIED, BACK_SYNCED, DROP_UNMAPPED, DROP_PUNCHED];
+    pub const ALL: [&str; 8] =
+        [ADD_COPIED, ADD_SYNCED, ADD_COMMITTED, BACK_COPIED, BACK_SYNCED, DROP_UNMAPPED, DROP_PUNCHED, UNSPLIT_SYNCED];
 }
 
 /// Where a test stops the mover: called at each named point; an error
@@ -69,59 +77,72 @@ impl<S: Store> Split<'_, S> {
         Ok(self.hdd.fstat(self.home)?.size)
     }
 
-    fn chunk(&self, map: &ExtentMap, default: ChunkSize) -> ChunkSize {
-        map.chunk_size(self.ino).unwrap_or(default)
+    fn chunk(&self, map: &Mutex<ExtentMap>, default: ChunkSize) -> ChunkSize {
+        map.lock().chunk_size(self.ino).unwrap_or(default)
     }
 
     /// Reads up to `buf.len()` bytes at `off`, each piece from its tier.
-    pub fn read(&self, map: &ExtentMap, off: u64, buf: &mut [u8]) -> Result<usize> {
+    /// Returns the bytes read and whether the SSD served all of them.
+    pub fn read(&self, map: &Mutex<ExtentMap>, off: u64, buf: &mut [u8]) -> Result<(usize, bool)> {
         let size = self.size()?;
         if off >= size {
-            return Ok(0);
+            return Ok((0, false));
         }
         let len = (buf.len() as u64).min(size - off);
-        for p in map.split(self.ino, off, len) {
+        let pieces = map.lock().split(self.ino, off, len);
+        let mut all_ssd = true;
+        for p in pieces {
             let at = (p.off - off) as usize;
             let dst = &mut buf[at..at + p.len as usize];
             let n = match p.tier {
                 Tier::Ssd => read_full(self.ssd, self.shadow, dst, p.off)?,
-                Tier::Hdd => read_full(self.hdd, self.home, dst, p.off)?,
+                Tier::Hdd => {
+                    all_ssd = false;
+                    read_full(self.hdd, self.home, dst, p.off)?
+                }
             };
             // A short read inside the size: a shadow hole past its end.
             dst[n..].fill(0);
         }
-        Ok(len as usize)
+        Ok((len as usize, all_ssd))
     }
 
     /// Writes `data` at `off`: the HDD file grows first if the write
-    /// extends it; pieces on mapped chunks go to the shadow and make those
-    /// chunks dirty.
-    pub fn write(&self, map: &mut ExtentMap, off: u64, data: &[u8]) -> Result<()> {
+    /// extends it (the caller serialises writes that may extend the file);
+    /// pieces on mapped chunks go to the shadow and make those chunks
+    /// dirty. Returns whether the SSD took all of it.
+    pub fn write(&self, map: &Mutex<ExtentMap>, off: u64, data: &[u8]) -> Result<bool> {
         if data.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         let end = off.checked_add(data.len() as u64).ok_or_else(|| Error::errno(libc::EFBIG))?;
+        let pieces = {
+            let mut m = map.lock();
+            let pieces = m.split(self.ino, off, data.len() as u64);
+            let chunk = m.chunk_size(self.ino).unwrap_or_default();
+            // Dirty before the bytes land: a write that fails half way
+            // must not leave new bytes on a "clean" chunk.
+            for p in pieces.iter().filter(|p| p.tier == Tier::Ssd) {
+                for index in chunk.chunks(p.off, p.len) {
+                    m.note_write(ChunkId::new(self.ino, index));
+                }
+            }
+            pieces
+        };
         // An unsplit file is one HDD piece, which grows the file itself:
         // no fstat on its path.
-        if map.is_split(self.ino) && end > self.size()? {
+        let split = pieces.iter().any(|p| p.tier == Tier::Ssd);
+        if split && end > self.size()? {
             self.hdd.set_len(self.home, end)?;
         }
-        let chunk = self.chunk(map, ChunkSize::DEFAULT);
-        for p in map.split(self.ino, off, data.len() as u64) {
+        for p in &pieces {
             let src = &data[(p.off - off) as usize..(p.off - off + p.len) as usize];
             match p.tier {
-                Tier::Ssd => {
-                    // Dirty before the bytes land: a write that fails half
-                    // way must not leave new bytes on a "clean" chunk.
-                    for index in chunk.chunks(p.off, p.len) {
-                        map.note_write(ChunkId::new(self.ino, index));
-                    }
-                    write_full(self.ssd, self.shadow, src, p.off)?;
-                }
+                Tier::Ssd => write_full(self.ssd, self.shadow, src, p.off)?,
                 Tier::Hdd => write_full(self.hdd, self.home, src, p.off)?,
             }
         }
-        Ok(())
+        Ok(!pieces.is_empty() && pieces.iter().all(|p| p.tier == Tier::Ssd))
     }
 
     /// fsync: both copies. The map's entries are durable already (I1).
@@ -134,7 +155,7 @@ impl<S: Store> Split<'_, S> {
     /// Cuts or extends the file to `size`: the HDD file first, then the
     /// shadow past the new end is zeroed (I4) and chunks wholly past it
     /// leave the map.
-    pub fn truncate(&self, map: &mut ExtentMap, size: u64) -> Result<()> {
+    pub fn truncate(&self, map: &Mutex<ExtentMap>, size: u64) -> Result<()> {
         self.hdd.set_len(self.home, size)?;
         self.cut_shadow(map, size)
     }
@@ -145,11 +166,16 @@ impl<S: Store> Split<'_, S> {
     /// chunks already unmapped: stale HDD bytes in place of synced SSD
     /// ones), and the shadow is synced after (else the old bytes past the
     /// cut could come back once the file grows again).
-    fn cut_shadow(&self, map: &mut ExtentMap, size: u64) -> Result<()> {
-        let Some(chunk) = map.chunk_size(self.ino) else { return Ok(()) };
+    fn cut_shadow(&self, map: &Mutex<ExtentMap>, size: u64) -> Result<()> {
+        let (chunk, gone, partial) = {
+            let m = map.lock();
+            let Some(chunk) = m.chunk_size(self.ino) else { return Ok(()) };
+            let keep = chunk.count(size);
+            let gone: Vec<u64> = m.chunks(self.ino).map(|(i, _)| i).filter(|&i| i >= keep).collect();
+            let partial = size % chunk.bytes() != 0 && m.get(ChunkId::new(self.ino, keep - 1)).is_some();
+            (chunk, gone, partial)
+        };
         let keep = chunk.count(size);
-        let gone: Vec<u64> = map.chunks(self.ino).map(|(i, _)| i).filter(|&i| i >= keep).collect();
-        let partial = size % chunk.bytes() != 0 && map.get(ChunkId::new(self.ino, keep - 1)).is_some();
         if gone.is_empty() && !partial {
             return Ok(());
         }
@@ -158,7 +184,7 @@ impl<S: Store> Split<'_, S> {
             self.ssd.fallocate(self.shadow, PUNCH, size, keep * chunk.bytes() - size)?;
         }
         if !gone.is_empty() {
-            map.commit_discarded(self.ino, &gone)?;
+            map.lock().commit_discarded(self.ino, &gone)?;
             for i in gone {
                 self.ssd.fallocate(self.shadow, PUNCH, i * chunk.bytes(), chunk.bytes())?;
             }
@@ -170,9 +196,16 @@ impl<S: Store> Split<'_, S> {
     /// Punches a hole: in the HDD file, and in the shadow where the range
     /// covers mapped chunks (their states do not change: both copies
     /// change alike).
-    pub fn punch(&self, map: &ExtentMap, off: u64, len: u64) -> Result<()> {
+    pub fn punch(&self, map: &Mutex<ExtentMap>, off: u64, len: u64) -> Result<()> {
         self.hdd.fallocate(self.home, PUNCH, off, len)?;
-        for p in map.split(self.ino, off, len) {
+        self.punch_shadow(map, off, len)
+    }
+
+    /// The shadow half of a punch (or of zeroing a range): the range's
+    /// pieces on mapped chunks are punched out of the shadow.
+    pub fn punch_shadow(&self, map: &Mutex<ExtentMap>, off: u64, len: u64) -> Result<()> {
+        let pieces = map.lock().split(self.ino, off, len);
+        for p in pieces {
             if p.tier == Tier::Ssd {
                 self.ssd.fallocate(self.shadow, PUNCH, p.off, p.len)?;
             }
@@ -190,10 +223,10 @@ impl<S: Store> Split<'_, S> {
     /// Copies chunk `index` to the SSD: HDD → shadow, shadow synced, then
     /// committed to the map (I1). The chunk size is the file's, or `chunk`
     /// for its first chunk.
-    pub fn add(&self, map: &mut ExtentMap, index: u64, chunk: ChunkSize, crash: CrashHook<'_>) -> Result<()> {
+    pub fn add(&self, map: &Mutex<ExtentMap>, index: u64, chunk: ChunkSize, crash: CrashHook<'_>) -> Result<()> {
         let chunk = self.chunk(map, chunk);
         let id = ChunkId::new(self.ino, index);
-        if map.get(id).is_some() {
+        if map.lock().get(id).is_some() {
             return Ok(());
         }
         let Some((start, len)) = self.range(chunk, index)? else {
@@ -211,14 +244,14 @@ impl<S: Store> Split<'_, S> {
         crash(points::ADD_COPIED)?;
         self.ssd.fsync(self.shadow, true)?;
         crash(points::ADD_SYNCED)?;
-        map.commit_present(id, chunk)?;
+        map.lock().commit_present(id, chunk)?;
         crash(points::ADD_COMMITTED)
     }
 
     /// Writes a dirty chunk back: shadow → HDD, HDD synced, then clean.
-    pub fn write_back(&self, map: &mut ExtentMap, index: u64, crash: CrashHook<'_>) -> Result<()> {
+    pub fn write_back(&self, map: &Mutex<ExtentMap>, index: u64, crash: CrashHook<'_>) -> Result<()> {
         let id = ChunkId::new(self.ino, index);
-        if map.get(id) != Some(ChunkState::Dirty) {
+        if map.lock().get(id) != Some(ChunkState::Dirty) {
             return Ok(());
         }
         let chunk = self.chunk(map, ChunkSize::DEFAULT);
@@ -231,22 +264,59 @@ impl<S: Store> Split<'_, S> {
             self.hdd.fsync(self.home, true)?;
             crash(points::BACK_SYNCED)?;
         }
-        map.note_written_back(id);
+        map.lock().note_written_back(id);
         Ok(())
     }
 
     /// Takes chunk `index` off the SSD: written back if dirty, out of the
     /// map durably, then punched out of the shadow (I3).
-    pub fn drop_chunk(&self, map: &mut ExtentMap, index: u64, crash: CrashHook<'_>) -> Result<()> {
-        let Some(chunk) = map.chunk_size(self.ino) else { return Ok(()) };
-        if map.get(ChunkId::new(self.ino, index)).is_none() {
-            return Ok(());
-        }
+    pub fn drop_chunk(&self, map: &Mutex<ExtentMap>, index: u64, crash: CrashHook<'_>) -> Result<()> {
+        let chunk = {
+            let m = map.lock();
+            let Some(chunk) = m.chunk_size(self.ino) else { return Ok(()) };
+            if m.get(ChunkId::new(self.ino, index)).is_none() {
+                return Ok(());
+            }
+            chunk
+        };
         self.write_back(map, index, crash)?;
-        map.commit_absent(self.ino, &[index])?;
+        map.lock().commit_absent(self.ino, &[index])?;
         crash(points::DROP_UNMAPPED)?;
         self.ssd.fallocate(self.shadow, PUNCH, index * chunk.bytes(), chunk.bytes())?;
         crash(points::DROP_PUNCHED)
+    }
+
+    /// Takes every chunk off the SSD: the dirty ones are written back and
+    /// the HDD file synced once, then all leave the map durably (I3). The
+    /// shadow's bytes stay: the caller removes the shadow file (a crash
+    /// before that leaves a shadow without a map entry, which recovery
+    /// removes). Returns the chunks that were mapped.
+    pub fn unsplit(&self, map: &Mutex<ExtentMap>, crash: CrashHook<'_>) -> Result<u64> {
+        let (chunk, chunks) = {
+            let m = map.lock();
+            let Some(chunk) = m.chunk_size(self.ino) else { return Ok(0) };
+            (chunk, m.chunks(self.ino).collect::<Vec<_>>())
+        };
+        let mut wrote = false;
+        for &(index, state) in &chunks {
+            if state != ChunkState::Dirty {
+                continue;
+            }
+            if let Some((start, len)) = self.range(chunk, index)? {
+                let mut buf = vec![0u8; len];
+                let n = read_full(self.ssd, self.shadow, &mut buf, start)?;
+                buf[n..].fill(0);
+                write_full(self.hdd, self.home, &buf, start)?;
+                wrote = true;
+            }
+        }
+        if wrote {
+            self.hdd.fsync(self.home, true)?;
+        }
+        crash(points::UNSPLIT_SYNCED)?;
+        let indices: Vec<u64> = chunks.iter().map(|c| c.0).collect();
+        map.lock().commit_discarded(self.ino, &indices)?;
+        Ok(indices.len() as u64)
     }
 
     /// After a crash (the map loaded with every chunk dirty if the
@@ -254,10 +324,10 @@ impl<S: Store> Split<'_, S> {
     /// shadow past the size is zeroed (I4); shadow bytes of chunks not in
     /// the map (a copy that was not committed, a drop that was not
     /// punched) are punched out.
-    pub fn recover(&self, map: &mut ExtentMap) -> Result<()> {
+    pub fn recover(&self, map: &Mutex<ExtentMap>) -> Result<()> {
         let size = self.size()?;
         self.cut_shadow(map, size)?;
-        let Some(chunk) = map.chunk_size(self.ino) else {
+        let Some(chunk) = map.lock().chunk_size(self.ino) else {
             // Nothing mapped: the whole shadow is garbage.
             self.ssd.set_len(self.shadow, 0)?;
             return Ok(());
@@ -271,7 +341,7 @@ impl<S: Store> Split<'_, S> {
                 Err(e) => return Err(e.into()),
             };
             let index = data >> chunk.shift();
-            if map.get(ChunkId::new(self.ino, index)).is_none() {
+            if map.lock().get(ChunkId::new(self.ino, index)).is_none() {
                 self.ssd.fallocate(self.shadow, PUNCH, index * chunk.bytes(), chunk.bytes())?;
             }
             at = (index + 1) * chunk.bytes();

@@ -213,12 +213,16 @@ pub struct Recovery {
     pub copies_dropped: u32,
     /// The previous shutdown was unclean.
     pub unclean: bool,
+    /// Split files whose chunks were dropped (the file or its shadow was
+    /// gone), and stray shadow files removed.
+    #[serde(default)]
+    pub split_files_fixed: u32,
 }
 
 impl Recovery {
     /// True if placements may differ from what the statistics last saw.
     pub fn changed(&self) -> bool {
-        self.unclean || self.rolled_back + self.rolled_forward + self.copies_dropped > 0
+        self.unclean || self.rolled_back + self.rolled_forward + self.copies_dropped + self.split_files_fixed > 0
     }
 }
 
@@ -275,7 +279,7 @@ fn copy_range<S: Store>(
 
 /// Held while a migration of one file runs; a second migration of the same
 /// file finds it taken and does nothing ([`Skip::Busy`]).
-struct Exclusive<'a, S: Store> {
+pub(crate) struct Exclusive<'a, S: Store> {
     vol: &'a Volume<S>,
     ino: Ino,
 }
@@ -297,7 +301,7 @@ fn is_crash(e: &Error) -> bool {
 }
 
 impl<S: Store> Volume<S> {
-    fn exclusive(&self, ino: Ino) -> Option<Exclusive<'_, S>> {
+    pub(crate) fn exclusive(&self, ino: Ino) -> Option<Exclusive<'_, S>> {
         // Its own statement: the guard must be gone before an `Exclusive`
         // exists (its drop locks the set again), and none may be made for a
         // file that is taken (its drop would free the other's mark).
@@ -328,6 +332,11 @@ impl<S: Store> Volume<S> {
         }
         if op == JournalOp::DropCopy {
             return self.drop_copy(ino, ctl);
+        }
+        // A split file moves whole: its chunks leave the SSD first (written
+        // back where dirty); the mark held here keeps new ones out.
+        if let Some(skipped) = self.unsplit_held(ino, ctl)? {
+            return Ok(skipped);
         }
         let (from, to) = match op {
             JournalOp::Move { from, to } => (from, to),
@@ -939,6 +948,7 @@ impl<S: Store> Volume<S> {
                 rep.copies_dropped += 1;
             }
         }
+        rep.split_files_fixed = self.recover_extents(!rep.unclean)?;
         let mut b = self.ns.batch();
         b.put_meta("clean", vec![0]);
         self.ns.commit(b, true)?;

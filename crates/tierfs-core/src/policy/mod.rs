@@ -10,6 +10,7 @@ mod dynamic_cold_dst;
 mod dynamic_cold_dst_bg;
 mod dynamic_hot_dst;
 mod hdd_only;
+mod hystor;
 mod interval_cache;
 mod interval_hot_dst;
 mod on_demand_cache;
@@ -49,11 +50,14 @@ pub enum PolicyKind {
     HddOnly,
     /// Everything on the SSD (baseline).
     SsdOnly,
+    /// Small files by dynamic hot-DST, the hot chunks of files past the
+    /// sieve by Hystor's block statistics.
+    Hystor,
 }
 
 impl PolicyKind {
     /// Every policy, in the order of the design brief.
-    pub const ALL: [PolicyKind; 9] = [
+    pub const ALL: [PolicyKind; 10] = [
         PolicyKind::DynamicHotDst,
         PolicyKind::IntervalHotDst,
         PolicyKind::PlainColdDst,
@@ -63,6 +67,7 @@ impl PolicyKind {
         PolicyKind::IntervalCache,
         PolicyKind::HddOnly,
         PolicyKind::SsdOnly,
+        PolicyKind::Hystor,
     ];
 
     /// The name used on the command line and in xattrs.
@@ -77,6 +82,7 @@ impl PolicyKind {
             PolicyKind::IntervalCache => "interval-cache",
             PolicyKind::HddOnly => "hdd-only",
             PolicyKind::SsdOnly => "ssd-only",
+            PolicyKind::Hystor => "hystor",
         }
     }
 
@@ -98,6 +104,7 @@ impl PolicyKind {
             PolicyKind::IntervalCache => &interval_cache::IntervalCache,
             PolicyKind::HddOnly => &hdd_only::HddOnly,
             PolicyKind::SsdOnly => &ssd_only::SsdOnly,
+            PolicyKind::Hystor => &hystor::Hystor,
         }
     }
 }
@@ -115,6 +122,13 @@ pub struct Params {
     pub sieve: u64,
     /// Interval of the interval policies.
     pub interval: Duration,
+    /// Chunk size of new split files (`hystor`), bytes.
+    #[serde(default = "default_chunk")]
+    pub chunk: u64,
+}
+
+fn default_chunk() -> u64 {
+    crate::extent::ChunkSize::DEFAULT.bytes()
 }
 
 /// Default sieve: 1 MiB, as in Loris.
@@ -124,7 +138,7 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(80);
 
 impl Default for Params {
     fn default() -> Self {
-        Params { sieve: DEFAULT_SIEVE, interval: DEFAULT_INTERVAL }
+        Params { sieve: DEFAULT_SIEVE, interval: DEFAULT_INTERVAL, chunk: default_chunk() }
     }
 }
 
@@ -310,6 +324,11 @@ pub trait Policy: Send + Sync {
     fn initial_tier(&self) -> Tier;
     /// True for the caching architectures (copies, not moves).
     fn caching(&self) -> bool {
+        false
+    }
+    /// True if the hot chunks of files past the sieve get SSD copies
+    /// (`hystor`).
+    fn chunks(&self) -> bool {
         false
     }
     /// True for the baselines, which never move anything.

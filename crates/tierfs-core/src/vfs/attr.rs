@@ -88,6 +88,13 @@ impl<S: Store> Volume<S> {
     /// cached copy missed the change.
     fn set_open_attrs(&self, oi: &OpenInode<S>, sa: &SetAttr) -> Result<bool> {
         let ino = oi.ino;
+        if let Some(size) = sa.size {
+            // The inode lock (held) keeps the chunk set still.
+            if oi.split.load(std::sync::atomic::Ordering::Acquire) {
+                self.split_set_len(oi, size)?;
+                return self.set_open_attrs(oi, &SetAttr { size: None, ..*sa });
+            }
+        }
         let io = oi.io.read();
         let _order = oi.order.lock();
         let primary = self.primary_of(ino, &io)?;
@@ -153,7 +160,12 @@ impl<S: Store> Volume<S> {
             let r = (|| -> Result<()> {
                 let d = self.tiers.dir(p, t, false)?;
                 let s = self.tiers.store(t);
-                if let Some(size) = sa.size {
+                // A split file's two copies are cut by the extent code.
+                let split_done = match sa.size {
+                    Some(size) if t == Tier::Hdd => self.split_truncate_closed(ino, size)?,
+                    _ => false,
+                };
+                if let Some(size) = sa.size.filter(|_| !split_done) {
                     let f = s.open(&d, &n, libc::O_WRONLY, 0)?;
                     s.set_len(&f, size)?;
                     if t == Tier::Ssd {

@@ -270,6 +270,7 @@ impl<S: Store> Volume<S> {
     /// A file's last name is gone: it leaves the SSD account at once (if it
     /// is still open, its last close settles it again) and the statistics.
     pub(crate) fn gone(&self, ino: Ino) {
+        self.chunks_gone(ino);
         self.hooks().off_ssd(ino);
         self.copy_dropped(ino);
         self.emit(ino, EventKind::Remove);

@@ -10,6 +10,7 @@ use super::creds::AsCaller;
 use super::{Attr, Ctx, InodeGuard, IoMode, IoState, OpenInode, Volume};
 use crate::error::{err, Error, Result};
 use crate::event::EventKind;
+use crate::extent::split::Split;
 use crate::state::ns::Ino;
 use crate::store::{read_full, write_full, FileKind, SetTime, Stat, Store};
 use crate::tier::{Placement, Tier};
@@ -76,6 +77,9 @@ impl<S: Store> std::fmt::Debug for Opened<S> {
 /// The primary descriptor (and whether it is writable), if opened, and
 /// the cached copy's.
 type Backing<S> = (Option<(Arc<<S as Store>::File>, bool)>, Option<Arc<<S as Store>::File>>);
+
+/// fallocate modes that shift the data after the range.
+const SHIFTS: i32 = libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE;
 
 const RDWR_FALLBACK: [i32; 4] = [libc::EACCES, libc::EPERM, libc::EROFS, libc::ETXTBSY];
 
@@ -242,6 +246,8 @@ impl<S: Store> Volume<S> {
             size: AtomicU64::new(size),
             passthrough: std::sync::atomic::AtomicU32::new(0),
             copy_stale: std::sync::atomic::AtomicBool::new(false),
+            // Under the inode lock, which the chunk mover holds for writing.
+            split: std::sync::atomic::AtomicBool::new(self.is_split(ino)),
         });
         loop {
             let here = self.open.lock().entry(ino).or_insert_with(|| oi.clone()).clone();
@@ -276,7 +282,9 @@ impl<S: Store> Volume<S> {
         let mut backing = None;
         let (read_tier, size) = {
             let mut io = oi.io.write();
-            if self.io_mode() == IoMode::Passthrough {
+            // A split file's bytes are on two tiers: only the daemon can
+            // assemble them.
+            if self.io_mode() == IoMode::Passthrough && !oi.split.load(Ordering::Acquire) {
                 backing = if !write {
                     match self.live_copy(&oi, &io) {
                         Some(c) => Some((Tier::Ssd, c.clone())),
@@ -408,8 +416,20 @@ impl<S: Store> Volume<S> {
         let h = self.handle(fh)?;
         let mut buf = vec![0u8; size as usize];
         let mut lost_copy = false;
-        let (n, tier) = {
+        let (n, tier) = 'read: {
             let io = h.oi.io.read();
+            if let Some(shadow) = self.split_shadow(&h.oi)? {
+                let home = self.primary_of(h.ino, &io)?;
+                let split = Split {
+                    hdd: self.tiers.store(Tier::Hdd),
+                    home: &home,
+                    ssd: self.tiers.store(Tier::Ssd),
+                    shadow: &shadow,
+                    ino: h.ino,
+                };
+                let (n, all_ssd) = split.read(&self.extents, off, &mut buf)?;
+                break 'read (n, if all_ssd { Tier::Ssd } else { Tier::Hdd });
+            }
             let copy = self.live_copy(&h.oi, &io);
             let from_copy = copy.map(|c| read_full(self.tiers.store(Tier::Ssd), c, &mut buf, off));
             match from_copy {
@@ -455,6 +475,9 @@ impl<S: Store> Volume<S> {
         let primary = self.primary_of(h.ino, &io)?;
         if !io.writable() {
             return err(libc::EBADF);
+        }
+        if let Some(shadow) = self.split_shadow(&h.oi)? {
+            return self.split_write(h, &primary, &shadow, off, data);
         }
         let copy = self.live_copy(&h.oi, &io).cloned();
         // Writes that may extend the file are serialised, so that each
@@ -515,6 +538,54 @@ impl<S: Store> Volume<S> {
         let fragment = h.fragment(off, len);
         self.emit(h.ino, EventKind::Write { off, len, tier: t, size: old.max(end), fragment });
         Ok(Attempt::Done(data.len() as u32))
+    }
+
+    /// A write to a split file (the caller holds its I/O lock for reading):
+    /// pieces on SSD chunks go to the shadow, the rest to the HDD file. A
+    /// full SSD is answered like any other (room, or the file's chunks
+    /// leave the SSD, and the write is tried again).
+    fn split_write(
+        &self,
+        h: &Handle<S>,
+        home: &S::File,
+        shadow: &S::File,
+        off: u64,
+        data: &[u8],
+    ) -> Result<Attempt<u32>> {
+        let len = data.len() as u64;
+        let hdd = self.tiers.store(Tier::Hdd);
+        // Writes that may grow the file are serialised: each sets the HDD
+        // file's size before its bytes land in the shadow.
+        let may_extend = h.append || off.saturating_add(len) > h.oi.size.load(Ordering::Acquire);
+        let order = may_extend.then(|| h.oi.order.lock());
+        let off = if h.append { hdd.fstat(home)?.size } else { off };
+        let end = off + len;
+        let split = Split { hdd, home, ssd: self.tiers.store(Tier::Ssd), shadow, ino: h.ino };
+        let as_caller = AsCaller::new(&h.caller, false);
+        let all_ssd = match split.write(&self.extents, off, data) {
+            Ok(all) => all,
+            Err(e) if e.is(libc::ENOSPC) => return Ok(Attempt::Full(len)),
+            Err(e) => return Err(e),
+        };
+        drop(as_caller);
+        // A write into a punched hole of an SSD chunk allocates: the
+        // account follows the shadow.
+        self.hooks().settle_ssd(h.ino, 0, Some(self.ssd_alloc(shadow)));
+        let old = h.oi.size.fetch_max(end, Ordering::AcqRel);
+        self.note_change(h.ino);
+        if h.sync {
+            split.fsync()?;
+        }
+        drop(order);
+        let fragment = h.fragment(off, len);
+        let tier = if all_ssd { Tier::Ssd } else { Tier::Hdd };
+        self.emit(h.ino, EventKind::Write { off, len, tier, size: old.max(end), fragment });
+        Ok(Attempt::Done(data.len() as u32))
+    }
+
+    /// Allocated bytes of an SSD file.
+    fn ssd_alloc(&self, f: &S::File) -> u64 {
+        self.tiers.store(Tier::Ssd).fstat(f).map_or(0, |st| st.blocks * 512)
     }
 
     /// Reserves `want` bytes of SSD room for an operation that may allocate
@@ -631,6 +702,9 @@ impl<S: Store> Volume<S> {
         if let Some(c) = self.live_copy(&h.oi, &io) {
             self.tiers.store(Tier::Ssd).fsync(c, datasync)?;
         }
+        if let Some(shadow) = self.split_shadow(&h.oi)? {
+            self.tiers.store(Tier::Ssd).fsync(&shadow, datasync)?;
+        }
         Ok(())
     }
 
@@ -667,6 +741,13 @@ impl<S: Store> Volume<S> {
         };
         if last {
             self.forget_open(h.ino, &h.oi);
+            if h.oi.split.load(Ordering::Acquire) {
+                // Unlinked while open: its chunks go with its last handle.
+                let _il = self.ilocks.get(h.ino).write();
+                if matches!(self.ns.record(h.ino), Ok(None)) && self.open_inode(h.ino).is_none() {
+                    self.forget_chunks(h.ino);
+                }
+            }
         }
         let Some(size) = size else { return Ok(()) };
         if h.passthrough && h.write {
@@ -685,12 +766,21 @@ impl<S: Store> Volume<S> {
         if !h.write {
             return err(libc::EBADF);
         }
+        if mode & SHIFTS != 0 && h.oi.split.load(Ordering::Acquire) {
+            // Shifting data would move bytes across chunks: the chunks
+            // leave the SSD first (in the background executor).
+            self.evacuate(h.ino);
+        }
         self.with_room(h.ino, |force| self.fallocate_once(&h, off, len, mode, force))
     }
 
     fn fallocate_once(&self, h: &Handle<S>, off: u64, len: u64, mode: i32, force: bool) -> Result<Attempt<()>> {
         let io = h.oi.io.read();
         let primary = self.primary_of(h.ino, &io)?;
+        if let Some(shadow) = self.split_shadow(&h.oi)? {
+            drop(io);
+            return self.split_fallocate(h, &primary, &shadow, off, len, mode).map(Attempt::Done);
+        }
         let copy = self.live_copy(&h.oi, &io).cloned();
         let _order = copy.is_some().then(|| h.oi.order.lock());
         let t = io.placement.primary();
@@ -743,10 +833,69 @@ impl<S: Store> Volume<S> {
         Ok(Attempt::Done(()))
     }
 
+    /// fallocate of a split file: the HDD file takes the call; ranges that
+    /// zero bytes (punching, zeroing) are punched in the shadow where they
+    /// cover SSD chunks, so both copies read alike. Shifting modes are
+    /// refused if the chunks could not leave the SSD first.
+    fn split_fallocate(
+        &self,
+        h: &Handle<S>,
+        home: &S::File,
+        shadow: &S::File,
+        off: u64,
+        len: u64,
+        mode: i32,
+    ) -> Result<()> {
+        if mode & SHIFTS != 0 {
+            return err(libc::EOPNOTSUPP);
+        }
+        let io = h.oi.io.read();
+        // The order mutex: a growing write sets the HDD size first, and an
+        // allocation past the end must not race it.
+        let _order = h.oi.order.lock();
+        let hdd = self.tiers.store(Tier::Hdd);
+        let as_caller = AsCaller::new(&h.caller, false);
+        // The HDD file first: a mode its file system refuses changes
+        // nothing.
+        hdd.fallocate(home, mode, off, len)?;
+        if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0 {
+            let split = Split { hdd, home, ssd: self.tiers.store(Tier::Ssd), shadow, ino: h.ino };
+            split.punch_shadow(&self.extents, off, len)?;
+            self.hooks().settle_ssd(h.ino, 0, Some(self.ssd_alloc(shadow)));
+        }
+        drop(as_caller);
+        self.note_change(h.ino);
+        let resizes = mode & libc::FALLOC_FL_KEEP_SIZE == 0;
+        let size = if resizes {
+            let size = hdd.fstat(home)?.size;
+            h.oi.size.store(size, Ordering::Release);
+            Some(size)
+        } else {
+            None
+        };
+        drop(_order);
+        drop(io);
+        if let Some(size) = size {
+            self.emit(h.ino, EventKind::Resize { size });
+        }
+        Ok(())
+    }
+
     /// lseek(2); only SEEK_DATA, SEEK_HOLE and SEEK_END need the file.
     pub fn lseek(&self, fh: u64, off: i64, whence: i32) -> Result<i64> {
         let h = self.handle(fh)?;
         let io = h.oi.io.read();
+        if h.oi.split.load(Ordering::Acquire) && (whence == libc::SEEK_DATA || whence == libc::SEEK_HOLE) {
+            // Data of a split file is on two tiers: the whole file is
+            // reported as data (allowed: a hole may always read as data).
+            let p = self.primary_of(h.ino, &io)?;
+            let size = self.tiers.store(Tier::Hdd).fstat(&p)?.size;
+            let off = u64::try_from(off).map_err(|_| Error::errno(libc::EINVAL))?;
+            if off >= size {
+                return err(libc::ENXIO);
+            }
+            return Ok(if whence == libc::SEEK_DATA { off } else { size } as i64);
+        }
         match (io.primary_open(), self.live_copy(&h.oi, &io)) {
             (None, Some(c)) => Ok(self.tiers.store(Tier::Ssd).seek(c, off, whence)?),
             _ => {
@@ -773,7 +922,10 @@ impl<S: Store> Volume<S> {
                 let (first, second) = if hin.ino < hout.ino { (&hin, &hout) } else { (&hout, &hin) };
                 let (g1, g2) = (first.oi.io.read(), second.oi.io.read());
                 let (i, o) = if hin.ino < hout.ino { (&g1, &g2) } else { (&g2, &g1) };
-                match (i.copy.is_none(), o.placement, i.primary_open(), o.primary_open()) {
+                // Split files keep some bytes in their shadows: not for the
+                // backing file system to copy.
+                let plain = !hin.oi.split.load(Ordering::Acquire) && !hout.oi.split.load(Ordering::Acquire);
+                match (i.copy.is_none() && plain, o.placement, i.primary_open(), o.primary_open()) {
                     (true, Placement::On(t), Some(ip), Some(op)) if i.placement.primary() == t && t == Tier::Hdd => {
                         let _as = AsCaller::new(&hout.caller, false);
                         let r = self.tiers.store(t).copy_range(ip, off_in, op, off_out, len);
@@ -837,6 +989,14 @@ impl<S: Store> Volume<S> {
     pub(crate) fn evacuate(&self, ino: Ino) -> bool {
         if let Some(done) = self.hooks().evacuate(ino) {
             return done;
+        }
+        if self.is_split(ino) {
+            let r = self.chunk_op(ino, super::extent::ChunkOp::Unsplit, &crate::migrate::NoCrash, &mut |_| Ok(()));
+            return matches!(
+                r,
+                Ok(crate::migrate::Outcome::Done(_)
+                    | crate::migrate::Outcome::Skipped(crate::migrate::Skip::AlreadyThere))
+            );
         }
         let mv = match self.ns.record(ino) {
             Ok(Some(r)) if r.placement == Placement::Cached => crate::migrate::Move::DropCopy,

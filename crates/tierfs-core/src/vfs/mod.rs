@@ -18,6 +18,7 @@ mod attr;
 mod creds;
 mod dir;
 mod entry;
+pub mod extent;
 mod file;
 mod locks;
 mod reconcile;
@@ -210,6 +211,10 @@ pub struct OpenInode<S: Store> {
     passthrough: std::sync::atomic::AtomicU32,
     /// A write-through to the cached copy failed: it must not be read.
     copy_stale: std::sync::atomic::AtomicBool,
+    /// Some chunk of the file has a copy on the SSD (a split file): its
+    /// I/O takes the userspace path through `vfs::extent`. Changed only
+    /// under the inode lock and the I/O lock, both held for writing.
+    pub(crate) split: std::sync::atomic::AtomicBool,
 }
 
 pub(crate) struct IoState<S: Store> {
@@ -286,6 +291,11 @@ pub struct Volume<S: Store> {
     /// Cached files whose SSD copy missed a change (a failed write-through)
     /// and must not be read until it is dropped.
     stale_copies: Mutex<HashSet<Ino>>,
+    /// Which chunks of split files have SSD copies (locked briefly, and
+    /// across the state flush of a commit; never across file I/O).
+    pub(crate) extents: Mutex<crate::extent::map::ExtentMap>,
+    /// Open shadow files of split files, by inode.
+    shadows: Mutex<HashMap<Ino, Arc<S::File>>>,
 }
 
 /// Stripes of the data-change counters (see [`Volume::change_gen`]).
@@ -330,6 +340,7 @@ impl<S: Store> Volume<S> {
         events: Arc<dyn EventSink>,
         clock: Arc<dyn Clock>,
     ) -> Result<Self> {
+        let extent_kv = ns.kv().clone();
         let tiers = Tiers::new(ssd, hdd, ns.clone(), cfg.meta_tier);
         let passthrough = cfg.io_mode == IoMode::Passthrough;
         let v = Volume {
@@ -353,6 +364,8 @@ impl<S: Store> Volume<S> {
             migrating: Mutex::new(HashSet::new()),
             staging_seq: AtomicU64::new(0),
             stale_copies: Mutex::new(HashSet::new()),
+            extents: Mutex::new(crate::extent::map::ExtentMap::empty(extent_kv)),
+            shadows: Mutex::new(HashMap::new()),
         };
         let schema = v.ns.meta("schema")?.and_then(|b| b.try_into().ok()).map(u32::from_be_bytes);
         if let Some(n) = schema.filter(|n| *n > SCHEMA_VERSION) {

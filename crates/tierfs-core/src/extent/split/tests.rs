@@ -8,6 +8,7 @@ use super::*;
 use crate::error::Error;
 use crate::state::{Kv, MemKv};
 use crate::store::mem::{MemFile, MemStore};
+use parking_lot::Mutex;
 use proptest::prelude::*;
 use std::ffi::OsStr;
 use std::sync::Arc;
@@ -22,7 +23,7 @@ struct Rig {
     kv: MemKv,
     home: MemFile,
     shadow: MemFile,
-    map: ExtentMap,
+    map: Mutex<ExtentMap>,
 }
 
 fn open(s: &MemStore, name: &str) -> MemFile {
@@ -40,14 +41,14 @@ impl Rig {
         let shadow = open(&ssd, "shadow");
         ssd.fsync(&shadow, false).unwrap();
         ssd.sync_dir(&ssd.root().unwrap()).unwrap();
-        let map = ExtentMap::load(Arc::new(kv.clone()), true).unwrap();
+        let map = Mutex::new(ExtentMap::load(Arc::new(kv.clone()), true).unwrap());
         Rig { hdd, ssd, kv, home, shadow, map }
     }
 
     /// Runs `f` on the split file and the map.
-    fn with<R>(&mut self, f: impl FnOnce(&Split<'_, MemStore>, &mut ExtentMap) -> R) -> R {
+    fn with<R>(&mut self, f: impl FnOnce(&Split<'_, MemStore>, &Mutex<ExtentMap>) -> R) -> R {
         let s = Split { hdd: &self.hdd, home: &self.home, ssd: &self.ssd, shadow: &self.shadow, ino: INO };
-        f(&s, &mut self.map)
+        f(&s, &self.map)
     }
 
     fn split(&self) -> Split<'_, MemStore> {
@@ -57,7 +58,7 @@ impl Rig {
     fn content(&self) -> Vec<u8> {
         let size = self.split().size().unwrap();
         let mut buf = vec![0xee; size as usize + 100];
-        let n = self.split().read(&self.map, 0, &mut buf).unwrap();
+        let (n, _) = self.split().read(&self.map, 0, &mut buf).unwrap();
         buf.truncate(n);
         buf
     }
@@ -82,25 +83,26 @@ impl Rig {
 
     /// A clean unmount and mount: states saved and flushed, believed.
     fn clean_restart(&mut self) {
-        self.map.save().unwrap();
+        self.map.lock().save().unwrap();
         self.kv.flush().unwrap();
-        self.map = ExtentMap::load(Arc::new(self.kv.clone()), true).unwrap();
+        self.map = Mutex::new(ExtentMap::load(Arc::new(self.kv.clone()), true).unwrap());
     }
 
     fn restart(&mut self) {
-        self.map = ExtentMap::load(Arc::new(self.kv.clone()), false).unwrap();
+        self.map = Mutex::new(ExtentMap::load(Arc::new(self.kv.clone()), false).unwrap());
         let s = Split { hdd: &self.hdd, home: &self.home, ssd: &self.ssd, shadow: &self.shadow, ino: INO };
-        s.recover(&mut self.map).unwrap();
+        s.recover(&self.map).unwrap();
     }
 
     fn mover(&mut self, kind: u8, index: u64, crash: CrashHook<'_>) -> Result<()> {
         let s = Split { hdd: &self.hdd, home: &self.home, ssd: &self.ssd, shadow: &self.shadow, ino: INO };
         let size = s.size()?;
         match kind {
-            0 if index * C < size => s.add(&mut self.map, index, CHUNK, crash),
+            0 if index * C < size => s.add(&self.map, index, CHUNK, crash),
             0 => Ok(()),
-            1 => s.write_back(&mut self.map, index, crash),
-            _ => s.drop_chunk(&mut self.map, index, crash),
+            1 => s.write_back(&self.map, index, crash),
+            2 => s.drop_chunk(&self.map, index, crash),
+            _ => s.unsplit(&self.map, crash).map(drop),
         }
     }
 }
@@ -142,11 +144,11 @@ fn step() -> impl Strategy<Value = Step> {
         4 => (0u64..20 * C, 1u64..3 * C, any::<u8>()).prop_map(|(off, len, byte)| Step::Write { off, len, byte }),
         1 => (0u64..20 * C).prop_map(Step::Truncate),
         1 => (0u64..20 * C, 1u64..3 * C).prop_map(|(off, len)| Step::Punch { off, len }),
-        5 => (0u8..3, 0u64..20).prop_map(|(kind, index)| Step::Move { kind, index }),
+        5 => (0u8..4, 0u64..20).prop_map(|(kind, index)| Step::Move { kind, index }),
         1 => Just(Step::Fsync),
         1 => Just(Step::DaemonCrash),
         1 => Just(Step::CleanRestart),
-        2 => (0u8..3, 0u64..20, 0usize..points::ALL.len()).prop_map(|(kind, index, at)| Step::PowerCut { kind, index, at }),
+        2 => (0u8..4, 0u64..20, 0usize..points::ALL.len()).prop_map(|(kind, index, at)| Step::PowerCut { kind, index, at }),
     ]
 }
 
@@ -195,11 +197,11 @@ fn run(initial: Vec<u8>, steps: Vec<Step>) -> std::result::Result<(), TestCaseEr
                 "after step {n} {s:?}: byte {i} is {:#x}, the model says {:#x}; map {:?}",
                 got[i],
                 model[i],
-                rig.map.chunks(INO).collect::<Vec<_>>()
+                rig.map.lock().chunks(INO).collect::<Vec<_>>()
             )));
         }
         // I1 with I4: every mapped chunk is inside the file.
-        for (i, _) in rig.map.chunks(INO) {
+        for (i, _) in rig.map.lock().chunks(INO) {
             prop_assert!(i * C < model.len() as u64, "chunk {} mapped past the end {}", i, model.len());
         }
     }
@@ -230,7 +232,7 @@ fn a_power_cut_at_every_step_of_a_chunk_move_keeps_the_synced_bytes() {
         rig.mover(0, 2, &mut never).unwrap();
         rig.with(|s, m| s.write(m, 2 * C + 10, &[0xab; 100])).unwrap();
         model[2 * C as usize + 10..2 * C as usize + 110].fill(0xab);
-        assert_eq!(rig.map.get(ChunkId::new(INO, 2)), Some(ChunkState::Dirty));
+        assert_eq!(rig.map.lock().get(ChunkId::new(INO, 2)), Some(ChunkState::Dirty));
         rig.split().fsync().unwrap();
         let mut hook = |p: &'static str| if p == point { Err(Error::SimulatedCrash(p)) } else { Ok(()) };
         let _ = rig.mover(2, 2, &mut hook);
@@ -251,13 +253,13 @@ fn a_power_cut_at_every_step_of_a_chunk_move_keeps_the_synced_bytes() {
 fn a_write_to_an_ssd_chunk_survives_the_daemon_and_is_written_back_before_a_drop() {
     let mut rig = Rig::new(&[1u8; 3 * C as usize]);
     rig.mover(0, 1, &mut never).unwrap();
-    rig.map.save().unwrap();
+    rig.map.lock().save().unwrap();
     rig.with(|s, m| s.write(m, C, &[9u8; 10])).unwrap();
     rig.daemon_crash();
-    assert_eq!(rig.map.get(ChunkId::new(INO, 1)), Some(ChunkState::Dirty));
+    assert_eq!(rig.map.lock().get(ChunkId::new(INO, 1)), Some(ChunkState::Dirty));
     assert_eq!(&rig.content()[C as usize..C as usize + 11], &[9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 1]);
     rig.mover(2, 1, &mut never).unwrap();
-    assert!(!rig.map.is_split(INO));
+    assert!(!rig.map.lock().is_split(INO));
     let mut home = vec![0u8; 11];
     read_full(&rig.hdd, &rig.home, &mut home, C).unwrap();
     assert_eq!(home, [9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 1]);
@@ -274,7 +276,7 @@ fn bytes_past_a_truncate_read_as_zeros_after_the_file_grows_again() {
     // Only the HDD half of a truncate, as if the daemon died in between.
     rig.hdd.set_len(&rig.home, C + 100).unwrap();
     rig.daemon_crash();
-    assert_eq!(rig.map.chunks(INO).map(|(i, _)| i).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(rig.map.lock().chunks(INO).map(|(i, _)| i).collect::<Vec<_>>(), vec![1]);
     rig.with(|s, m| s.truncate(m, 3 * C)).unwrap();
     let c = rig.content();
     assert!(c[..C as usize + 100].iter().all(|&b| b == 5));

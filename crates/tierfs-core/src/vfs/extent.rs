@@ -1,0 +1,477 @@
+//! Split files in the volume: the shadow files, the data path of a file
+//! with chunks on the SSD, the chunk mover's entry points, and what
+//! happens to a split file's chunks when it is truncated, migrated as a
+//! whole, or removed (see ARCHITECTURE.md, "Sub-file extents").
+//!
+//! A file's chunk set changes only under its inode lock held for writing
+//! and, if it is open, its I/O lock held for writing; reads, writes and
+//! punches hold the I/O lock for reading, so they see one chunk set from
+//! start to end. Open files carry a copy of "has chunks" that is read
+//! without the map's lock, so unsplit files pay nothing for the feature.
+
+use super::{OpenInode, Volume};
+use crate::error::{Error, Result};
+use crate::extent::map::ChunkState;
+use crate::extent::split::{CrashHook, Split};
+use crate::extent::{ChunkId, ChunkSize};
+use crate::migrate::{Control, Outcome, Skip};
+use crate::state::ns::Ino;
+use crate::store::Store;
+use crate::tier::{Placement, Tier};
+use std::ffi::OsString;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// The directory of the shadow files, `.tierfs/shadow` on the SSD tier.
+pub const SHADOW_DIR: &str = "shadow";
+
+/// A change of a file's chunk set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkOp {
+    /// Copy chunk `index` to the SSD (chunks of the given size, unless the
+    /// file has chunks already).
+    Add(u64, ChunkSize),
+    /// Take chunk `index` off the SSD (written back first if dirty).
+    Drop(u64),
+    /// Take every chunk off the SSD and remove the shadow file.
+    Unsplit,
+}
+
+/// A split file's layout, for reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SplitInfo {
+    /// Chunk size.
+    pub chunk: u64,
+    /// Chunks on the SSD.
+    pub chunks: u64,
+    /// Of which dirty (the HDD copy is stale).
+    pub dirty: u64,
+}
+
+fn never(_: &'static str) -> Result<()> {
+    Ok(())
+}
+
+impl<S: Store> Volume<S> {
+    /// True if some chunk of `ino` has a copy on the SSD.
+    pub fn is_split(&self, ino: Ino) -> bool {
+        self.extents.lock().is_split(ino)
+    }
+
+    /// The split layout of `ino`, if it has chunks on the SSD.
+    pub fn split_info(&self, ino: Ino) -> Option<SplitInfo> {
+        let m = self.extents.lock();
+        let chunk = m.chunk_size(ino)?;
+        let mut info = SplitInfo { chunk: chunk.bytes(), ..SplitInfo::default() };
+        for (_, state) in m.chunks(ino) {
+            info.chunks += 1;
+            info.dirty += u64::from(state == ChunkState::Dirty);
+        }
+        Some(info)
+    }
+
+    /// The indices of the chunks of `ino` on the SSD.
+    pub fn chunk_indices(&self, ino: Ino) -> Vec<u64> {
+        self.extents.lock().chunks(ino).map(|(i, _)| i).collect()
+    }
+
+    /// True if the chunk has a copy on the SSD.
+    pub fn has_chunk(&self, id: ChunkId) -> bool {
+        self.extents.lock().get(id).is_some()
+    }
+
+    /// What the shadow of `ino` occupies on the SSD (allocated bytes, as
+    /// `du` counts them): the SSD account's charge of a split file.
+    pub fn shadow_bytes(&self, ino: Ino) -> u64 {
+        let Ok(Some(f)) = self.shadow(ino, false) else { return 0 };
+        self.tiers.store(Tier::Ssd).fstat(&f).map_or(0, |st| st.blocks * 512)
+    }
+
+    /// Bytes of the chunks of `ino` on the SSD.
+    pub fn chunk_bytes(&self, ino: Ino) -> u64 {
+        let m = self.extents.lock();
+        m.chunk_size(ino).map_or(0, |c| c.bytes() * m.chunks(ino).count() as u64)
+    }
+
+    /// Every split file and the bytes of its chunks.
+    pub fn split_files(&self) -> Vec<(Ino, u64)> {
+        let m = self.extents.lock();
+        let files: Vec<Ino> = m.files().collect();
+        files
+            .into_iter()
+            .map(|ino| (ino, m.chunk_size(ino).map_or(0, |c| c.bytes() * m.chunks(ino).count() as u64)))
+            .collect()
+    }
+
+    /// The shadow file of `ino`, opened on first use; with `create`, made
+    /// (and its name synced) if it does not exist. `None` if it does not
+    /// exist and may not be made.
+    fn shadow(&self, ino: Ino, create: bool) -> Result<Option<Arc<S::File>>> {
+        if let Some(f) = self.shadows.lock().get(&ino) {
+            return Ok(Some(f.clone()));
+        }
+        let s = self.tiers.store(Tier::Ssd);
+        let d = self.tiers.reserved(Tier::Ssd, SHADOW_DIR)?;
+        let name = OsString::from(ino.to_string());
+        let f = match s.open(&d, &name, libc::O_RDWR, 0) {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && create => {
+                let f = s.open(&d, &name, libc::O_RDWR | libc::O_CREAT, 0o600)?;
+                // The name is durable before any chunk is committed (I1
+                // needs the bytes to be findable after a power cut).
+                s.sync_dir(&d)?;
+                f
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let f = Arc::new(f);
+        Ok(Some(self.shadows.lock().entry(ino).or_insert(f).clone()))
+    }
+
+    /// Removes the shadow file of a file with no chunk on the SSD.
+    fn remove_shadow(&self, ino: Ino) {
+        self.shadows.lock().remove(&ino);
+        let s = self.tiers.store(Tier::Ssd);
+        if let Ok(d) = self.tiers.reserved(Tier::Ssd, SHADOW_DIR) {
+            match s.unlink(&d, OsString::from(ino.to_string()).as_os_str()) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                // Left for recovery at the next mount (a shadow without map
+                // entries is removed there).
+                Err(e) => tracing::warn!(ino, error = %e, "could not remove a shadow file"),
+            }
+        }
+    }
+
+    /// The shadow of an open file if it is split (the caller holds its I/O
+    /// lock, so this cannot change meanwhile).
+    pub(crate) fn split_shadow(&self, oi: &OpenInode<S>) -> Result<Option<Arc<S::File>>> {
+        if !oi.split.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        match self.shadow(oi.ino, false)? {
+            Some(f) => Ok(Some(f)),
+            None => Err(Error::Corrupt(format!("file {} has chunks on the SSD but no shadow file", oi.ino))),
+        }
+    }
+
+    /// Carries out a change of a file's chunk set (see [`ChunkOp`]), unless
+    /// a migration of the file runs. Waits for the file's locks at most as
+    /// long as `ctl` allows. Tests stop it at the named points with `crash`.
+    pub fn chunk_op(&self, ino: Ino, op: ChunkOp, ctl: &dyn Control, crash: CrashHook<'_>) -> Result<Outcome> {
+        let Some(_only) = self.exclusive(ino) else { return Ok(Outcome::Skipped(Skip::Busy)) };
+        if let ChunkOp::Add(_, chunk) = op {
+            // Paced before any lock is taken.
+            ctl.pace(chunk.bytes());
+        }
+        self.chunk_op_held(ino, op, ctl, crash)
+    }
+
+    /// [`Volume::chunk_op`] for a caller that holds the file's migration
+    /// mark.
+    pub(crate) fn chunk_op_held(
+        &self,
+        ino: Ino,
+        op: ChunkOp,
+        ctl: &dyn Control,
+        crash: CrashHook<'_>,
+    ) -> Result<Outcome> {
+        let add = matches!(op, ChunkOp::Add(..));
+        if !add && !self.is_split(ino) {
+            return Ok(Outcome::Skipped(Skip::AlreadyThere));
+        }
+        let lock = self.ilocks.get(ino);
+        let Some(_il) = (match ctl.io_wait() {
+            None => Some(lock.write()),
+            Some(d) => lock.try_write_for(d),
+        }) else {
+            return Ok(Outcome::Skipped(Skip::Busy));
+        };
+        let rec = self.ns.record(ino)?;
+        if add {
+            match &rec {
+                None => return Ok(Outcome::Skipped(Skip::Gone)),
+                Some(r) if r.kind != crate::store::FileKind::File => return Ok(Outcome::Skipped(Skip::NotRegular)),
+                Some(r) if r.placement != Placement::On(Tier::Hdd) => return Ok(Outcome::Skipped(Skip::AlreadyThere)),
+                Some(_) => {}
+            }
+        }
+        let oi = self.open_inode(ino);
+        let io = match &oi {
+            None => None,
+            Some(o) => match ctl.io_wait() {
+                None => Some(o.io.write()),
+                Some(d) => match o.io.try_write_for(d) {
+                    Some(g) => Some(g),
+                    None => return Ok(Outcome::Skipped(Skip::Busy)),
+                },
+            },
+        };
+        let home = match (&oi, &io) {
+            (Some(_), Some(io)) => {
+                if io.passthrough > 0 {
+                    // The kernel reads and writes its HDD file directly.
+                    return Ok(Outcome::Skipped(Skip::Deferred));
+                }
+                if io.placement != Placement::On(Tier::Hdd) {
+                    return Ok(Outcome::Skipped(Skip::AlreadyThere));
+                }
+                self.primary_of(ino, io)?
+            }
+            _ => {
+                let Some((p, n)) = self.ns.first_link(ino)? else { return Ok(Outcome::Skipped(Skip::Gone)) };
+                let d = self.tiers.dir(p, Tier::Hdd, false)?;
+                Arc::new(self.tiers.store(Tier::Hdd).open(&d, &n, libc::O_RDWR, 0)?)
+            }
+        };
+        let Some(shadow) = self.shadow(ino, add)? else {
+            return Err(Error::Corrupt(format!("file {ino} has chunks on the SSD but no shadow file")));
+        };
+        let split = Split {
+            hdd: self.tiers.store(Tier::Hdd),
+            home: &home,
+            ssd: self.tiers.store(Tier::Ssd),
+            shadow: &shadow,
+            ino,
+        };
+        let hooks = self.hooks();
+        let mut reserved = 0;
+        let done = match op {
+            ChunkOp::Add(index, chunk) => {
+                let chunk = self.extents.lock().chunk_size(ino).unwrap_or(chunk);
+                if index.saturating_mul(chunk.bytes()) >= split.size()? {
+                    // Cut away since it was chosen.
+                    Outcome::Skipped(Skip::Gone)
+                } else if self.extents.lock().get(ChunkId::new(ino, index)).is_some() {
+                    Outcome::Skipped(Skip::AlreadyThere)
+                } else if !hooks.reserve_ssd(ino, chunk.bytes()) {
+                    Outcome::Skipped(Skip::NoSpace)
+                } else {
+                    reserved = chunk.bytes();
+                    let r = split.add(&self.extents, index, chunk, crash);
+                    if r.is_err() {
+                        hooks.settle_ssd(ino, reserved, Some(self.shadow_bytes(ino)));
+                    }
+                    r?;
+                    Outcome::Done(chunk.bytes())
+                }
+            }
+            ChunkOp::Drop(index) => {
+                let bytes = self.extents.lock().chunk_size(ino).map_or(0, |c| c.bytes());
+                if self.extents.lock().get(ChunkId::new(ino, index)).is_none() {
+                    Outcome::Skipped(Skip::AlreadyThere)
+                } else {
+                    split.drop_chunk(&self.extents, index, crash)?;
+                    Outcome::Done(bytes)
+                }
+            }
+            ChunkOp::Unsplit => {
+                let bytes = self.extents.lock().chunk_size(ino).map_or(0, |c| c.bytes());
+                let n = split.unsplit(&self.extents, crash)?;
+                Outcome::Done(n * bytes)
+            }
+        };
+        let split_now = self.is_split(ino);
+        if let Some(o) = &oi {
+            o.split.store(split_now, Ordering::Release);
+        }
+        if !split_now {
+            self.remove_shadow(ino);
+        }
+        // The account charges a split file what its shadow occupies.
+        hooks.settle_ssd(ino, reserved, Some(self.shadow_bytes(ino)));
+        Ok(done)
+    }
+
+    /// Takes every chunk of `ino` off the SSD (for a migration of the whole
+    /// file, which the caller's migration mark keeps chunks from joining).
+    pub(crate) fn unsplit_held(&self, ino: Ino, ctl: &dyn Control) -> Result<Option<Outcome>> {
+        if !self.is_split(ino) {
+            return Ok(None);
+        }
+        match self.chunk_op_held(ino, ChunkOp::Unsplit, ctl, &mut never)? {
+            Outcome::Done(_) | Outcome::Skipped(Skip::AlreadyThere) => Ok(None),
+            other => Ok(Some(other)),
+        }
+    }
+
+    /// A file's last name and last handle are gone: its chunks leave the
+    /// map (their bytes are gone with the file) and its shadow is removed.
+    /// The caller holds the file's inode lock for writing, or knows no one
+    /// can reach the file any more.
+    pub(crate) fn forget_chunks(&self, ino: Ino) {
+        let indices: Vec<u64> = {
+            let m = self.extents.lock();
+            if m.chunk_size(ino).is_none() {
+                return;
+            }
+            m.chunks(ino).map(|(i, _)| i).collect()
+        };
+        let r = self.extents.lock().commit_discarded(ino, &indices);
+        match r {
+            Ok(()) => self.remove_shadow(ino),
+            // The entries stay; recovery drops those of files that are gone.
+            Err(e) => tracing::warn!(ino, error = %e, "could not drop the chunks of a removed file"),
+        }
+    }
+
+    /// The last name of `ino` went: a file nobody has open loses its chunks
+    /// now; an open one at its last close.
+    pub(crate) fn chunks_gone(&self, ino: Ino) {
+        if !self.is_split(ino) {
+            return;
+        }
+        // The chunk mover checks the record under this lock, so no chunk
+        // is added after this.
+        let _il = self.ilocks.get(ino).write();
+        if self.open_inode(ino).is_none() {
+            self.forget_chunks(ino);
+        }
+    }
+
+    /// Truncate of a split file (the caller holds its inode lock for writing
+    /// and, if it is open, its I/O lock for writing).
+    pub(crate) fn split_truncate(&self, ino: Ino, home: &S::File, shadow: &S::File, size: u64) -> Result<()> {
+        let split = Split { hdd: self.tiers.store(Tier::Hdd), home, ssd: self.tiers.store(Tier::Ssd), shadow, ino };
+        split.truncate(&self.extents, size)
+    }
+
+    /// Truncate of an open split file (the caller holds its inode lock for
+    /// writing): under its I/O lock held for writing, so no read or write
+    /// sees chunks leave half way.
+    pub(crate) fn split_set_len(&self, oi: &OpenInode<S>, size: u64) -> Result<()> {
+        let io = oi.io.write();
+        let home = self.primary_of(oi.ino, &io)?;
+        let Some(shadow) = self.split_shadow(oi)? else {
+            drop(io);
+            // Not split after all: the plain path.
+            return Err(Error::Corrupt(format!("file {} lost its chunks under its inode lock", oi.ino)));
+        };
+        self.split_truncate(oi.ino, &home, &shadow, size)?;
+        oi.size.store(size, Ordering::Release);
+        self.note_change(oi.ino);
+        if !self.is_split(oi.ino) {
+            oi.split.store(false, Ordering::Release);
+            self.remove_shadow(oi.ino);
+        }
+        self.hooks().settle_ssd(oi.ino, 0, Some(self.shadow_bytes(oi.ino)));
+        Ok(())
+    }
+
+    /// Truncate of a split file nobody has open, through its name.
+    pub(crate) fn split_truncate_closed(&self, ino: Ino, size: u64) -> Result<bool> {
+        if !self.is_split(ino) {
+            return Ok(false);
+        }
+        let (p, n) = self.link_of(ino)?;
+        let d = self.tiers.dir(p, Tier::Hdd, false)?;
+        let home = self.tiers.store(Tier::Hdd).open(&d, &n, libc::O_WRONLY, 0)?;
+        let Some(shadow) = self.shadow(ino, false)? else {
+            return Err(Error::Corrupt(format!("file {ino} has chunks on the SSD but no shadow file")));
+        };
+        self.split_truncate(ino, &home, &shadow, size)?;
+        if !self.is_split(ino) {
+            self.remove_shadow(ino);
+        }
+        self.hooks().settle_ssd(ino, 0, Some(self.shadow_bytes(ino)));
+        Ok(true)
+    }
+
+    /// Loads the extent map at mount (after an unclean shutdown every chunk
+    /// is dirty) and brings every split file and the shadow directory in
+    /// line: chunks of files that are gone are dropped, shadows without
+    /// chunks removed, and each split file recovered ([`Split::recover`]).
+    /// Returns how many files needed something.
+    pub(crate) fn recover_extents(&self, clean: bool) -> Result<u32> {
+        let map = crate::extent::map::ExtentMap::load(self.ns.kv().clone(), clean)?;
+        *self.extents.lock() = map;
+        let mut fixed = 0;
+        let files: Vec<Ino> = self.extents.lock().files().collect();
+        for ino in files {
+            let rec = self.ns.record(ino)?;
+            let home = match rec {
+                Some(r) if r.kind == crate::store::FileKind::File && r.placement == Placement::On(Tier::Hdd) => {
+                    // A name that did not survive a power cut (its directory
+                    // was not synced) is dropped by reconciliation later:
+                    // its chunks go now.
+                    let open = || -> Result<S::File> {
+                        let (p, n) = self.link_of(ino)?;
+                        let d = self.tiers.dir(p, Tier::Hdd, false)?;
+                        Ok(self.tiers.store(Tier::Hdd).open(&d, &n, libc::O_RDWR, 0)?)
+                    };
+                    match open() {
+                        Ok(f) => Some(f),
+                        Err(e) if e.is(libc::ENOENT) => None,
+                        Err(e) => return Err(e),
+                    }
+                }
+                _ => None,
+            };
+            let shadow = self.shadow(ino, false)?;
+            match (home, shadow) {
+                (Some(home), Some(shadow)) => {
+                    let split = Split {
+                        hdd: self.tiers.store(Tier::Hdd),
+                        home: &home,
+                        ssd: self.tiers.store(Tier::Ssd),
+                        shadow: &shadow,
+                        ino,
+                    };
+                    split.recover(&self.extents)?;
+                }
+                _ => {
+                    // The file is gone (removed while open, then a crash),
+                    // or the shadow is: nothing of the chunks can be used.
+                    tracing::warn!(ino, "chunks of a file that is gone or has no shadow are dropped");
+                    self.forget_chunks(ino);
+                    fixed += 1;
+                }
+            }
+            if !self.is_split(ino) {
+                self.remove_shadow(ino);
+            }
+        }
+        self.shadows.lock().clear();
+        let s = self.tiers.store(Tier::Ssd);
+        let d = self.tiers.reserved(Tier::Ssd, SHADOW_DIR)?;
+        let mut removed = false;
+        for e in s.list(&d)? {
+            let ino = e.name.to_str().and_then(|n| n.parse::<Ino>().ok());
+            if ino.is_some_and(|i| self.is_split(i)) {
+                continue;
+            }
+            let _ = s.unlink(&d, &e.name);
+            removed = true;
+            fixed += 1;
+        }
+        if removed {
+            s.sync_dir(&d)?;
+        }
+        Ok(fixed)
+    }
+
+    /// At a clean unmount: every split file's shadow and HDD file synced
+    /// (a chunk written back since its last sync must not come back stale
+    /// in the shadow after a later power cut, with its state saved clean),
+    /// then the chunk states saved (flushed by the caller). False if
+    /// something failed: the shutdown is then not clean.
+    pub fn save_extents(&self) -> bool {
+        let mut ok = true;
+        let shadows: Vec<(Ino, Arc<S::File>)> = self.shadows.lock().iter().map(|(i, f)| (*i, f.clone())).collect();
+        for (ino, f) in shadows {
+            if let Err(e) = self.tiers.store(Tier::Ssd).fsync(&f, true) {
+                tracing::error!(ino, error = %e, "could not sync a shadow file");
+                ok = false;
+            }
+        }
+        if let Err(e) = self.extents.lock().save() {
+            tracing::error!(error = %e, "could not save the chunk states");
+            ok = false;
+        }
+        ok
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,419 @@
+//! Split files through the volume: every operation on a file whose chunks
+//! are on two tiers, the chunk mover beside readers and writers, crashes
+//! and power cuts of the daemon with chunks on the SSD.
+
+use super::*;
+use crate::clock::{ManualClock, Timestamp};
+use crate::event::NoEvents;
+use crate::migrate::{Move, NoCrash};
+use crate::state::ns::{Namespace, ROOT_INO};
+use crate::state::MemKv;
+use crate::store::mem::MemStore;
+use crate::vfs::{Ctx, SetAttr, VolumeConfig};
+use std::ffi::OsStr;
+use std::time::Duration;
+
+const C: u64 = 4096;
+const CHUNK: ChunkSize = ChunkSize::MIN;
+const CTX: Ctx = Ctx { uid: 0, gid: 0, pid: 1 };
+
+struct Rig {
+    ssd: MemStore,
+    hdd: MemStore,
+    kv: MemKv,
+}
+
+impl Rig {
+    fn new() -> Self {
+        crate::lockcheck::watch();
+        Rig { ssd: MemStore::new(), hdd: MemStore::new(), kv: MemKv::new() }
+    }
+    fn mount(&self) -> Arc<Volume<MemStore>> {
+        let v = Volume::new(
+            self.ssd.clone(),
+            self.hdd.clone(),
+            Namespace::new(Arc::new(self.kv.clone())),
+            VolumeConfig::default(),
+            Arc::new(NoEvents),
+            Arc::new(ManualClock::new(Timestamp::from_secs(1))),
+        )
+        .unwrap();
+        v.recover().unwrap();
+        Arc::new(v)
+    }
+    /// A clean unmount: shadows synced, states saved, state flushed.
+    fn unmount(&self, v: Arc<Volume<MemStore>>) {
+        assert!(v.save_extents());
+        v.sync_state().unwrap();
+        v.mark_clean().unwrap();
+    }
+    fn power_cut(&self) {
+        self.ssd.crash();
+        self.hdd.crash();
+        self.kv.crash();
+    }
+}
+
+fn pattern(tag: u8, n: usize) -> Vec<u8> {
+    (0..n).map(|i| tag.wrapping_add((i % 251) as u8)).collect()
+}
+
+/// A file of `n` bytes on the HDD, written and synced.
+fn make(v: &Volume<MemStore>, name: &str, data: &[u8]) -> Ino {
+    let (a, o) = v.create(&CTX, ROOT_INO, OsStr::new(name), 0o644, 0, libc::O_RDWR).unwrap();
+    v.write(o.fh, 0, data).unwrap();
+    v.fsync(o.fh, false).unwrap();
+    v.release(o.fh).unwrap();
+    // Its name and record are durable too (a power cut test needs the file).
+    let s = v.tiers.store(Tier::Hdd);
+    s.sync_dir(&s.root().unwrap()).unwrap();
+    v.sync_state().unwrap();
+    a.ino
+}
+
+/// Asserts two contents are equal, naming the first byte that differs.
+#[track_caller]
+fn same(got: &[u8], want: &[u8], what: &str) {
+    if let Some(i) = (0..got.len().min(want.len())).find(|&i| got[i] != want[i]) {
+        panic!("{what}: byte {i} is {:#x}, want {:#x}", got[i], want[i]);
+    }
+    assert_eq!(got.len(), want.len(), "{what}: size");
+}
+
+fn read_all(v: &Volume<MemStore>, ino: Ino) -> Vec<u8> {
+    let o = v.open(ino, libc::O_RDONLY).unwrap();
+    let mut out = Vec::new();
+    loop {
+        let d = v.read(o.fh, out.len() as u64, 8192).unwrap();
+        if d.is_empty() {
+            break;
+        }
+        out.extend_from_slice(&d);
+    }
+    v.release(o.fh).unwrap();
+    out
+}
+
+fn add(v: &Volume<MemStore>, ino: Ino, index: u64) {
+    let r = v.chunk_op(ino, ChunkOp::Add(index, CHUNK), &NoCrash, &mut never).unwrap();
+    assert_eq!(r, Outcome::Done(C), "add chunk {index}");
+}
+
+/// The HDD file's bytes (the home copy), read past the volume.
+fn home(rig: &Rig, name: &str) -> Vec<u8> {
+    let root = rig.hdd.root().unwrap();
+    let f = rig.hdd.open(&root, OsStr::new(name), libc::O_RDONLY, 0).unwrap();
+    let size = rig.hdd.fstat(&f).unwrap().size as usize;
+    let mut b = vec![0; size];
+    crate::store::read_full(&rig.hdd, &f, &mut b, 0).unwrap();
+    b
+}
+
+fn shadow_exists(rig: &Rig, ino: Ino) -> bool {
+    let root = rig.ssd.root().unwrap();
+    let Ok(t) = rig.ssd.open_dir(&root, OsStr::new(".tierfs")) else { return false };
+    let Ok(d) = rig.ssd.open_dir(&t, OsStr::new(SHADOW_DIR)) else { return false };
+    rig.ssd.stat(crate::store::Target::Entry(&d, OsString::from(ino.to_string()).as_os_str())).is_ok()
+}
+
+#[test]
+fn a_split_file_serves_its_chunks_from_the_ssd_and_its_home_keeps_the_rest() {
+    let rig = Rig::new();
+    let v = rig.mount();
+    let mut model = pattern(1, 5 * C as usize);
+    let ino = make(&v, "f", &model);
+    add(&v, ino, 1);
+    add(&v, ino, 3);
+    assert!(v.is_split(ino) && shadow_exists(&rig, ino));
+    let o = v.open(ino, libc::O_RDWR).unwrap();
+    assert!(o.backing.is_none(), "no passthrough for a split file");
+    // A write across chunks 0..=2 lands on both tiers.
+    let data = pattern(9, 2 * C as usize);
+    assert_eq!(v.write(o.fh, C / 2, &data).unwrap() as usize, data.len());
+    model[C as usize / 2..C as usize / 2 + data.len()].copy_from_slice(&data);
+    same(&v.read(o.fh, 0, 5 * C as u32).unwrap(), &model, "read");
+    // The HDD copy of chunk 1 is stale (it is dirty), chunk 0's is current.
+    let h = home(&rig, "f");
+    assert_eq!(h[..C as usize], model[..C as usize]);
+    assert_ne!(h[C as usize..2 * C as usize], model[C as usize..2 * C as usize]);
+    assert_eq!(v.split_info(ino).unwrap().dirty, 1);
+    v.release(o.fh).unwrap();
+    // Unsplit writes chunk 1 back and removes the shadow.
+    assert!(matches!(v.chunk_op(ino, ChunkOp::Unsplit, &NoCrash, &mut never).unwrap(), Outcome::Done(_)));
+    assert!(!v.is_split(ino) && !shadow_exists(&rig, ino));
+    same(&home(&rig, "f"), &model, "content");
+    same(&read_all(&v, ino), &model, "content");
+}
+
+#[test]
+fn truncate_punch_and_growth_of_a_split_file_read_like_a_plain_one() {
+    let rig = Rig::new();
+    let v = rig.mount();
+    let mut model = pattern(3, 6 * C as usize);
+    let ino = make(&v, "f", &model);
+    for i in [1, 2, 4, 5] {
+        add(&v, ino, i);
+    }
+    let o = v.open(ino, libc::O_RDWR).unwrap();
+    v.write(o.fh, 4 * C + 10, &[7; 100]).unwrap();
+    model[4 * C as usize + 10..4 * C as usize + 110].fill(7);
+    // Punch across an HDD chunk and an SSD one.
+    v.fallocate(o.fh, C / 2, C, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE).unwrap();
+    model[C as usize / 2..C as usize / 2 + C as usize].fill(0);
+    // Truncate (open) into chunk 4, then grow by a write past the end.
+    v.setattr(ino, Some(o.fh), &SetAttr { size: Some(4 * C + 50), ..SetAttr::default() }).unwrap();
+    model.truncate(4 * C as usize + 50);
+    assert_eq!(v.chunk_indices(ino), vec![1, 2, 4]);
+    v.write(o.fh, 6 * C, b"tail").unwrap();
+    model.resize(6 * C as usize, 0);
+    model.extend_from_slice(b"tail");
+    same(&v.read(o.fh, 0, 8 * C as u32).unwrap(), &model, "read");
+    assert_eq!(v.getattr(ino).unwrap().size, model.len() as u64);
+    // SEEK_DATA/SEEK_HOLE answer for the whole file.
+    assert_eq!(v.lseek(o.fh, 5, libc::SEEK_DATA).unwrap(), 5);
+    assert_eq!(v.lseek(o.fh, 5, libc::SEEK_HOLE).unwrap(), model.len() as i64);
+    v.release(o.fh).unwrap();
+    // Truncate of the closed file through its name.
+    v.setattr(ino, None, &SetAttr { size: Some(2 * C + 1), ..SetAttr::default() }).unwrap();
+    model.truncate(2 * C as usize + 1);
+    assert_eq!(v.chunk_indices(ino), vec![1, 2]);
+    same(&read_all(&v, ino), &model, "content");
+    v.setattr(ino, None, &SetAttr { size: Some(0), ..SetAttr::default() }).unwrap();
+    assert!(!v.is_split(ino) && !shadow_exists(&rig, ino), "a file cut to nothing has no chunks left");
+    assert!(read_all(&v, ino).is_empty());
+}
+
+#[test]
+fn rename_links_copy_file_range_and_a_whole_file_move_keep_a_split_files_bytes() {
+    let rig = Rig::new();
+    let v = rig.mount();
+    let mut model = pattern(5, 4 * C as usize);
+    let ino = make(&v, "f", &model);
+    add(&v, ino, 0);
+    add(&v, ino, 2);
+    let o = v.open(ino, libc::O_RDWR).unwrap();
+    v.write(o.fh, 2 * C, &[0xaa; 10]).unwrap();
+    model[2 * C as usize..2 * C as usize + 10].fill(0xaa);
+    v.release(o.fh).unwrap();
+    v.rename(ROOT_INO, OsStr::new("f"), ROOT_INO, OsStr::new("g"), 0).unwrap();
+    v.link(ino, ROOT_INO, OsStr::new("h")).unwrap();
+    same(&read_all(&v, ino), &model, "content");
+    // copy_file_range out of a split file goes through the daemon.
+    let (b, ob) = v.create(&CTX, ROOT_INO, OsStr::new("copy"), 0o644, 0, libc::O_RDWR).unwrap();
+    let oi = v.open(ino, libc::O_RDONLY).unwrap();
+    assert_eq!(v.copy_file_range(oi.fh, 0, ob.fh, 0, 4 * C).unwrap(), 4 * C);
+    v.release(oi.fh).unwrap();
+    v.release(ob.fh).unwrap();
+    same(&read_all(&v, b.ino), &model, "content");
+    // A whole-file promotion writes the dirty chunk back first.
+    assert!(matches!(v.migrate(ino, Move::Promote, &NoCrash).unwrap(), Outcome::Done(_)));
+    assert!(!v.is_split(ino) && !shadow_exists(&rig, ino));
+    same(&read_all(&v, ino), &model, "content");
+    // And a file on the SSD takes no chunks.
+    let r = v.chunk_op(ino, ChunkOp::Add(0, CHUNK), &NoCrash, &mut never).unwrap();
+    assert_eq!(r, Outcome::Skipped(Skip::AlreadyThere));
+}
+
+#[test]
+fn removing_a_split_file_drops_its_chunks_at_once_or_at_its_last_close() {
+    let rig = Rig::new();
+    let v = rig.mount();
+    let a = make(&v, "a", &pattern(1, 3 * C as usize));
+    let b = make(&v, "b", &pattern(2, 3 * C as usize));
+    add(&v, a, 1);
+    add(&v, b, 1);
+    v.unlink(ROOT_INO, OsStr::new("a")).unwrap();
+    assert!(!v.is_split(a) && !shadow_exists(&rig, a));
+    let o = v.open(b, libc::O_RDWR).unwrap();
+    v.unlink(ROOT_INO, OsStr::new("b")).unwrap();
+    // Still readable and writable through the open handle.
+    v.write(o.fh, C, b"still").unwrap();
+    assert_eq!(&v.read(o.fh, C, 5).unwrap(), b"still");
+    assert!(v.is_split(b));
+    assert_eq!(v.chunk_op(b, ChunkOp::Add(0, CHUNK), &NoCrash, &mut never).unwrap(), Outcome::Skipped(Skip::Gone));
+    v.release(o.fh).unwrap();
+    assert!(!v.is_split(b) && !shadow_exists(&rig, b));
+    // Nothing of either is left in the state database.
+    assert!(v.ns.kv().scan(crate::state::TreeId::Ns, b"X").unwrap().is_empty());
+    assert!(v.ns.kv().scan(crate::state::TreeId::Ns, b"x").unwrap().is_empty());
+}
+
+/// A write acknowledged to an SSD chunk survives a daemon crash without an
+/// fsync, and a power cut after an fsync; after the unclean restart the
+/// chunk is dirty and is written back when it leaves.
+#[test]
+fn writes_to_ssd_chunks_survive_a_crash_and_are_written_back_after_it() {
+    let rig = Rig::new();
+    let v = rig.mount();
+    let mut model = pattern(4, 3 * C as usize);
+    let ino = make(&v, "f", &model);
+    add(&v, ino, 1);
+    let o = v.open(ino, libc::O_RDWR).unwrap();
+    v.write(o.fh, C + 5, b"synced").unwrap();
+    v.fsync(o.fh, true).unwrap();
+    model[C as usize + 5..C as usize + 11].copy_from_slice(b"synced");
+    drop(v);
+    rig.power_cut();
+    let v = rig.mount();
+    same(&read_all(&v, ino), &model, &format!("after a power cut"));
+    assert_eq!(v.split_info(ino).unwrap().dirty, 1, "unclean: every chunk is dirty");
+    // A write without fsync, then the daemon dies (the files keep it).
+    let o = v.open(ino, libc::O_RDWR).unwrap();
+    v.write(o.fh, C, b"unsynced").unwrap();
+    model[C as usize..C as usize + 8].copy_from_slice(b"unsynced");
+    drop(o);
+    drop(v);
+    rig.kv.crash();
+    let v = rig.mount();
+    same(&read_all(&v, ino), &model, &format!("after a daemon crash"));
+    assert!(matches!(v.chunk_op(ino, ChunkOp::Drop(1), &NoCrash, &mut never).unwrap(), Outcome::Done(_)));
+    same(&home(&rig, "f"), &model, &format!("the dirty chunk was written back"));
+    // A clean unmount and mount keeps clean states and the chunks.
+    add(&v, ino, 2);
+    rig.unmount(v);
+    let v = rig.mount();
+    assert_eq!(v.split_info(ino).unwrap(), SplitInfo { chunk: C, chunks: 1, dirty: 0 });
+    same(&read_all(&v, ino), &model, "content");
+}
+
+/// Found by the power-cut test: `.tierfs/shadow` was made but its name
+/// never synced, so a power cut took every shadow file with it, and with
+/// them writes acknowledged and fsynced to SSD chunks.
+#[test]
+fn the_shadow_directory_survives_a_power_cut_right_after_it_was_made() {
+    let rig = Rig::new();
+    let v = rig.mount();
+    let ino = make(&v, "f", &pattern(2, 2 * C as usize));
+    add(&v, ino, 0);
+    let o = v.open(ino, libc::O_RDWR).unwrap();
+    v.write(o.fh, 0, b"kept").unwrap();
+    v.fsync(o.fh, true).unwrap();
+    drop(v);
+    rig.power_cut();
+    let v = rig.mount();
+    assert!(v.is_split(ino));
+    assert_eq!(&read_all(&v, ino)[..4], b"kept");
+}
+
+/// Found by the power-cut test: a file whose name was not durable when the
+/// power went (its directory never synced) made the mount fail while
+/// recovering its chunks; they are dropped instead.
+#[test]
+fn chunks_of_a_file_whose_name_did_not_survive_a_power_cut_do_not_stop_the_mount() {
+    let rig = Rig::new();
+    let v = rig.mount();
+    let (a, o) = v.create(&CTX, ROOT_INO, OsStr::new("f"), 0o644, 0, libc::O_RDWR).unwrap();
+    v.write(o.fh, 0, &pattern(1, 2 * C as usize)).unwrap();
+    v.fsync(o.fh, false).unwrap();
+    v.release(o.fh).unwrap();
+    add(&v, a.ino, 1);
+    drop(v);
+    rig.power_cut();
+    let v = rig.mount();
+    assert!(!v.is_split(a.ino));
+    assert!(!shadow_exists(&rig, a.ino));
+}
+
+/// A crash at every step of adding, writing back, dropping and unsplitting,
+/// then a power cut: the file reads as it was last synced, and nothing is
+/// left over (no stray shadow, no chunk past the end).
+#[test]
+fn a_power_cut_at_every_point_of_a_chunk_move_loses_nothing_synced() {
+    use crate::extent::split::points;
+    for (i, point) in points::ALL.iter().enumerate() {
+        let rig = Rig::new();
+        let v = rig.mount();
+        let mut model = pattern(i as u8, 3 * C as usize);
+        let ino = make(&v, "f", &model);
+        if i >= 3 {
+            // Moves out need a dirty chunk first.
+            add(&v, ino, 1);
+            let o = v.open(ino, libc::O_RDWR).unwrap();
+            v.write(o.fh, C, b"dirty").unwrap();
+            v.fsync(o.fh, false).unwrap();
+            v.release(o.fh).unwrap();
+            model[C as usize..C as usize + 5].copy_from_slice(b"dirty");
+        }
+        let mut hook = |p: &'static str| if p == *point { Err(Error::SimulatedCrash(p)) } else { Ok(()) };
+        let op = match i {
+            0..=2 => ChunkOp::Add(1, CHUNK),
+            7 => ChunkOp::Unsplit,
+            _ => ChunkOp::Drop(1),
+        };
+        match v.chunk_op(ino, op, &NoCrash, &mut hook) {
+            Err(Error::SimulatedCrash(_)) => {}
+            other => panic!("{point}: {other:?}"),
+        }
+        drop(v);
+        rig.power_cut();
+        let v = rig.mount();
+        same(&read_all(&v, ino), &model, &format!("power cut at {point}"));
+        assert_eq!(shadow_exists(&rig, ino), v.is_split(ino), "{point}: a shadow exactly for a split file");
+        // And the file still works: it can leave the SSD whole.
+        let r = v.chunk_op(ino, ChunkOp::Unsplit, &NoCrash, &mut never).unwrap();
+        assert!(matches!(r, Outcome::Done(_) | Outcome::Skipped(Skip::AlreadyThere)), "{point}: {r:?}");
+        same(&home(&rig, "f"), &model, &format!("{point}"));
+    }
+}
+
+/// Readers and writers on disjoint ranges of one split file while the
+/// chunk mover adds, drops and unsplits its chunks: every read sees the
+/// bytes last written there, and the end state is the model.
+#[test]
+fn the_chunk_mover_beside_readers_and_writers_loses_no_write() {
+    crate::testutil::within(120, "chunk mover beside readers and writers", || {
+        let rig = Rig::new();
+        let v = rig.mount();
+        const N: u64 = 16;
+        let ino = make(&v, "f", &vec![0u8; (N * C) as usize]);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut threads = Vec::new();
+        for t in 0..4u64 {
+            let (v, stop) = (v.clone(), stop.clone());
+            threads.push(std::thread::spawn(move || {
+                let o = v.open(ino, libc::O_RDWR).unwrap();
+                // Thread t owns bytes [t*C*4 + 100, +3000) across chunks.
+                let base = t * 4 * C + 100;
+                let mut round = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                    round += 1;
+                    let data = pattern(round as u8 ^ t as u8, 3000);
+                    let at = base + (round % 4) * 977;
+                    v.write(o.fh, at, &data).unwrap();
+                    assert_eq!(v.read(o.fh, at, 3000).unwrap(), data, "thread {t} round {round}");
+                }
+                v.release(o.fh).unwrap();
+                (t, round)
+            }));
+        }
+        let mut moves = 0;
+        let deadline = std::time::Instant::now() + Duration::from_secs(3);
+        let mut i = 0u64;
+        while std::time::Instant::now() < deadline {
+            i += 1;
+            let op = match i % 7 {
+                0 => ChunkOp::Unsplit,
+                1 | 3 | 5 => ChunkOp::Add((i * 5) % N, CHUNK),
+                _ => ChunkOp::Drop((i * 3) % N),
+            };
+            if matches!(v.chunk_op(ino, op, &NoCrash, &mut never).unwrap(), Outcome::Done(_)) {
+                moves += 1;
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        let mut model = vec![0u8; (N * C) as usize];
+        let results: Vec<(u64, u64)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        // Each thread's writes overlap only its own range: replay them.
+        for (t, rounds) in results {
+            let base = t * 4 * C + 100;
+            for round in 1..=rounds {
+                let at = (base + (round % 4) * 977) as usize;
+                model[at..at + 3000].copy_from_slice(&pattern(round as u8 ^ t as u8, 3000));
+            }
+        }
+        assert!(moves > 10, "the mover ran ({moves} moves)");
+        same(&read_all(&v, ino), &model, "content");
+        v.chunk_op(ino, ChunkOp::Unsplit, &NoCrash, &mut never).unwrap();
+        same(&home(&rig, "f"), &model, "content");
+    });
+}
