@@ -465,6 +465,34 @@ pub fn findings(rows: &[Row]) -> Vec<Finding> {
         }
         None => na(6, c6),
     });
+
+    let c7 = "On big files with hot blocks, sub-file extents beat every file-level architecture, which the sieve keeps off the SSD (hystor at least 5x HDD-only and 3x the best file-level one).";
+    out.push(match table("db") {
+        Some(t) if !t.sizes.is_empty() && t.archs.iter().any(|a| a == "hystor") => {
+            let s = t.sizes[0];
+            let h = t.get("hystor", s).unwrap_or(0.0);
+            let best = t
+                .archs
+                .iter()
+                .filter(|a| *a != "hystor")
+                .filter_map(|a| t.get(a, s).map(|v| (a.clone(), v)))
+                .fold(None::<(String, f64)>, |m, x| if m.as_ref().is_none_or(|m| x.1 > m.1) { Some(x) } else { m });
+            let (ba, bv) = best.unwrap_or_default();
+            let ok = t.hdd > 0.0 && h >= 5.0 * t.hdd && bv > 0.0 && h >= 3.0 * bv;
+            Finding {
+                n: 7,
+                claim: c7,
+                verdict: verdict(ok),
+                evidence: format!(
+                    "at {s}%: hystor {h:.1} = {:.1}x HDD-only {:.1}, {:.1}x the best file-level ({ba} {bv:.1})",
+                    h / t.hdd.max(f64::MIN_POSITIVE),
+                    t.hdd,
+                    h / bv.max(f64::MIN_POSITIVE)
+                ),
+            }
+        }
+        _ => na(7, c7),
+    });
     out
 }
 

@@ -26,12 +26,19 @@ pub struct Arch {
     pub interval: Option<String>,
     /// Per-directory policies from the workload (the mixed workload).
     pub type_aware: bool,
+    /// More mount options (e.g. hystor's `--chunk-period`).
+    #[serde(default)]
+    pub extra: Vec<String>,
 }
 
 impl Arch {
     /// A policy under its own name.
     pub fn plain(policy: &str) -> Self {
-        Arch { label: policy.into(), policy: policy.into(), interval: None, type_aware: false }
+        Arch { label: policy.into(), policy: policy.into(), interval: None, type_aware: false, extra: Vec::new() }
+    }
+    /// A policy with more mount options.
+    pub fn with_options(policy: &str, extra: &[&str]) -> Self {
+        Arch { extra: extra.iter().map(|s| s.to_string()).collect(), ..Arch::plain(policy) }
     }
     /// An interval policy with its interval in the label.
     pub fn interval(policy: &str, interval: &str) -> Self {
@@ -40,11 +47,12 @@ impl Arch {
             policy: policy.into(),
             interval: Some(interval.into()),
             type_aware: false,
+            extra: Vec::new(),
         }
     }
     /// Per-directory policies (the root keeps `policy`).
     pub fn type_aware(policy: &str) -> Self {
-        Arch { label: "type-aware".into(), policy: policy.into(), interval: None, type_aware: true }
+        Arch { label: "type-aware".into(), policy: policy.into(), interval: None, type_aware: true, extra: Vec::new() }
     }
 }
 
@@ -75,12 +83,14 @@ pub struct Preset {
 }
 
 impl Preset {
-    /// A preset by name: `small` (under 15 minutes on two cores) or `full`
-    /// (the papers' sizes; many hours).
+    /// A preset by name: `small` (under 15 minutes on two cores), `full`
+    /// (the papers' sizes; many hours) or `extents` (the database workload
+    /// at an SSD of 10 % of its data, sub-file extents against whole files).
     pub fn named(name: &str) -> Option<Preset> {
         match name {
             "small" => Some(Preset::small()),
             "full" => Some(Preset::full()),
+            "extents" => Some(Preset::extents()),
             _ => None,
         }
     }
@@ -130,6 +140,29 @@ impl Preset {
         }
     }
 
+    /// The file-level architectures and `hystor` on the database workload,
+    /// at an SSD of 10 % of its data: the sub-file extents finding.
+    fn db_archs() -> Vec<Arch> {
+        let a = Arch::plain;
+        vec![
+            // The run is seconds long: the monitor chooses every second.
+            Arch::with_options("hystor", &["--chunk-period", "1s"]),
+            a("dynamic-hot-dst"),
+            Arch::interval("interval-hot-dst", "2s"),
+            a("dynamic-cold-dst"),
+            a("on-demand-cache"),
+        ]
+    }
+
+    fn extents() -> Preset {
+        Preset {
+            name: "extents".into(),
+            sizes: vec![10],
+            plan: vec![("db".into(), Preset::db_archs())],
+            ..Preset::small()
+        }
+    }
+
     fn full() -> Preset {
         let a = Arch::plain;
         let all = || {
@@ -159,6 +192,11 @@ impl Preset {
                 .iter()
                 .map(|w| (w.to_string(), all()))
                 .chain(std::iter::once(("mixed".to_string(), mixed)))
+                .chain(std::iter::once((
+                    "db".to_string(),
+                    // Hystor's own period at the papers' run length.
+                    std::iter::once(a("hystor")).chain(Preset::db_archs().into_iter().skip(1)).collect(),
+                )))
                 .collect(),
         }
     }
@@ -299,6 +337,7 @@ impl Runner<'_> {
         if let Some(i) = &arch.interval {
             cmd.args(["--interval", i]);
         }
+        cmd.args(&arch.extra);
         if let Some(c) = capacity {
             cmd.args(["--ssd-capacity", &c.to_string()]);
         }
@@ -316,7 +355,8 @@ impl Runner<'_> {
             let settle = || -> io::Result<()> {
                 // Let the moves the preparation (or warm-up) caused finish.
                 let t = Instant::now();
-                while status(&mnt)?.migrations.queued > 0 && t.elapsed() < Duration::from_secs(120) {
+                let busy = |s: &StatusReport| s.migrations.queued > 0 || s.remap.queued > 0;
+                while busy(&status(&mnt)?) && t.elapsed() < Duration::from_secs(120) {
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 Ok(())

@@ -15,7 +15,8 @@
 //! - [`split`]: a split file's I/O over the two stores, the chunk mover
 //!   with its crash points, and recovery.
 //!
-//! Not yet used by the volume, the engine or a policy (ARCHITECTURE.md).
+//! The volume uses them through `vfs::extent`, the engine through
+//! `engine::chunks`, the `hystor` policy turns them on (ARCHITECTURE.md).
 
 pub mod choose;
 pub mod map;

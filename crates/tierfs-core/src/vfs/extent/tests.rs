@@ -255,7 +255,7 @@ fn writes_to_ssd_chunks_survive_a_crash_and_are_written_back_after_it() {
     drop(v);
     rig.power_cut();
     let v = rig.mount();
-    same(&read_all(&v, ino), &model, &format!("after a power cut"));
+    same(&read_all(&v, ino), &model, "after a power cut");
     assert_eq!(v.split_info(ino).unwrap().dirty, 1, "unclean: every chunk is dirty");
     // A write without fsync, then the daemon dies (the files keep it).
     let o = v.open(ino, libc::O_RDWR).unwrap();
@@ -265,9 +265,9 @@ fn writes_to_ssd_chunks_survive_a_crash_and_are_written_back_after_it() {
     drop(v);
     rig.kv.crash();
     let v = rig.mount();
-    same(&read_all(&v, ino), &model, &format!("after a daemon crash"));
+    same(&read_all(&v, ino), &model, "after a daemon crash");
     assert!(matches!(v.chunk_op(ino, ChunkOp::Drop(1), &NoCrash, &mut never).unwrap(), Outcome::Done(_)));
-    same(&home(&rig, "f"), &model, &format!("the dirty chunk was written back"));
+    same(&home(&rig, "f"), &model, "the dirty chunk was written back");
     // A clean unmount and mount keeps clean states and the chunks.
     add(&v, ino, 2);
     rig.unmount(v);
@@ -352,7 +352,7 @@ fn a_power_cut_at_every_point_of_a_chunk_move_loses_nothing_synced() {
         // And the file still works: it can leave the SSD whole.
         let r = v.chunk_op(ino, ChunkOp::Unsplit, &NoCrash, &mut never).unwrap();
         assert!(matches!(r, Outcome::Done(_) | Outcome::Skipped(Skip::AlreadyThere)), "{point}: {r:?}");
-        same(&home(&rig, "f"), &model, &format!("{point}"));
+        same(&home(&rig, "f"), &model, point);
     }
 }
 
