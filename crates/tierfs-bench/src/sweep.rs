@@ -145,8 +145,8 @@ impl Preset {
     fn db_archs() -> Vec<Arch> {
         let a = Arch::plain;
         vec![
-            // The run is seconds long: the monitor chooses every second.
-            Arch::with_options("hystor", &["--chunk-period", "1s"]),
+            // The run is seconds long: the monitor chooses every 5 s.
+            Arch::with_options("hystor", &["--chunk-period", "5s"]),
             a("dynamic-hot-dst"),
             Arch::interval("interval-hot-dst", "2s"),
             a("dynamic-cold-dst"),
@@ -155,11 +155,16 @@ impl Preset {
     }
 
     fn extents() -> Preset {
+        let small = Preset::small();
         Preset {
             name: "extents".into(),
+            // Long enough for the block table to settle in the warm-up (the
+            // models paused) and for a few chunk periods in the measured run.
+            params: Params { duration: Duration::from_secs(15), ..small.params },
+            warmup: Duration::from_secs(15),
             sizes: vec![10],
             plan: vec![("db".into(), Preset::db_archs())],
-            ..Preset::small()
+            ..small
         }
     }
 

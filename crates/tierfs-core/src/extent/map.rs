@@ -281,7 +281,23 @@ impl ExtentMap {
             ops.push(Op::Del(file_key(ino)));
         }
         self.kv.apply(TreeId::Ns, ops)?;
-        self.kv.flush()?;
+        if let Err(e) = self.kv.flush() {
+            // Put the entries back: memory still maps the chunks (writes
+            // keep going to the shadow), so a later flush of anything must
+            // not make their removal durable. Review finding.
+            let mut undo: Vec<Op> = going
+                .iter()
+                .map(|&i| {
+                    let state = if f.chunks.get(&i) == Some(&ChunkState::Clean) { CLEAN } else { DIRTY };
+                    Op::Put(chunk_key(ChunkId::new(ino, i)), vec![FORMAT, state])
+                })
+                .collect();
+            if last {
+                undo.push(Op::Put(file_key(ino), vec![FORMAT, f.chunk.shift() as u8]));
+            }
+            self.kv.apply(TreeId::Ns, undo)?;
+            return Err(e);
+        }
         for i in indices {
             f.chunks.remove(i);
             self.unsaved.remove(&ChunkId::new(ino, *i));

@@ -114,6 +114,12 @@ impl<S: Store> Volume<S> {
         let d = self.tiers.reserved(Tier::Ssd, SHADOW_DIR)?;
         let name = OsString::from(ino.to_string());
         let f = match s.open(&d, &name, libc::O_RDWR, 0) {
+            // About to take chunks: its name must be durable even if the
+            // sync after an earlier creation failed. Review finding.
+            Ok(f) if create => {
+                s.sync_dir(&d)?;
+                f
+            }
             Ok(f) => f,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) && create => {
                 let f = s.open(&d, &name, libc::O_RDWR | libc::O_CREAT, 0o600)?;
@@ -210,6 +216,11 @@ impl<S: Store> Volume<S> {
         };
         let home = match (&oi, &io) {
             (Some(_), Some(io)) => {
+                if io.retired {
+                    // Its last handle closed: the close decides (under
+                    // this lock) what happens to the chunks.
+                    return Ok(Outcome::Skipped(Skip::Busy));
+                }
                 if io.passthrough > 0 {
                     // The kernel reads and writes its HDD file directly.
                     return Ok(Outcome::Skipped(Skip::Deferred));
@@ -310,7 +321,10 @@ impl<S: Store> Volume<S> {
         };
         let r = self.extents.lock().commit_discarded(ino, &indices);
         match r {
-            Ok(()) => self.remove_shadow(ino),
+            Ok(()) => {
+                self.remove_shadow(ino);
+                self.hooks().off_ssd(ino);
+            }
             // The entries stay; recovery drops those of files that are gone.
             Err(e) => tracing::warn!(ino, error = %e, "could not drop the chunks of a removed file"),
         }
@@ -319,13 +333,11 @@ impl<S: Store> Volume<S> {
     /// The last name of `ino` went: a file nobody has open loses its chunks
     /// now; an open one at its last close.
     pub(crate) fn chunks_gone(&self, ino: Ino) {
-        if !self.is_split(ino) {
-            return;
-        }
-        // The chunk mover checks the record under this lock, so no chunk
-        // is added after this.
+        // The lock first, then the test: a chunk mover that checked the
+        // record before it went may be adding the first chunk now (it
+        // holds this lock). Review finding.
         let _il = self.ilocks.get(ino).write();
-        if self.open_inode(ino).is_none() {
+        if self.is_split(ino) && self.open_inode(ino).is_none() {
             self.forget_chunks(ino);
         }
     }

@@ -741,10 +741,11 @@ impl<S: Store> Volume<S> {
         };
         if last {
             self.forget_open(h.ino, &h.oi);
-            if h.oi.split.load(Ordering::Acquire) {
-                // Unlinked while open: its chunks go with its last handle.
+            if matches!(self.ns.record(h.ino), Ok(None)) {
+                // Unlinked while open: its chunks go with its last handle
+                // (tested under the lock the chunk mover holds).
                 let _il = self.ilocks.get(h.ino).write();
-                if matches!(self.ns.record(h.ino), Ok(None)) && self.open_inode(h.ino).is_none() {
+                if self.is_split(h.ino) && self.open_inode(h.ino).is_none() {
                     self.forget_chunks(h.ino);
                 }
             }
@@ -778,8 +779,14 @@ impl<S: Store> Volume<S> {
         let io = h.oi.io.read();
         let primary = self.primary_of(h.ino, &io)?;
         if let Some(shadow) = self.split_shadow(&h.oi)? {
+            // Under the same I/O lock the descriptors were taken under (a
+            // migration could otherwise swap them in between). Review finding.
+            let size = self.split_fallocate(h, &primary, &shadow, off, len, mode)?;
             drop(io);
-            return self.split_fallocate(h, &primary, &shadow, off, len, mode).map(Attempt::Done);
+            if let Some(size) = size {
+                self.emit(h.ino, EventKind::Resize { size });
+            }
+            return Ok(Attempt::Done(()));
         }
         let copy = self.live_copy(&h.oi, &io).cloned();
         let _order = copy.is_some().then(|| h.oi.order.lock());
@@ -845,11 +852,10 @@ impl<S: Store> Volume<S> {
         off: u64,
         len: u64,
         mode: i32,
-    ) -> Result<()> {
+    ) -> Result<Option<u64>> {
         if mode & SHIFTS != 0 {
             return err(libc::EOPNOTSUPP);
         }
-        let io = h.oi.io.read();
         // The order mutex: a growing write sets the HDD size first, and an
         // allocation past the end must not race it.
         let _order = h.oi.order.lock();
@@ -873,12 +879,7 @@ impl<S: Store> Volume<S> {
         } else {
             None
         };
-        drop(_order);
-        drop(io);
-        if let Some(size) = size {
-            self.emit(h.ino, EventKind::Resize { size });
-        }
-        Ok(())
+        Ok(size)
     }
 
     /// lseek(2); only SEEK_DATA, SEEK_HOLE and SEEK_END need the file.
