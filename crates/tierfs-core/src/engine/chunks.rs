@@ -66,9 +66,9 @@ impl<S: Store> Engine<S> {
         let files = self.vol.split_files();
         let mut c = self.chunks.lock();
         for (ino, _) in files {
-            let Some(info) = self.vol.split_info(ino) else { continue };
+            let Some(chunk) = self.vol.chunk_size(ino) else { continue };
             for index in self.vol.chunk_indices(ino) {
-                c.monitor.resident.insert(ChunkId::new(ino, index), info.chunk);
+                c.monitor.resident.insert(ChunkId::new(ino, index), chunk.bytes());
             }
         }
     }
@@ -93,12 +93,9 @@ impl<S: Store> Engine<S> {
                 if !kind.policy().chunks() || f.size <= params.sieve || f.residence != Residence::Hdd {
                     return;
                 }
-                let chunk = self
-                    .vol
-                    .split_info(ino)
-                    .and_then(|i| ChunkSize::new(i.chunk))
-                    .or_else(|| ChunkSize::new(params.chunk))
-                    .unwrap_or_default();
+                // The map's size for a split file (a lookup, not a count of
+                // its chunks: this runs for every event).
+                let chunk = self.vol.chunk_size(ino).or_else(|| ChunkSize::new(params.chunk)).unwrap_or_default();
                 let mut c = self.chunks.lock();
                 c.monitor.on_access(ino, chunk, off, len);
                 if matches!(ev, EventKind::Read { .. }) {
@@ -177,7 +174,7 @@ impl<S: Store> Engine<S> {
         let r = self.vol.chunk_op(id.ino, op, &Pacer(self), &mut |_| Ok(()));
         // Looked up before `chunks` is locked: it is a leaf (nothing else,
         // not `notes`, is taken while it is held). Review finding.
-        let back = self.vol.split_info(id.ino).map(|i| i.chunk);
+        let back = self.vol.chunk_size(id.ino).map(|c| c.bytes());
         let failed = {
             let mut c = self.chunks.lock();
             match (op, r) {

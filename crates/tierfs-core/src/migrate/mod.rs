@@ -983,4 +983,4 @@ pub const STAGING_DIR: &str = STAGING;
 #[cfg(test)]
 mod powercut;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -16,18 +16,18 @@ use crate::vfs::{Ctx, Volume, VolumeConfig};
 use std::ffi::OsStr;
 use std::sync::Arc;
 
-pub(super) struct Rig {
-    pub(super) ssd: MemStore,
-    pub(super) hdd: MemStore,
-    pub(super) kv: MemKv,
+pub(crate) struct Rig {
+    pub(crate) ssd: MemStore,
+    pub(crate) hdd: MemStore,
+    pub(crate) kv: MemKv,
 }
 
 impl Rig {
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         crate::lockcheck::watch();
         Rig { ssd: MemStore::new(), hdd: MemStore::new(), kv: MemKv::new() }
     }
-    pub(super) fn mount(&self) -> Volume<MemStore> {
+    pub(crate) fn mount(&self) -> Volume<MemStore> {
         let v = Volume::new(
             self.ssd.clone(),
             self.hdd.clone(),
@@ -40,14 +40,14 @@ impl Rig {
         v.recover().unwrap();
         v
     }
-    pub(super) fn crash(&self) {
+    pub(crate) fn crash(&self) {
         self.ssd.crash();
         self.hdd.crash();
         self.kv.crash();
     }
 }
 
-pub(super) const CTX: Ctx = Ctx { uid: 0, gid: 0, pid: 1 };
+pub(crate) const CTX: Ctx = Ctx { uid: 0, gid: 0, pid: 1 };
 
 pub(super) fn content(tag: u8, n: usize) -> Vec<u8> {
     (0..n).map(|i| tag.wrapping_add((i % 251) as u8)).collect()

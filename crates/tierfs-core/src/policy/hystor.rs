@@ -5,9 +5,8 @@
 //! driven by the engine). Its remap area is the SSD space whole files
 //! leave, less a margin kept free for them (see ARCHITECTURE.md).
 
-use super::{admit_on_read, sieve_on_growth, Plan, Policy, PolicyKind, View};
+use super::{Plan, Policy, PolicyKind, View};
 use crate::event::EventKind;
-use crate::migrate::Move;
 use crate::state::ns::Ino;
 use crate::stats::FileStats;
 use crate::tier::Tier;
@@ -25,9 +24,8 @@ impl Policy for Hystor {
     fn chunks(&self) -> bool {
         true
     }
+    /// Whole files exactly as dynamic hot-DST moves them.
     fn on_access(&self, v: &View<'_>, ino: Ino, f: &FileStats, ev: &EventKind) -> Plan {
-        let mut p = sieve_on_growth(v, ino, f, ev);
-        p.extend(admit_on_read(v, ino, f, ev, Move::Promote));
-        p
+        super::dynamic_hot_dst::DynamicHotDst.on_access(v, ino, f, ev)
     }
 }

@@ -84,13 +84,7 @@ impl<S: Store> Volume<S> {
     /// `du` counts them): the SSD account's charge of a split file.
     pub fn shadow_bytes(&self, ino: Ino) -> u64 {
         let Ok(Some(f)) = self.shadow(ino, false) else { return 0 };
-        self.tiers.store(Tier::Ssd).fstat(&f).map_or(0, |st| st.blocks * 512)
-    }
-
-    /// Bytes of the chunks of `ino` on the SSD.
-    pub fn chunk_bytes(&self, ino: Ino) -> u64 {
-        let m = self.extents.lock();
-        m.chunk_size(ino).map_or(0, |c| c.bytes() * m.chunks(ino).count() as u64)
+        self.ssd_alloc(&f)
     }
 
     /// Every split file and the bytes of its chunks.
@@ -101,6 +95,22 @@ impl<S: Store> Volume<S> {
             .into_iter()
             .map(|ino| (ino, m.chunk_size(ino).map_or(0, |c| c.bytes() * m.chunks(ino).count() as u64)))
             .collect()
+    }
+
+    /// The chunk size of a split file.
+    pub fn chunk_size(&self, ino: Ino) -> Option<ChunkSize> {
+        self.extents.lock().chunk_size(ino)
+    }
+
+    /// A split file's two copies as the extent code sees them.
+    pub(crate) fn split_view<'a>(&'a self, ino: Ino, home: &'a S::File, shadow: &'a S::File) -> Split<'a, S> {
+        Split { hdd: self.tiers.store(Tier::Hdd), home, ssd: self.tiers.store(Tier::Ssd), shadow, ino }
+    }
+
+    /// The shadow of a file the map says is split, which must exist.
+    fn existing_shadow(&self, ino: Ino) -> Result<Arc<S::File>> {
+        self.shadow(ino, false)?
+            .ok_or_else(|| Error::Corrupt(format!("file {ino} has chunks on the SSD but no shadow file")))
     }
 
     /// The shadow file of `ino`, opened on first use; with `create`, made
@@ -156,10 +166,7 @@ impl<S: Store> Volume<S> {
         if !oi.split.load(Ordering::Acquire) {
             return Ok(None);
         }
-        match self.shadow(oi.ino, false)? {
-            Some(f) => Ok(Some(f)),
-            None => Err(Error::Corrupt(format!("file {} has chunks on the SSD but no shadow file", oi.ino))),
-        }
+        self.existing_shadow(oi.ino).map(Some)
     }
 
     /// Carries out a change of a file's chunk set (see [`ChunkOp`]), unless
@@ -236,16 +243,12 @@ impl<S: Store> Volume<S> {
                 Arc::new(self.tiers.store(Tier::Hdd).open(&d, &n, libc::O_RDWR, 0)?)
             }
         };
-        let Some(shadow) = self.shadow(ino, add)? else {
-            return Err(Error::Corrupt(format!("file {ino} has chunks on the SSD but no shadow file")));
+        let shadow = if add {
+            self.shadow(ino, true)?.ok_or_else(|| Error::errno(libc::ENOENT))?
+        } else {
+            self.existing_shadow(ino)?
         };
-        let split = Split {
-            hdd: self.tiers.store(Tier::Hdd),
-            home: &home,
-            ssd: self.tiers.store(Tier::Ssd),
-            shadow: &shadow,
-            ino,
-        };
+        let split = self.split_view(ino, &home, &shadow);
         let hooks = self.hooks();
         let mut reserved = 0;
         let done = match op {
@@ -345,8 +348,7 @@ impl<S: Store> Volume<S> {
     /// Truncate of a split file (the caller holds its inode lock for writing
     /// and, if it is open, its I/O lock for writing).
     pub(crate) fn split_truncate(&self, ino: Ino, home: &S::File, shadow: &S::File, size: u64) -> Result<()> {
-        let split = Split { hdd: self.tiers.store(Tier::Hdd), home, ssd: self.tiers.store(Tier::Ssd), shadow, ino };
-        split.truncate(&self.extents, size)
+        self.split_view(ino, home, shadow).truncate(&self.extents, size)
     }
 
     /// Truncate of an open split file (the caller holds its inode lock for
@@ -379,9 +381,7 @@ impl<S: Store> Volume<S> {
         let (p, n) = self.link_of(ino)?;
         let d = self.tiers.dir(p, Tier::Hdd, false)?;
         let home = self.tiers.store(Tier::Hdd).open(&d, &n, libc::O_WRONLY, 0)?;
-        let Some(shadow) = self.shadow(ino, false)? else {
-            return Err(Error::Corrupt(format!("file {ino} has chunks on the SSD but no shadow file")));
-        };
+        let shadow = self.existing_shadow(ino)?;
         self.split_truncate(ino, &home, &shadow, size)?;
         if !self.is_split(ino) {
             self.remove_shadow(ino);
@@ -423,14 +423,7 @@ impl<S: Store> Volume<S> {
             let shadow = self.shadow(ino, false)?;
             match (home, shadow) {
                 (Some(home), Some(shadow)) => {
-                    let split = Split {
-                        hdd: self.tiers.store(Tier::Hdd),
-                        home: &home,
-                        ssd: self.tiers.store(Tier::Ssd),
-                        shadow: &shadow,
-                        ino,
-                    };
-                    split.recover(&self.extents)?;
+                    self.split_view(ino, &home, &shadow).recover(&self.extents)?;
                 }
                 _ => {
                     // The file is gone (removed while open, then a crash),

@@ -10,7 +10,6 @@ use super::creds::AsCaller;
 use super::{Attr, Ctx, InodeGuard, IoMode, IoState, OpenInode, Volume};
 use crate::error::{err, Error, Result};
 use crate::event::EventKind;
-use crate::extent::split::Split;
 use crate::state::ns::Ino;
 use crate::store::{read_full, write_full, FileKind, SetTime, Stat, Store};
 use crate::tier::{Placement, Tier};
@@ -420,14 +419,7 @@ impl<S: Store> Volume<S> {
             let io = h.oi.io.read();
             if let Some(shadow) = self.split_shadow(&h.oi)? {
                 let home = self.primary_of(h.ino, &io)?;
-                let split = Split {
-                    hdd: self.tiers.store(Tier::Hdd),
-                    home: &home,
-                    ssd: self.tiers.store(Tier::Ssd),
-                    shadow: &shadow,
-                    ino: h.ino,
-                };
-                let (n, all_ssd) = split.read(&self.extents, off, &mut buf)?;
+                let (n, all_ssd) = self.split_view(h.ino, &home, &shadow).read(&self.extents, off, &mut buf)?;
                 break 'read (n, if all_ssd { Tier::Ssd } else { Tier::Hdd });
             }
             let copy = self.live_copy(&h.oi, &io);
@@ -560,7 +552,7 @@ impl<S: Store> Volume<S> {
         let order = may_extend.then(|| h.oi.order.lock());
         let off = if h.append { hdd.fstat(home)?.size } else { off };
         let end = off + len;
-        let split = Split { hdd, home, ssd: self.tiers.store(Tier::Ssd), shadow, ino: h.ino };
+        let split = self.split_view(h.ino, home, shadow);
         let as_caller = AsCaller::new(&h.caller, false);
         let all_ssd = match split.write(&self.extents, off, data) {
             Ok(all) => all,
@@ -584,7 +576,7 @@ impl<S: Store> Volume<S> {
     }
 
     /// Allocated bytes of an SSD file.
-    fn ssd_alloc(&self, f: &S::File) -> u64 {
+    pub(crate) fn ssd_alloc(&self, f: &S::File) -> u64 {
         self.tiers.store(Tier::Ssd).fstat(f).map_or(0, |st| st.blocks * 512)
     }
 
@@ -865,8 +857,7 @@ impl<S: Store> Volume<S> {
         // nothing.
         hdd.fallocate(home, mode, off, len)?;
         if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0 {
-            let split = Split { hdd, home, ssd: self.tiers.store(Tier::Ssd), shadow, ino: h.ino };
-            split.punch_shadow(&self.extents, off, len)?;
+            self.split_view(h.ino, home, shadow).punch_shadow(&self.extents, off, len)?;
             self.hooks().settle_ssd(h.ino, 0, Some(self.ssd_alloc(shadow)));
         }
         drop(as_caller);

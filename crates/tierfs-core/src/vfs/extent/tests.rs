@@ -3,55 +3,29 @@
 //! and power cuts of the daemon with chunks on the SSD.
 
 use super::*;
-use crate::clock::{ManualClock, Timestamp};
-use crate::event::NoEvents;
+// The migration tests' stores and state database, which can lose what
+// was not synced.
+use crate::migrate::tests::{Rig, CTX};
 use crate::migrate::{Move, NoCrash};
-use crate::state::ns::{Namespace, ROOT_INO};
-use crate::state::MemKv;
+use crate::state::ns::ROOT_INO;
 use crate::store::mem::MemStore;
-use crate::vfs::{Ctx, SetAttr, VolumeConfig};
+use crate::vfs::SetAttr;
 use std::ffi::OsStr;
 use std::time::Duration;
 
 const C: u64 = 4096;
 const CHUNK: ChunkSize = ChunkSize::MIN;
-const CTX: Ctx = Ctx { uid: 0, gid: 0, pid: 1 };
 
-struct Rig {
-    ssd: MemStore,
-    hdd: MemStore,
-    kv: MemKv,
+/// Mounts (recovery included), shared by the threads of a test.
+fn mount(rig: &Rig) -> Arc<Volume<MemStore>> {
+    Arc::new(rig.mount())
 }
 
-impl Rig {
-    fn new() -> Self {
-        crate::lockcheck::watch();
-        Rig { ssd: MemStore::new(), hdd: MemStore::new(), kv: MemKv::new() }
-    }
-    fn mount(&self) -> Arc<Volume<MemStore>> {
-        let v = Volume::new(
-            self.ssd.clone(),
-            self.hdd.clone(),
-            Namespace::new(Arc::new(self.kv.clone())),
-            VolumeConfig::default(),
-            Arc::new(NoEvents),
-            Arc::new(ManualClock::new(Timestamp::from_secs(1))),
-        )
-        .unwrap();
-        v.recover().unwrap();
-        Arc::new(v)
-    }
-    /// A clean unmount: shadows synced, states saved, state flushed.
-    fn unmount(&self, v: Arc<Volume<MemStore>>) {
-        assert!(v.save_extents());
-        v.sync_state().unwrap();
-        v.mark_clean().unwrap();
-    }
-    fn power_cut(&self) {
-        self.ssd.crash();
-        self.hdd.crash();
-        self.kv.crash();
-    }
+/// A clean unmount: shadows synced, states saved, state flushed.
+fn unmount(v: Arc<Volume<MemStore>>) {
+    assert!(v.save_extents());
+    v.sync_state().unwrap();
+    v.mark_clean().unwrap();
 }
 
 fn pattern(tag: u8, n: usize) -> Vec<u8> {
@@ -119,7 +93,7 @@ fn shadow_exists(rig: &Rig, ino: Ino) -> bool {
 #[test]
 fn a_split_file_serves_its_chunks_from_the_ssd_and_its_home_keeps_the_rest() {
     let rig = Rig::new();
-    let v = rig.mount();
+    let v = mount(&rig);
     let mut model = pattern(1, 5 * C as usize);
     let ino = make(&v, "f", &model);
     add(&v, ino, 1);
@@ -148,7 +122,7 @@ fn a_split_file_serves_its_chunks_from_the_ssd_and_its_home_keeps_the_rest() {
 #[test]
 fn truncate_punch_and_growth_of_a_split_file_read_like_a_plain_one() {
     let rig = Rig::new();
-    let v = rig.mount();
+    let v = mount(&rig);
     let mut model = pattern(3, 6 * C as usize);
     let ino = make(&v, "f", &model);
     for i in [1, 2, 4, 5] {
@@ -186,7 +160,7 @@ fn truncate_punch_and_growth_of_a_split_file_read_like_a_plain_one() {
 #[test]
 fn rename_links_copy_file_range_and_a_whole_file_move_keep_a_split_files_bytes() {
     let rig = Rig::new();
-    let v = rig.mount();
+    let v = mount(&rig);
     let mut model = pattern(5, 4 * C as usize);
     let ino = make(&v, "f", &model);
     add(&v, ino, 0);
@@ -217,7 +191,7 @@ fn rename_links_copy_file_range_and_a_whole_file_move_keep_a_split_files_bytes()
 #[test]
 fn removing_a_split_file_drops_its_chunks_at_once_or_at_its_last_close() {
     let rig = Rig::new();
-    let v = rig.mount();
+    let v = mount(&rig);
     let a = make(&v, "a", &pattern(1, 3 * C as usize));
     let b = make(&v, "b", &pattern(2, 3 * C as usize));
     add(&v, a, 1);
@@ -244,7 +218,7 @@ fn removing_a_split_file_drops_its_chunks_at_once_or_at_its_last_close() {
 #[test]
 fn writes_to_ssd_chunks_survive_a_crash_and_are_written_back_after_it() {
     let rig = Rig::new();
-    let v = rig.mount();
+    let v = mount(&rig);
     let mut model = pattern(4, 3 * C as usize);
     let ino = make(&v, "f", &model);
     add(&v, ino, 1);
@@ -253,8 +227,8 @@ fn writes_to_ssd_chunks_survive_a_crash_and_are_written_back_after_it() {
     v.fsync(o.fh, true).unwrap();
     model[C as usize + 5..C as usize + 11].copy_from_slice(b"synced");
     drop(v);
-    rig.power_cut();
-    let v = rig.mount();
+    rig.crash();
+    let v = mount(&rig);
     same(&read_all(&v, ino), &model, "after a power cut");
     assert_eq!(v.split_info(ino).unwrap().dirty, 1, "unclean: every chunk is dirty");
     // A write without fsync, then the daemon dies (the files keep it).
@@ -264,14 +238,14 @@ fn writes_to_ssd_chunks_survive_a_crash_and_are_written_back_after_it() {
     drop(o);
     drop(v);
     rig.kv.crash();
-    let v = rig.mount();
+    let v = mount(&rig);
     same(&read_all(&v, ino), &model, "after a daemon crash");
     assert!(matches!(v.chunk_op(ino, ChunkOp::Drop(1), &NoCrash, &mut never).unwrap(), Outcome::Done(_)));
     same(&home(&rig, "f"), &model, "the dirty chunk was written back");
     // A clean unmount and mount keeps clean states and the chunks.
     add(&v, ino, 2);
-    rig.unmount(v);
-    let v = rig.mount();
+    unmount(v);
+    let v = mount(&rig);
     assert_eq!(v.split_info(ino).unwrap(), SplitInfo { chunk: C, chunks: 1, dirty: 0 });
     same(&read_all(&v, ino), &model, "content");
 }
@@ -282,15 +256,15 @@ fn writes_to_ssd_chunks_survive_a_crash_and_are_written_back_after_it() {
 #[test]
 fn the_shadow_directory_survives_a_power_cut_right_after_it_was_made() {
     let rig = Rig::new();
-    let v = rig.mount();
+    let v = mount(&rig);
     let ino = make(&v, "f", &pattern(2, 2 * C as usize));
     add(&v, ino, 0);
     let o = v.open(ino, libc::O_RDWR).unwrap();
     v.write(o.fh, 0, b"kept").unwrap();
     v.fsync(o.fh, true).unwrap();
     drop(v);
-    rig.power_cut();
-    let v = rig.mount();
+    rig.crash();
+    let v = mount(&rig);
     assert!(v.is_split(ino));
     assert_eq!(&read_all(&v, ino)[..4], b"kept");
 }
@@ -301,15 +275,15 @@ fn the_shadow_directory_survives_a_power_cut_right_after_it_was_made() {
 #[test]
 fn chunks_of_a_file_whose_name_did_not_survive_a_power_cut_do_not_stop_the_mount() {
     let rig = Rig::new();
-    let v = rig.mount();
+    let v = mount(&rig);
     let (a, o) = v.create(&CTX, ROOT_INO, OsStr::new("f"), 0o644, 0, libc::O_RDWR).unwrap();
     v.write(o.fh, 0, &pattern(1, 2 * C as usize)).unwrap();
     v.fsync(o.fh, false).unwrap();
     v.release(o.fh).unwrap();
     add(&v, a.ino, 1);
     drop(v);
-    rig.power_cut();
-    let v = rig.mount();
+    rig.crash();
+    let v = mount(&rig);
     assert!(!v.is_split(a.ino));
     assert!(!shadow_exists(&rig, a.ino));
 }
@@ -322,7 +296,7 @@ fn a_power_cut_at_every_point_of_a_chunk_move_loses_nothing_synced() {
     use crate::extent::split::points;
     for (i, point) in points::ALL.iter().enumerate() {
         let rig = Rig::new();
-        let v = rig.mount();
+        let v = mount(&rig);
         let mut model = pattern(i as u8, 3 * C as usize);
         let ino = make(&v, "f", &model);
         if i >= 3 {
@@ -345,8 +319,8 @@ fn a_power_cut_at_every_point_of_a_chunk_move_loses_nothing_synced() {
             other => panic!("{point}: {other:?}"),
         }
         drop(v);
-        rig.power_cut();
-        let v = rig.mount();
+        rig.crash();
+        let v = mount(&rig);
         same(&read_all(&v, ino), &model, &format!("power cut at {point}"));
         assert_eq!(shadow_exists(&rig, ino), v.is_split(ino), "{point}: a shadow exactly for a split file");
         // And the file still works: it can leave the SSD whole.
@@ -363,7 +337,7 @@ fn a_power_cut_at_every_point_of_a_chunk_move_loses_nothing_synced() {
 fn the_chunk_mover_beside_readers_and_writers_loses_no_write() {
     crate::testutil::within(120, "chunk mover beside readers and writers", || {
         let rig = Rig::new();
-        let v = rig.mount();
+        let v = mount(&rig);
         const N: u64 = 16;
         let ino = make(&v, "f", &vec![0u8; (N * C) as usize]);
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
