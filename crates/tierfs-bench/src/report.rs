@@ -10,13 +10,13 @@ use std::fmt::Write as _;
 /// The CSV of every run.
 pub fn csv(rows: &[Row]) -> String {
     let mut o = String::from(
-        "workload,arch,ssd_pct,ssd_capacity_bytes,working_set_bytes,ops,secs,ops_per_sec,txn_time_secs,bytes_read,bytes_written,p50_us,p99_us,ssd_hit_ratio,moves,evictions,bytes_moved\n",
+        "workload,arch,ssd_pct,ssd_capacity_bytes,working_set_bytes,ops,secs,ops_per_sec,txn_time_secs,bytes_read,bytes_written,p50_us,p99_us,ssd_hit_ratio,moves,evictions,bytes_moved,run_hit_ratio,hdd_busy_secs\n",
     );
     for r in rows {
         let x = &r.report;
         let _ = writeln!(
             o,
-            "{},{},{},{},{},{},{:.3},{:.2},{},{},{},{},{},{:.4},{},{},{}",
+            "{},{},{},{},{},{},{:.3},{:.2},{},{},{},{},{},{:.4},{},{},{},{},{}",
             r.workload,
             r.arch,
             r.pct,
@@ -33,7 +33,9 @@ pub fn csv(rows: &[Row]) -> String {
             r.ssd_hit_ratio,
             r.moves,
             r.evictions,
-            r.bytes_moved
+            r.bytes_moved,
+            r.run_hit_ratio.map(|h| format!("{h:.4}")).unwrap_or_default(),
+            r.hdd_busy_secs.map(|b| format!("{b:.3}")).unwrap_or_default()
         );
     }
     o
@@ -138,13 +140,13 @@ pub fn markdown(rows: &[Row]) -> String {
                 match t.cells.get(&(a.clone(), *s)) {
                     Some(r) => {
                         let v = r.report.ops_per_sec;
-                        let _ = write!(
-                            o,
-                            " {v:.1} (×{} HDD, ×{} SSD; hit {:.0}%) |",
-                            ratio(v, t.hdd),
-                            ratio(v, t.ssd),
-                            r.ssd_hit_ratio * 100.0
-                        );
+                        // The run's own hit ratio where it was kept, else
+                        // the mount's (warm-up included).
+                        let hit = match r.run_hit_ratio {
+                            Some(h) => format!("hit {:.0}% in the run", h * 100.0),
+                            None => format!("hit {:.0}%", r.ssd_hit_ratio * 100.0),
+                        };
+                        let _ = write!(o, " {v:.1} (×{} HDD, ×{} SSD; {hit}) |", ratio(v, t.hdd), ratio(v, t.ssd));
                     }
                     None => {
                         let _ = write!(o, " - |");

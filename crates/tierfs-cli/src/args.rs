@@ -274,6 +274,10 @@ pub enum BenchCmd {
         /// (e.g. --sizes 75 or --sizes 10,50).
         #[arg(long, value_delimiter = ',')]
         sizes: Vec<u32>,
+        /// Workload scale instead of the preset's (1.0: the papers' sizes);
+        /// mail is scaled in the same proportion.
+        #[arg(long)]
+        scale: Option<f64>,
     },
     /// Re-render a results folder (tables, charts, findings, README) from
     /// its rows.json, merging its notes.md.

@@ -87,9 +87,14 @@ fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta,
     let fm = report::findings_markdown(&f, &report::parse_notes(notes));
     std::fs::write(out.join("findings.md"), &fm)?;
     let p = &meta.preset;
+    let hit = if rows.iter().all(|r| r.run_hit_ratio.is_some()) {
+        "hit in the tables: requests the SSD served over all requests in the measured run (`run_hit_ratio` in `results.csv`; `ssd_hit_ratio` counts from the mount, warm-up included)"
+    } else {
+        "hit in the tables: requests the SSD served over all requests since the mount, preparation and warm-up included (these results predate the run's own ratio)"
+    };
     let charts: String = report::tables(rows).iter().map(|t| format!("![{0}](chart-{0}.svg)\n", t.workload)).collect();
     let readme = format!(
-        "# tierfs sweep: preset {}\n\nProduced by `{}` in {:.1} minutes; tables re-rendered from `rows.json` by `tierfs bench report <this folder>` (which merges `notes.md`).\n\n- machine: {}\n- tierfs commit: {}\n- devices: SSD `{}`, HDD `{}`, modelled RAM cache of {} per device\n- workloads at scale {} (mail {}), seed {}, {} s per time-bounded run after a {} s warm-up with the device models paused\n- SSD sizes: {:?} % of the working set measured by the HDD-only run\n\nFiles: `results.csv` (every run), `table.md` (normalised to HDD-only and SSD-only), `chart-*.svg`, `findings.md`, `rows.json`, `meta.json`, `notes.md`.\n\n## Expected findings\n\n{fm}\n## Charts\n\n{charts}\n## Tables\n\n{table}",
+        "# tierfs sweep: preset {}\n\nProduced by `{}` in {:.1} minutes; tables re-rendered from `rows.json` by `tierfs bench report <this folder>` (which merges `notes.md`).\n\n- machine: {}\n- tierfs commit: {}\n- devices: SSD `{}`, HDD `{}`, modelled RAM cache of {} per device\n- workloads at scale {} (mail {}), seed {}, {} s per time-bounded run after a {} s warm-up with the device models paused\n- SSD sizes: {:?} % of the working set measured by the HDD-only run\n- {hit}\n\nFiles: `results.csv` (every run), `table.md` (normalised to HDD-only and SSD-only), `chart-*.svg`, `findings.md`, `rows.json`, `meta.json`, `notes.md`.\n\n## Expected findings\n\n{fm}\n## Charts\n\n{charts}\n## Tables\n\n{table}",
         p.name,
         meta.command,
         meta.minutes,
@@ -140,7 +145,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 );
             }
         }
-        BenchCmd::Sweep { preset, out, work, only, arch, sizes } => {
+        BenchCmd::Sweep { preset, out, work, only, arch, sizes, scale } => {
             let mut p =
                 Preset::named(preset).ok_or_else(|| anyhow::anyhow!("unknown preset {preset:?} (small or full)"))?;
             if !only.is_empty() {
@@ -163,6 +168,13 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                     bail!("--sizes: {bad} is not a percentage between 1 and 100");
                 }
                 p.sizes = sizes.clone();
+            }
+            if let Some(scale) = *scale {
+                if !(scale > 0.0 && scale <= 10.0) {
+                    bail!("--scale: {scale} is not between 0 (excluded) and 10");
+                }
+                p.mail_scale *= scale / p.params.scale;
+                p.params.scale = scale;
             }
             std::fs::create_dir_all(out)?;
             std::fs::create_dir_all(work)?;

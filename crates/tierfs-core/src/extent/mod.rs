@@ -26,6 +26,7 @@ pub mod table;
 
 use crate::clock::Timestamp;
 use crate::state::ns::Ino;
+use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
 
@@ -154,6 +155,8 @@ pub struct Monitor {
     period: Duration,
     update_percent: u8,
     next: Option<Timestamp>,
+    /// The candidates of the last plan.
+    chosen_before: HashSet<ChunkId>,
 }
 
 impl Monitor {
@@ -166,6 +169,7 @@ impl Monitor {
             period,
             update_percent: update_percent.clamp(1, 100),
             next: None,
+            chosen_before: HashSet::new(),
         }
     }
 
@@ -199,18 +203,34 @@ impl Monitor {
     }
 
     /// At `now`, with a remap area of `capacity` bytes: when a period has
-    /// passed (or on the first call), Program 1 chooses the candidates and
+    /// passed since the first call that found statistics or resident
+    /// chunks (or since the last plan), Program 1 chooses the candidates and
     /// the smooth update merges them into the resident list; the plan says
     /// which chunks to copy to the SSD and which to drop from it. `None`
     /// when the period has not passed.
     pub fn on_tick(&mut self, now: Timestamp, capacity: u64) -> Option<ResidentPlan> {
-        if self.next.is_some_and(|next| now < next) {
-            return None;
+        match self.next {
+            // The first period starts with the first statistics: a plan
+            // made at once would fill the empty area from a table that has
+            // seen almost nothing (a file's creation, a few requests), and
+            // the smooth update then needs ten periods to repair it.
+            None if self.table.files() == 0 && self.resident.is_empty() => return None,
+            None => {
+                self.next = Some(now.plus(self.period));
+                return None;
+            }
+            Some(next) if now < next => return None,
+            Some(_) => {}
         }
         self.next = Some(now.plus(self.period));
         let updates = candidates(&self.table, capacity);
         let limit = (u128::from(capacity) * u128::from(self.update_percent) / 100) as u64;
-        Some(self.resident.smooth_update(&updates, capacity, limit))
+        // Hysteresis: only a chunk chosen in this period and the last may
+        // push a resident chunk out.
+        let chosen: HashSet<ChunkId> = updates.iter().map(|c| c.id).collect();
+        let strong: HashSet<ChunkId> = chosen.intersection(&self.chosen_before).copied().collect();
+        self.chosen_before = chosen;
+        Some(self.resident.smooth_update(&updates, &strong, capacity, limit))
     }
 }
 

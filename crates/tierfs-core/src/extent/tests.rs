@@ -7,6 +7,14 @@ use crate::clock::{Clock, ManualClock};
 
 const C: u64 = 65536;
 
+/// The first plan: the tick that finds the first statistics starts the
+/// period, and the tick a period later chooses.
+fn first_plan(m: &mut Monitor, clock: &ManualClock, period: Duration, capacity: u64) -> ResidentPlan {
+    assert_eq!(m.on_tick(clock.now(), capacity), None);
+    clock.advance(period);
+    m.on_tick(clock.now(), capacity).expect("a period after the first statistics")
+}
+
 #[test]
 fn hystor_equation_4_1() {
     assert_eq!(weight(0), 0);
@@ -45,8 +53,14 @@ fn chunk_sizes_are_powers_of_two_from_4k_to_1m() {
 fn the_monitor_chooses_once_per_period() {
     let clock = ManualClock::new(Timestamp::from_secs(100));
     let mut m = Monitor::new(Duration::from_secs(10), 10);
+    // No statistics: no period starts.
+    assert_eq!(m.on_tick(clock.now(), 4 * C), None);
+    clock.advance(Duration::from_secs(60));
     m.on_access(1, ChunkSize::DEFAULT, 0, 8192);
-    let p = m.on_tick(clock.now(), 4 * C).expect("the first tick chooses");
+    // The first tick with statistics starts the first period.
+    assert_eq!(m.on_tick(clock.now(), 4 * C), None);
+    clock.advance(Duration::from_secs(10));
+    let p = m.on_tick(clock.now(), 4 * C).expect("a period after the first statistics");
     assert_eq!(p.add.iter().map(|c| c.id).collect::<Vec<_>>(), vec![ChunkId::new(1, 0)]);
     clock.advance(Duration::from_secs(9));
     assert_eq!(m.on_tick(clock.now(), 4 * C), None);
@@ -115,7 +129,7 @@ fn the_area_follows_a_moving_hot_set_gradually() {
         }
     };
     heat(&mut m, 0, 2);
-    m.on_tick(clock.now(), capacity);
+    first_plan(&mut m, &clock, Duration::from_secs(5), capacity);
     assert_eq!(m.resident.len(), 50);
     for period in 1..=30 {
         heat(&mut m, 1000, 4);
@@ -136,7 +150,7 @@ fn forget_and_truncate_clear_statistics_and_resident_chunks() {
     for c in 0..10 {
         m.on_access(3, ChunkSize::DEFAULT, c * C, 4096);
     }
-    m.on_tick(clock.now(), 10 * C);
+    first_plan(&mut m, &clock, defaults::PERIOD, 10 * C);
     assert_eq!(m.resident.len(), 10);
     let gone = m.truncate(3, 5 * C + 1);
     assert_eq!(gone.iter().map(|id| id.index).collect::<Vec<_>>(), vec![6, 7, 8, 9]);

@@ -390,6 +390,25 @@ impl<S: Store> Volume<S> {
         Ok(true)
     }
 
+    /// The HDD file of a split file, opened for reading and writing; None
+    /// if it is not a regular file on the HDD or its name is gone.
+    fn open_home(&self, ino: Ino) -> Result<Option<S::File>> {
+        match self.ns.record(ino)? {
+            Some(r) if r.kind == crate::store::FileKind::File && r.placement == Placement::On(Tier::Hdd) => {}
+            _ => return Ok(None),
+        }
+        let open = || -> Result<S::File> {
+            let (p, n) = self.link_of(ino)?;
+            let d = self.tiers.dir(p, Tier::Hdd, false)?;
+            Ok(self.tiers.store(Tier::Hdd).open(&d, &n, libc::O_RDWR, 0)?)
+        };
+        match open() {
+            Ok(f) => Ok(Some(f)),
+            Err(e) if e.is(libc::ENOENT) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Loads the extent map at mount (after an unclean shutdown every chunk
     /// is dirty) and brings every split file and the shadow directory in
     /// line: chunks of files that are gone are dropped, shadows without
@@ -401,25 +420,10 @@ impl<S: Store> Volume<S> {
         let mut fixed = 0;
         let files: Vec<Ino> = self.extents.lock().files().collect();
         for ino in files {
-            let rec = self.ns.record(ino)?;
-            let home = match rec {
-                Some(r) if r.kind == crate::store::FileKind::File && r.placement == Placement::On(Tier::Hdd) => {
-                    // A name that did not survive a power cut (its directory
-                    // was not synced) is dropped by reconciliation later:
-                    // its chunks go now.
-                    let open = || -> Result<S::File> {
-                        let (p, n) = self.link_of(ino)?;
-                        let d = self.tiers.dir(p, Tier::Hdd, false)?;
-                        Ok(self.tiers.store(Tier::Hdd).open(&d, &n, libc::O_RDWR, 0)?)
-                    };
-                    match open() {
-                        Ok(f) => Some(f),
-                        Err(e) if e.is(libc::ENOENT) => None,
-                        Err(e) => return Err(e),
-                    }
-                }
-                _ => None,
-            };
+            // A name that did not survive a power cut (its directory was
+            // not synced) is dropped by reconciliation later: its chunks go
+            // now.
+            let home = self.open_home(ino)?;
             let shadow = self.shadow(ino, false)?;
             match (home, shadow) {
                 (Some(home), Some(shadow)) => {
@@ -463,6 +467,20 @@ impl<S: Store> Volume<S> {
     /// something failed: the shutdown is then not clean.
     pub fn save_extents(&self) -> bool {
         let mut ok = true;
+        // A chunk saved as clean claims its HDD bytes equal the SSD copy:
+        // those bytes must be durable as well, or a power cut soon after
+        // the unmount takes them while the map keeps the claim, and the
+        // file reads one way until the chunk is dropped and another after.
+        for (ino, _) in self.split_files() {
+            let synced = self.open_home(ino).and_then(|home| match home {
+                Some(f) => Ok(self.tiers.store(Tier::Hdd).fsync(&f, true)?),
+                None => Ok(()),
+            });
+            if let Err(e) = synced {
+                tracing::error!(ino, error = %e, "could not sync the HDD file of a split file");
+                ok = false;
+            }
+        }
         let shadows: Vec<(Ino, Arc<S::File>)> = self.shadows.lock().iter().map(|(i, f)| (*i, f.clone())).collect();
         for (ino, f) in shadows {
             if let Err(e) = self.tiers.store(Tier::Ssd).fsync(&f, true) {

@@ -250,6 +250,28 @@ fn writes_to_ssd_chunks_survive_a_crash_and_are_written_back_after_it() {
     same(&read_all(&v, ino), &model, "content");
 }
 
+/// Found in review: a chunk copied to the SSD over HDD bytes not yet
+/// synced was saved as clean at a clean unmount without those bytes being
+/// synced; a power cut then took them from the HDD, and the file read the
+/// new bytes (from the SSD) until the clean chunk was dropped, then the old.
+#[test]
+fn a_clean_chunk_over_unsynced_hdd_bytes_reads_the_same_after_a_power_cut() {
+    let rig = Rig::new();
+    let v = mount(&rig);
+    let ino = make(&v, "f", &pattern(6, 2 * C as usize));
+    let o = v.open(ino, libc::O_RDWR).unwrap();
+    v.write(o.fh, C + 5, b"fresh").unwrap();
+    v.release(o.fh).unwrap();
+    add(&v, ino, 1);
+    unmount(v);
+    rig.crash();
+    let v = mount(&rig);
+    let before = read_all(&v, ino);
+    assert!(matches!(v.chunk_op(ino, ChunkOp::Drop(1), &NoCrash, &mut never).unwrap(), Outcome::Done(_)));
+    same(&read_all(&v, ino), &before, "after the clean chunk was dropped");
+    same(&home(&rig, "f"), &before, "the home");
+}
+
 /// Found by the power-cut test: `.tierfs/shadow` was made but its name
 /// never synced, so a power cut took every shadow file with it, and with
 /// them writes acknowledged and fsynced to SSD chunks.
