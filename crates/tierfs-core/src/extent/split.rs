@@ -112,10 +112,22 @@ impl<S: Store> Split<'_, S> {
     /// pieces on mapped chunks go to the shadow and make those chunks
     /// dirty. Returns whether the SSD took all of it.
     pub fn write(&self, map: &Mutex<ExtentMap>, off: u64, data: &[u8]) -> Result<bool> {
+        self.write_pieces(map, off, data).map_err(|(_, e)| e)
+    }
+
+    /// [`write`](Self::write), saying on failure which tier's backing call
+    /// failed: ENOSPC from the HDD is not a full SSD. A write that grew the
+    /// file and then failed cuts it back to its old size.
+    pub fn write_pieces(
+        &self,
+        map: &Mutex<ExtentMap>,
+        off: u64,
+        data: &[u8],
+    ) -> std::result::Result<bool, (Tier, Error)> {
         if data.is_empty() {
             return Ok(false);
         }
-        let end = off.checked_add(data.len() as u64).ok_or_else(|| Error::errno(libc::EFBIG))?;
+        let end = off.checked_add(data.len() as u64).ok_or((Tier::Hdd, Error::errno(libc::EFBIG)))?;
         let pieces = {
             let mut m = map.lock();
             let pieces = m.split(self.ino, off, data.len() as u64);
@@ -132,14 +144,26 @@ impl<S: Store> Split<'_, S> {
         // An unsplit file is one HDD piece, which grows the file itself:
         // no fstat on its path.
         let split = pieces.iter().any(|p| p.tier == Tier::Ssd);
-        if split && end > self.size()? {
-            self.hdd.set_len(self.home, end)?;
+        let hdd_err = |e: Error| (Tier::Hdd, e);
+        let old = if split { Some(self.size().map_err(hdd_err)?) } else { None };
+        let grown = old.filter(|&old| end > old);
+        if grown.is_some() {
+            self.hdd.set_len(self.home, end).map_err(|e| hdd_err(e.into()))?;
         }
         for p in &pieces {
             let src = &data[(p.off - off) as usize..(p.off - off + p.len) as usize];
-            match p.tier {
-                Tier::Ssd => write_full(self.ssd, self.shadow, src, p.off)?,
-                Tier::Hdd => write_full(self.hdd, self.home, src, p.off)?,
+            let r = match p.tier {
+                Tier::Ssd => write_full(self.ssd, self.shadow, src, p.off),
+                Tier::Hdd => write_full(self.hdd, self.home, src, p.off),
+            };
+            if let Err(e) = r {
+                if let Some(old) = grown {
+                    // Best effort: the error is the answer either way.
+                    if let Err(cut) = self.truncate(map, old) {
+                        tracing::warn!(ino = self.ino, error = %cut, "a failed write could not cut the file back");
+                    }
+                }
+                return Err((p.tier, e.into()));
             }
         }
         Ok(!pieces.is_empty() && pieces.iter().all(|p| p.tier == Tier::Ssd))

@@ -554,10 +554,11 @@ impl<S: Store> Volume<S> {
         let end = off + len;
         let split = self.split_view(h.ino, home, shadow);
         let as_caller = AsCaller::new(&h.caller, false);
-        let all_ssd = match split.write(&self.extents, off, data) {
+        let all_ssd = match split.write_pieces(&self.extents, off, data) {
             Ok(all) => all,
-            Err(e) if e.is(libc::ENOSPC) => return Ok(Attempt::Full(len)),
-            Err(e) => return Err(e),
+            // Only the shadow's ENOSPC is a full SSD; the HDD's is the answer.
+            Err((Tier::Ssd, e)) if e.is(libc::ENOSPC) => return Ok(Attempt::Full(len)),
+            Err((_, e)) => return Err(e),
         };
         drop(as_caller);
         // A write into a punched hole of an SSD chunk allocates: the

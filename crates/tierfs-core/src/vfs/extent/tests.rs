@@ -272,6 +272,32 @@ fn a_clean_chunk_over_unsynced_hdd_bytes_reads_the_same_after_a_power_cut() {
     same(&home(&rig, "f"), &before, "the home");
 }
 
+/// Found in review: ENOSPC from the HDD piece of a split write was taken
+/// for a full SSD, so the write waited for room and then took the file's
+/// chunks off the SSD before failing. It is the answer at once, and a
+/// write that grew the file before failing leaves its size as it was.
+#[test]
+fn a_full_hdd_under_a_split_file_answers_enospc_and_keeps_its_chunks() {
+    let rig = Rig::new();
+    let v = mount(&rig);
+    let model = pattern(3, 2 * C as usize);
+    let ino = make(&v, "f", &model);
+    add(&v, ino, 0);
+    rig.hdd.set_capacity(0);
+    let o = v.open(ino, libc::O_RDWR).unwrap();
+    // Past the end, on the HDD only; then across the SSD chunk and past
+    // the end (the HDD file is grown first).
+    for (off, len) in [(2 * C, 100), (C - 10, 2 * C as usize)] {
+        let e = v.write(o.fh, off, &pattern(9, len)).unwrap_err();
+        assert!(e.is(libc::ENOSPC), "write at {off}: {e}");
+        assert!(v.is_split(ino), "write at {off}: the chunks stayed on the SSD");
+        assert_eq!(v.getattr(ino).unwrap().size, 2 * C, "write at {off}: size");
+    }
+    v.release(o.fh).unwrap();
+    rig.hdd.set_capacity(u64::MAX);
+    same(&read_all(&v, ino), &model, "content");
+}
+
 /// Found by the power-cut test: `.tierfs/shadow` was made but its name
 /// never synced, so a power cut took every shadow file with it, and with
 /// them writes acknowledged and fsynced to SSD chunks.
