@@ -187,6 +187,8 @@ impl Monitor {
     /// Returns its resident chunks, whose SSD copies are to be dropped.
     pub fn forget(&mut self, ino: Ino) -> Vec<ChunkId> {
         self.table.forget(ino);
+        // A new file may get the inode number: it starts with no history.
+        self.chosen_before.retain(|id| id.ino != ino);
         self.resident.forget(ino)
     }
 
@@ -199,6 +201,7 @@ impl Monitor {
         };
         let keep = chunk.count(size);
         self.table.truncate(ino, keep);
+        self.chosen_before.retain(|id| id.ino != ino || id.index < keep);
         self.resident.truncate(ino, keep)
     }
 

@@ -160,3 +160,44 @@ fn forget_and_truncate_clear_statistics_and_resident_chunks() {
     assert_eq!(m.table.files(), 0);
     assert!(m.resident.is_empty());
 }
+
+/// Found in review: the candidates of the last period outlived a forgotten
+/// file, so a new file given the same inode number found its first chosen
+/// chunk already strong, and it pushed a resident chunk out at once.
+#[test]
+fn a_forgotten_files_last_candidates_do_not_make_a_new_files_chunks_strong() {
+    let clock = ManualClock::new(Timestamp::from_secs(0));
+    let period = Duration::from_secs(10);
+    let mut m = Monitor::new(period, 100);
+    let k64 = ChunkSize::DEFAULT;
+    m.on_access(2, k64, 0, 4096);
+    m.on_access(2, k64, C, 4096);
+    first_plan(&mut m, &clock, period, 2 * C);
+    let resident = |m: &Monitor| {
+        let mut v: Vec<_> = m.resident.top_down().map(|id| (id.ino, id.index)).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(resident(&m), vec![(2, 0), (2, 1)]);
+    let heat = |m: &mut Monitor| {
+        for _ in 0..100 {
+            m.on_access(1, k64, 5 * C, 4096);
+        }
+    };
+    let tick = |m: &mut Monitor| {
+        clock.advance(period);
+        m.on_tick(clock.now(), 2 * C).expect("a period");
+    };
+    // Chosen once: not yet strong.
+    heat(&mut m);
+    tick(&mut m);
+    assert_eq!(resident(&m), vec![(2, 0), (2, 1)]);
+    // The file goes; a new one with its inode number is as hot at once.
+    m.forget(1);
+    heat(&mut m);
+    tick(&mut m);
+    assert_eq!(resident(&m), vec![(2, 0), (2, 1)], "a new file's chunk was strong at once");
+    // Chosen twice: it replaces the resident chunk not chosen.
+    tick(&mut m);
+    assert_eq!(resident(&m), vec![(1, 5), (2, 0)]);
+}

@@ -427,7 +427,11 @@ impl<S: Store> Volume<S> {
             let shadow = self.shadow(ino, false)?;
             match (home, shadow) {
                 (Some(home), Some(shadow)) => {
-                    self.split_view(ino, &home, &shadow).recover(&self.extents)?;
+                    self.split_view(ino, &home, &shadow).recover(&self.extents).map_err(|e| {
+                        // The mount stops (its chunks may hold the only copy
+                        // of acknowledged writes): say which file.
+                        Error::State(format!("recovering the chunks of split file inode {ino}: {e}"))
+                    })?;
                 }
                 _ => {
                     // The file is gone (removed while open, then a crash),
