@@ -228,31 +228,16 @@ impl<S: Store> Engine<S> {
     /// Takes a split file's chunks off the SSD now (the cleaner thread, for
     /// a write that found the SSD full). True when it has none left.
     pub(super) fn unsplit_now(&self, ino: Ino) -> bool {
-        for _ in 0..20 {
-            match self
-                .vol
-                .chunk_op(ino, ChunkOp::Unsplit, &super::Bounded(self, Duration::from_secs(1)), &mut |_| Ok(()))
-            {
-                Ok(Outcome::Done(_) | Outcome::Skipped(Skip::AlreadyThere | Skip::Gone)) => {
-                    let mut c = self.chunks.lock();
-                    c.unsplit += 1;
-                    c.monitor.resident.forget(ino);
-                    return true;
-                }
-                Ok(Outcome::Skipped(Skip::Busy)) if !self.stop.load(Ordering::Acquire) => {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                Ok(Outcome::Skipped(why)) => {
-                    self.note(ino, format!("chunks could not leave the SSD for a write: {why:?}"));
-                    return false;
-                }
-                Err(e) => {
-                    tracing::warn!(ino, error = %e, "could not take a file's chunks off the SSD");
-                    return false;
-                }
-            }
+        let bounded = super::Bounded(self, Duration::from_secs(1));
+        let done = self.for_writer(ino, "a file's chunks off the SSD", || {
+            self.vol.chunk_op(ino, ChunkOp::Unsplit, &bounded, &mut |_| Ok(()))
+        });
+        if done.is_some() {
+            let mut c = self.chunks.lock();
+            c.unsplit += 1;
+            c.monitor.resident.forget(ino);
         }
-        false
+        done.is_some()
     }
 
     /// The remap area for `tierfs stats`.

@@ -941,32 +941,45 @@ impl<S: Store> Engine<S> {
         if self.vol.is_split(ino) {
             return self.unsplit_now(ino);
         }
-        for _ in 0..20 {
-            let Ok(rec) = self.vol.record(ino) else { return true };
-            let Some(mv) = off_ssd(rec.placement.into()) else { return true };
+        let mut step = None;
+        let done = self.for_writer(ino, "a file off the SSD", || {
+            let Ok(rec) = self.vol.record(ino) else { return Ok(Outcome::Skipped(Skip::Gone)) };
+            let Some(mv) = off_ssd(rec.placement.into()) else { return Ok(Outcome::Skipped(Skip::AlreadyThere)) };
             let size = self.stats.lock().get(ino).map(|f| f.size).unwrap_or(0);
-            let step = Step { ino, mv, reason: Reason::Evict { counter: 0 }, size };
-            match self.vol.migrate(ino, mv, &Bounded(self, Duration::from_secs(1))) {
-                Ok(Outcome::Done(_)) => {
-                    self.execute_done(step);
-                    return true;
-                }
-                Ok(Outcome::Skipped(Skip::Gone | Skip::AlreadyThere)) => return true,
-                // Another migration of the file is under way: let it end.
+            step = Some(Step { ino, mv, reason: Reason::Evict { counter: 0 }, size });
+            self.vol.migrate(ino, mv, &Bounded(self, Duration::from_secs(1)))
+        });
+        match (done, step) {
+            (Some(Outcome::Done(_)), Some(step)) => {
+                self.execute_done(step);
+                true
+            }
+            (done, _) => done.is_some(),
+        }
+    }
+
+    /// Tries `op`, a move of `ino` (`what`) off the SSD for a write that
+    /// found no room, until it is done or the file is gone or already
+    /// there (Some), or it fails (None). Another migration of the file
+    /// under way is let end: 20 tries, 10 ms apart.
+    fn for_writer(&self, ino: Ino, what: &str, mut op: impl FnMut() -> Result<Outcome>) -> Option<Outcome> {
+        for _ in 0..20 {
+            match op() {
+                Ok(o @ (Outcome::Done(_) | Outcome::Skipped(Skip::Gone | Skip::AlreadyThere))) => return Some(o),
                 Ok(Outcome::Skipped(Skip::Busy)) if !self.stop.load(Ordering::Acquire) => {
                     std::thread::sleep(Duration::from_millis(10));
                 }
                 Ok(Outcome::Skipped(why)) => {
-                    self.note(ino, format!("could not leave the SSD for a write: {why:?}"));
-                    return false;
+                    self.note(ino, format!("could not take {what} for a write: {why:?}"));
+                    return None;
                 }
                 Err(e) => {
-                    tracing::warn!(ino, error = %e, "could not take a file off the SSD for a write");
-                    return false;
+                    tracing::warn!(ino, error = %e, "could not take {what} for a write");
+                    return None;
                 }
             }
         }
-        false
+        None
     }
 
     /// Counts a move the cleaner made for a writer.
