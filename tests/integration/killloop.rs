@@ -114,13 +114,19 @@ fn reader(mnt: PathBuf, seed: u64, stop: Arc<AtomicBool>) {
 }
 
 fn kill_loop(policy: &str) {
+    kill_loop_with(policy, &[]);
+}
+
+fn kill_loop_with(policy: &str, extra: &[&str]) {
     let area = Area::new();
     let state = area.path("state");
     let mut args: Vec<String> =
-        ["--policy", policy, "--ssd-capacity", "1M", "--io-mode", "userspace", "--interval", "1s", "--state-dir"]
+        ["--policy", policy, "--ssd-capacity", "1M", "--io-mode", "userspace", "--interval", "1s"]
             .iter()
+            .chain(extra)
             .map(|s| s.to_string())
             .collect();
+    args.push("--state-dir".to_string());
     args.push(state.to_str().unwrap().to_string());
     let l = Loop { area, args, acked: Arc::new(Mutex::new(BTreeMap::new())) };
     {
@@ -135,6 +141,8 @@ fn kill_loop(policy: &str) {
         m.unmount();
     }
     let rounds = rounds();
+    let write_back = !extra.is_empty() || policy == "write-back-cache";
+    let mut buffered = 0;
     for round in 0..rounds {
         let m = l.mount();
         l.check(&m, &format!("{policy}, before round {round}"));
@@ -148,6 +156,9 @@ fn kill_loop(policy: &str) {
             threads.push(std::thread::spawn(move || reader(mnt, round as u64 * 7 + r + 1, stop)));
         }
         std::thread::sleep(Duration::from_millis(1100 + (round as u64 * 331) % 800));
+        if write_back {
+            buffered += crate::harness::stats_json(&m.mnt)["write_back"]["ssd_writes"].as_u64().unwrap_or(0);
+        }
         m.kill();
         stop.store(true, Ordering::Relaxed);
         for t in threads {
@@ -157,6 +168,7 @@ fn kill_loop(policy: &str) {
     let m = l.mount();
     l.check(&m, &format!("{policy}, after {rounds} rounds"));
     m.unmount();
+    assert!(!write_back || buffered > 0, "{policy}: no write landed in the write-back area");
     let acked = l.acked.lock().unwrap().len();
     // Shown with --nocapture (scripts/long-tests.sh).
     eprintln!("{policy}: {rounds} kill -9 rounds, {acked} acknowledged files all present once with their content");
@@ -181,4 +193,21 @@ kill_loop_tests! {
     fsynced_files_survive_kill_9_under_interval_hot_dst => "interval-hot-dst",
     fsynced_files_survive_kill_9_under_on_demand_cache => "on-demand-cache",
     fsynced_files_survive_kill_9_under_interval_cache => "interval-cache",
+}
+
+/// The write-back area on: fsynced writes that landed only on the SSD
+/// survive kill -9, and after it they are found dirty and written back.
+#[test]
+fn fsynced_files_survive_kill_9_with_a_write_back_area() {
+    kill_loop_with("hystor", &["--write-back", "30", "--chunk", "4K", "--chunk-period", "300ms"]);
+}
+
+#[test]
+fn fsynced_files_survive_kill_9_under_write_back_cache() {
+    kill_loop("write-back-cache");
+}
+
+#[test]
+fn fsynced_files_survive_kill_9_under_write_through_cache() {
+    kill_loop("write-through-cache");
 }

@@ -565,6 +565,14 @@ fn torture(name: &str, args: &[&str]) {
     let moves: u64 = ["promotions", "demotions", "copies", "drops"].iter().map(|k| mv[k].as_u64().unwrap_or(0)).sum();
     let rm = &crate::harness::stats_json(&m.mnt)["remap"];
     let chunk_moves = ["added", "dropped", "unsplit"].iter().map(|k| rm[k].as_u64().unwrap_or(0)).sum::<u64>();
+    let wb = &crate::harness::stats_json(&m.mnt)["write_back"];
+    let buffered = wb["ssd_writes"].as_u64().unwrap_or(0);
+    let scrubbed = wb["scrubbed"].as_u64().unwrap_or(0);
+    if args.contains(&"--write-back") || args.contains(&"write-back-cache") {
+        // The area was used, and written back under the operations: not a
+        // test that could pass without it.
+        assert!(buffered > 0 && scrubbed > 0, "{name}: write-back area unused: {wb}");
+    }
     let t = Instant::now();
     m.unmount();
     assert!(t.elapsed() < Duration::from_secs(10), "{name}: unmount took {:?}", t.elapsed());
@@ -573,7 +581,7 @@ fn torture(name: &str, args: &[&str]) {
     m.unmount();
     // Shown with --nocapture (scripts/long-tests.sh).
     eprintln!(
-        "{name}: {ops} operations by {WORKERS} workers in {} s, {moves} migrations, {chunk_moves} chunk moves; checked",
+        "{name}: {ops} operations by {WORKERS} workers in {} s, {moves} migrations, {chunk_moves} chunk moves, {buffered} writes taken by the SSD, {scrubbed} chunks written back; checked",
         seconds()
     );
 }
@@ -586,6 +594,42 @@ fn torture_hystor() {
         "torture_hystor",
         &["--policy", "hystor", "--io-mode", "userspace", "--sieve", "8K", "--chunk", "4K", "--chunk-period", "200ms"],
     );
+}
+
+/// Hystor with a write-back area of 30 % of the tiny SSD: writes to files
+/// on the HDD land on the SSD, the scrubber writes them back and frees
+/// them, chunks move under the operations.
+#[test]
+fn torture_hystor_write_back() {
+    torture(
+        "torture_hystor_write_back",
+        &[
+            "--policy",
+            "hystor",
+            "--io-mode",
+            "userspace",
+            "--sieve",
+            "8K",
+            "--chunk",
+            "4K",
+            "--chunk-period",
+            "200ms",
+            "--write-back",
+            "30",
+        ],
+    );
+}
+
+/// Write-back caching: whole small files written on the SSD first.
+#[test]
+fn torture_write_back_cache() {
+    torture("torture_write_back_cache", &["--policy", "write-back-cache", "--io-mode", "passthrough"]);
+}
+
+/// Write-through-all caching.
+#[test]
+fn torture_write_through_cache() {
+    torture("torture_write_through_cache", &["--policy", "write-through-cache", "--io-mode", "passthrough"]);
 }
 
 macro_rules! torture_tests {

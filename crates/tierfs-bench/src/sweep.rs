@@ -84,13 +84,16 @@ pub struct Preset {
 
 impl Preset {
     /// A preset by name: `small` (under 15 minutes on two cores), `full`
-    /// (the papers' sizes; many hours) or `extents` (the database workload
-    /// at an SSD of 10 % of its data, sub-file extents against whole files).
+    /// (the papers' sizes; many hours), `extents` (the database workload
+    /// at an SSD of 10 % of its data, sub-file extents against whole files)
+    /// or `writeback` (mail and the real postmark under hystor with a
+    /// write-back area of 0, 20 and 30 %, and the two write caches).
     pub fn named(name: &str) -> Option<Preset> {
         match name {
             "small" => Some(Preset::small()),
             "full" => Some(Preset::full()),
             "extents" => Some(Preset::extents()),
+            "writeback" => Some(Preset::writeback()),
             _ => None,
         }
     }
@@ -171,6 +174,30 @@ impl Preset {
         }
     }
 
+    /// Hystor with write-back areas of 0, 20 and 30 % of the SSD (Hystor
+    /// §7.2's fractions), as architectures of their own.
+    fn write_back_archs() -> Vec<Arch> {
+        let wb = |pct: &str| Arch {
+            label: format!("hystor+wb{pct}"),
+            ..Arch::with_options("hystor", &["--write-back", pct])
+        };
+        vec![Arch::plain("hystor"), wb("20"), wb("30")]
+    }
+
+    /// Finding 6: mail and the real postmark at 25, 50 and 75 % of the
+    /// working set, hystor with a write-back area of 0, 20 and 30 %; on
+    /// mail also the two write caches of the Loris table.
+    fn writeback() -> Preset {
+        let small = Preset::small();
+        let mut mail = Preset::write_back_archs();
+        mail.extend([Arch::plain("write-through-cache"), Arch::plain("write-back-cache")]);
+        Preset {
+            name: "writeback".into(),
+            plan: vec![("mail".into(), mail), ("postmark".into(), Preset::write_back_archs())],
+            ..small
+        }
+    }
+
     fn full() -> Preset {
         let a = Arch::plain;
         let all = || {
@@ -183,6 +210,8 @@ impl Preset {
                 a("dynamic-cold-dst-bg"),
                 a("on-demand-cache"),
                 Arch::interval("interval-cache", "5s"),
+                a("write-through-cache"),
+                a("write-back-cache"),
             ]
         };
         let mut mixed = all();
@@ -199,6 +228,7 @@ impl Preset {
             plan: ["mail", "fileserver", "webserver", "webserver-zipf", "shifting"]
                 .iter()
                 .map(|w| (w.to_string(), all()))
+                .chain(["mail", "postmark"].iter().map(|w| (w.to_string(), Preset::write_back_archs())))
                 .chain(std::iter::once(("mixed".to_string(), mixed)))
                 .chain(std::iter::once((
                     "db".to_string(),

@@ -90,6 +90,20 @@ pub struct MountArgs {
     /// How often hystor chooses the chunks on the SSD (Hystor's period).
     #[arg(long, default_value = "10s", value_name = "DURATION")]
     pub chunk_period: String,
+    /// Write-back area, percent of the SSD capacity (0: none): writes to
+    /// files on the HDD land on the SSD and are written back later
+    /// (Hystor's write-back area; per directory: user.tierfs.write-back).
+    #[arg(long, default_value = "0", value_name = "PERCENT")]
+    pub write_back: String,
+    /// Only writes of at most this size enter the write-back area (bigger
+    /// ones stream to the HDD at its bandwidth and would flush the area).
+    #[arg(long, default_value = "64K", value_name = "SIZE")]
+    pub write_back_max: String,
+    /// At unmount, leave dirty chunks of the write-back area on the SSD
+    /// (they are written back after the next mount) instead of writing
+    /// them all back first.
+    #[arg(long)]
+    pub no_flush_on_unmount: bool,
     /// Most bytes per second background migrations copy (0: unlimited).
     #[arg(long, default_value = "64M", value_name = "SIZE")]
     pub migrate_rate: String,

@@ -149,7 +149,11 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
                 }
                 n
             },
+            write_back: tierfs_core::settings::parse_percent(&a.write_back)
+                .map_err(|e| anyhow::anyhow!("--write-back: {e}"))?,
         },
+        write_back_max: parse_size(&a.write_back_max).map_err(|e| anyhow::anyhow!("--write-back-max: {e}"))?,
+        flush_on_unmount: !a.no_flush_on_unmount,
         chunk_period: {
             let d = parse_duration(&a.chunk_period).map_err(|e| anyhow::anyhow!("--chunk-period: {e}"))?;
             if d.is_zero() {

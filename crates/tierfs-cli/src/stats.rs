@@ -138,6 +138,27 @@ fn render_status(r: &StatusReport) -> String {
             rm.queued
         );
     }
+    let wb = &r.write_back;
+    if wb.areas > 0 {
+        let hit =
+            if wb.writes > 0 { format!("{:.0}%", 100.0 * wb.ssd_writes as f64 / wb.writes as f64) } else { "-".into() };
+        o += &format!(
+            "\nwrite-back area: {} of {} used, {} dirty (scrub from {}% down to {}%); {} written back ({}), {}/s now, {} failed; {} clean chunks freed; write hits {} of {} writes, {} sent to the HDD (area full)\n",
+            format_size(wb.used_bytes),
+            format_size(wb.quota_bytes),
+            format_size(wb.dirty_bytes),
+            wb.high_percent,
+            wb.low_percent,
+            wb.scrubbed,
+            format_size(wb.scrubbed_bytes),
+            format_size(wb.scrub_rate),
+            wb.scrub_failed,
+            wb.freed,
+            hit,
+            wb.writes,
+            wb.diverted
+        );
+    }
     if r.dropped_events > 0 {
         o += &format!("events dropped (statistics thread behind): {}\n", r.dropped_events);
     }

@@ -163,6 +163,39 @@ pub struct RemapReport {
     pub queued: u64,
 }
 
+/// The write-back areas (Hystor §5.5), summed over the groups that have one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteBackReport {
+    /// Groups with an area.
+    pub areas: u64,
+    /// Their sizes, bytes.
+    pub quota_bytes: u64,
+    /// Bytes of their chunks (dirty and clean).
+    pub used_bytes: u64,
+    /// Bytes of dirty chunks: the scrubber's backlog.
+    pub dirty_bytes: u64,
+    /// Watermarks of dirty bytes, percent of an area.
+    pub high_percent: u8,
+    /// See `high_percent`.
+    pub low_percent: u8,
+    /// Writes to HDD files of groups with an area.
+    pub writes: u64,
+    /// Of which the SSD took (the write-back hit ratio is `ssd_writes / writes`).
+    pub ssd_writes: u64,
+    /// Writes sent to the HDD because an area was full of dirty chunks.
+    pub diverted: u64,
+    /// Chunks written back, and their bytes.
+    pub scrubbed: u64,
+    /// See `scrubbed`.
+    pub scrubbed_bytes: u64,
+    /// Write-backs that failed (the chunk stays dirty).
+    pub scrub_failed: u64,
+    /// Clean chunks freed for new writes.
+    pub freed: u64,
+    /// Bytes written back per second over the last 10 s.
+    pub scrub_rate: u64,
+}
+
 /// Everything `tierfs stats` shows.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct StatusReport {
@@ -202,6 +235,9 @@ pub struct StatusReport {
     /// Sub-file extents.
     #[serde(default)]
     pub remap: RemapReport,
+    /// Write-back areas.
+    #[serde(default)]
+    pub write_back: WriteBackReport,
 }
 
 /// One policy directory (a group) and the files it governs.

@@ -13,6 +13,20 @@ use crate::tier::Tier;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+/// A share of the SSD in percent, `0` to `100`, with or without `%`.
+pub fn parse_percent(v: &str) -> std::result::Result<u8, String> {
+    let n: u8 = v
+        .strip_suffix('%')
+        .unwrap_or(v)
+        .trim()
+        .parse()
+        .map_err(|_| format!("{v:?}: a percentage of the SSD, 0 to 100"))?;
+    if n > 100 {
+        return Err(format!("{v:?}: a percentage of the SSD, 0 to 100"));
+    }
+    Ok(n)
+}
+
 /// The xattr namespace tierfs owns.
 pub const PREFIX: &str = "user.tierfs.";
 
@@ -29,6 +43,9 @@ pub enum Key {
     Interval,
     /// `user.tierfs.chunk` (directories): chunk size of new split files.
     Chunk,
+    /// `user.tierfs.write-back` (directories): the write-back area of
+    /// the subtree's files, percent of the SSD capacity (0: none).
+    WriteBack,
     /// `user.tierfs.pin` (files and directories).
     Pin,
     /// `user.tierfs.placement` (read-only: where a file's data is now,
@@ -38,8 +55,16 @@ pub enum Key {
 
 impl Key {
     /// Every key, for listing.
-    pub const ALL: [Key; 7] =
-        [Key::Policy, Key::PolicySource, Key::Sieve, Key::Interval, Key::Chunk, Key::Pin, Key::Placement];
+    pub const ALL: [Key; 8] = [
+        Key::Policy,
+        Key::PolicySource,
+        Key::Sieve,
+        Key::Interval,
+        Key::Chunk,
+        Key::WriteBack,
+        Key::Pin,
+        Key::Placement,
+    ];
 
     /// The full xattr name.
     pub fn name(self) -> &'static str {
@@ -49,6 +74,7 @@ impl Key {
             Key::Sieve => "user.tierfs.sieve",
             Key::Interval => "user.tierfs.interval",
             Key::Chunk => "user.tierfs.chunk",
+            Key::WriteBack => "user.tierfs.write-back",
             Key::Pin => "user.tierfs.pin",
             Key::Placement => "user.tierfs.placement",
         }
@@ -64,7 +90,7 @@ impl Key {
         match Key::ALL.into_iter().find(|k| k.name().as_bytes() == name) {
             Some(k) => Ok(Some(k)),
             None => Err(Error::Invalid(format!(
-                "unknown tierfs attribute {:?} (known: user.tierfs.policy, .sieve, .interval, .chunk, .pin, .placement)",
+                "unknown tierfs attribute {:?} (known: user.tierfs.policy, .sieve, .interval, .chunk, .write-back, .pin, .placement)",
                 String::from_utf8_lossy(name)
             ))),
         }
@@ -72,7 +98,7 @@ impl Key {
 
     /// True for keys that only directories take.
     pub fn dirs_only(self) -> bool {
-        matches!(self, Key::Policy | Key::Sieve | Key::Interval | Key::Chunk)
+        matches!(self, Key::Policy | Key::Sieve | Key::Interval | Key::Chunk | Key::WriteBack)
     }
 
     /// True for keys that only show what is (they cannot be set).
@@ -96,6 +122,9 @@ pub struct Settings {
     /// Chunk size of new split files in this subtree, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chunk: Option<u64>,
+    /// Write-back area of this subtree, percent of the SSD capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_back: Option<u8>,
     /// Pin of this file or subtree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pin: Option<Tier>,
@@ -149,6 +178,7 @@ impl Settings {
             Key::Sieve => self.sieve.map(format_size),
             Key::Interval => self.interval.map(format_duration),
             Key::Chunk => self.chunk.map(format_size),
+            Key::WriteBack => self.write_back.map(|p| format!("{p}%")),
             Key::Pin => self.pin.map(|t| t.name().to_string()),
             Key::PolicySource | Key::Placement => None,
         }
@@ -186,6 +216,7 @@ impl Settings {
                 }
                 self.chunk = Some(n);
             }
+            Key::WriteBack => self.write_back = Some(parse_percent(v).map_err(bad)?),
             Key::Pin => self.pin = Some(Tier::parse(v).ok_or_else(|| bad(format!("unknown tier {v:?} (ssd or hdd)")))?),
             Key::PolicySource | Key::Placement => return Err(bad("is read-only".into())),
         }
@@ -199,6 +230,7 @@ impl Settings {
             Key::Sieve => self.sieve.take().is_some(),
             Key::Interval => self.interval.take().is_some(),
             Key::Chunk => self.chunk.take().is_some(),
+            Key::WriteBack => self.write_back.take().is_some(),
             Key::Pin => self.pin.take().is_some(),
             Key::PolicySource | Key::Placement => false,
         }
@@ -211,6 +243,7 @@ impl Settings {
             sieve: self.sieve.or(parent.sieve),
             interval: self.interval.or(parent.interval),
             chunk: self.chunk.or(parent.chunk),
+            write_back: self.write_back.or(parent.write_back),
             pin: self.pin.or(parent.pin),
         }
     }

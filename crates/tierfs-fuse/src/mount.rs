@@ -69,6 +69,10 @@ pub struct MountConfig {
     pub aging: std::time::Duration,
     /// Period of hystor's chunk choice.
     pub chunk_period: std::time::Duration,
+    /// Only writes of at most this many bytes enter the write-back area.
+    pub write_back_max: u64,
+    /// Write every dirty chunk of the write-back area back at unmount.
+    pub flush_on_unmount: bool,
 }
 
 /// An exclusive lock on a state directory, held while mounted.
@@ -175,6 +179,8 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     let recovery = vol.recover().map_err(|e| MountError(format!("recovery failed: {e}")))?;
     let ecfg = EngineConfig {
         chunk_period: cfg.chunk_period,
+        write_back_max: cfg.write_back_max,
+        flush_on_unmount: cfg.flush_on_unmount,
         policy: cfg.policy,
         params: cfg.params,
         ssd_capacity: cfg.ssd_capacity,

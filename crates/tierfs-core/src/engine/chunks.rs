@@ -62,13 +62,17 @@ impl Chunks {
 impl<S: Store> Engine<S> {
     /// The chunks already on the SSD join the resident list at start (the
     /// block table starts empty: they stay until hotter ones displace them).
-    pub(super) fn load_resident(&self) {
+    /// Chunks the write-back areas took (`wb`) stay out.
+    pub(super) fn load_resident(&self, wb: &HashSet<ChunkId>) {
         let files = self.vol.split_files();
         let mut c = self.chunks.lock();
         for (ino, _) in files {
             let Some(chunk) = self.vol.chunk_size(ino) else { continue };
             for index in self.vol.chunk_indices(ino) {
-                c.monitor.resident.insert(ChunkId::new(ino, index), chunk.bytes());
+                let id = ChunkId::new(ino, index);
+                if !wb.contains(&id) {
+                    c.monitor.resident.insert(id, chunk.bytes());
+                }
             }
         }
     }
@@ -121,9 +125,12 @@ impl<S: Store> Engine<S> {
         }
         let mut unsplit = Vec::new();
         for &(ino, _) in &split {
+            // A file keeps its chunks under a splitting policy past the
+            // sieve, and in a group with a write-back area.
             let keep = st.get(ino).is_some_and(|f| {
                 let (kind, params) = self.setting(f.group);
-                kind.policy().chunks() && f.size > params.sieve
+                (kind.policy().chunks() && f.size > params.sieve)
+                    || crate::policy::write_back_percent(kind, &params) > 0
             });
             if !keep {
                 unsplit.push(ino);
@@ -135,7 +142,9 @@ impl<S: Store> Engine<S> {
             (a.used(), a.limit())
         };
         let whole = used.saturating_sub(chunk_bytes);
-        let area = limit.saturating_sub(whole).saturating_sub(limit / 100 * REMAP_MARGIN_PERCENT);
+        // The write-back areas have their quota of the SSD (Hystor §5.5).
+        let wb = self.wb_quota_total();
+        let area = limit.saturating_sub(whole).saturating_sub(wb).saturating_sub(limit / 100 * REMAP_MARGIN_PERCENT);
         let mut c = self.chunks.lock();
         c.area = area;
         for &ino in &unsplit {
@@ -175,12 +184,20 @@ impl<S: Store> Engine<S> {
         // Looked up before `chunks` is locked: it is a leaf (nothing else,
         // not `notes`, is taken while it is held). Review finding.
         let back = self.vol.chunk_size(id.ino).map(|c| c.bytes());
+        let mut handover = false;
+        let mapped = self.vol.has_chunk(id);
         let failed = {
             let mut c = self.chunks.lock();
             match (op, r) {
                 (ChunkOp::Add(..), Ok(Outcome::Done(bytes))) => {
                     c.added += 1;
                     self.counters.bytes_moved.fetch_add(bytes, Ordering::Relaxed);
+                    None
+                }
+                (ChunkOp::Add(..), Ok(Outcome::Skipped(Skip::AlreadyThere))) if mapped => {
+                    // A write put it in a write-back area: the remap area
+                    // takes it over.
+                    handover = true;
                     None
                 }
                 (ChunkOp::Add(..), r) => {
@@ -208,6 +225,9 @@ impl<S: Store> Engine<S> {
                 (ChunkOp::Unsplit, r) => Some(r),
             }
         };
+        if handover {
+            self.wb_handover(id);
+        }
         if let Some(r) = failed {
             self.chunk_failed(id, op, r);
         }

@@ -203,6 +203,7 @@ impl Groups {
                 sieve: s.sieve.unwrap_or(dparams.sieve),
                 interval: s.interval.unwrap_or(dparams.interval),
                 chunk: s.chunk.unwrap_or(dparams.chunk),
+                write_back: s.write_back.unwrap_or(dparams.write_back),
             },
             pin: s.pin,
             policy_from: from,

@@ -17,6 +17,7 @@ pub mod account;
 mod chunks;
 pub mod groups;
 pub mod rate;
+mod writeback;
 
 use crate::clock::{Clock, Timestamp};
 use crate::error::{err, Error, Result};
@@ -150,6 +151,10 @@ pub struct EngineConfig {
     pub room_wait: Duration,
     /// How often Hystor's monitor chooses the chunks of the remap area.
     pub chunk_period: Duration,
+    /// Only writes of at most this many bytes enter the write-back area.
+    pub write_back_max: u64,
+    /// Write every dirty chunk of the write-back area back at shutdown.
+    pub flush_on_unmount: bool,
 }
 
 impl Default for EngineConfig {
@@ -170,6 +175,8 @@ impl Default for EngineConfig {
             watermarks: DEFAULT_WATERMARKS,
             room_wait: Duration::from_secs(1),
             chunk_period: crate::extent::defaults::PERIOD,
+            write_back_max: crate::extent::writeback::DEFAULT_MAX_WRITE,
+            flush_on_unmount: true,
         }
     }
 }
@@ -266,6 +273,10 @@ pub struct Engine<S: Store> {
     regroup: Mutex<Vec<Ino>>,
     /// Hystor's monitor and the chunk moves to make.
     chunks: Mutex<chunks::Chunks>,
+    /// The write-back areas (a leaf but for the extent map's lock).
+    wb: Mutex<writeback::WriteBack>,
+    /// Wakes the scrubber.
+    wb_cv: Condvar,
 }
 
 /// Notes kept for `tierfs stats --file` (the latest decision per file).
@@ -397,8 +408,11 @@ impl<S: Store> Engine<S> {
             groups: Mutex::new(groups),
             regroup: Mutex::new(Vec::new()),
             chunks: Mutex::new(chunks::Chunks::new(period)),
+            wb: Mutex::new(writeback::WriteBack::default()),
+            wb_cv: Condvar::new(),
         });
-        e.load_resident();
+        let taken = e.wb_load();
+        e.load_resident(&taken);
         e.vol.set_hooks(Arc::new(EngineHooks(Arc::downgrade(&e))));
         e
     }
@@ -535,10 +549,12 @@ impl<S: Store> Engine<S> {
             let Some(f) = st.get(ev.ino).copied() else {
                 if ev.kind == EventKind::Remove {
                     self.chunk_event(ev.ino, &FileStats::default(), &ev.kind);
+                    self.wb_event(ev.ino, 0, &ev.kind, false);
                 }
                 continue;
             };
             self.chunk_event(ev.ino, &f, &ev.kind);
+            self.wb_event(ev.ino, f.group, &ev.kind, f.residence == crate::stats::Residence::Hdd);
             let (kind, _) = self.setting(f.group);
             let plan = self.with_view(&st, f.group, false, |v| kind.policy().on_access(v, ev.ino, &f, &ev.kind));
             self.enqueue(plan);
@@ -633,7 +649,12 @@ impl<S: Store> Engine<S> {
             .name("tierfs-cleaner".into())
             .spawn(move || me.cleaner())
             .expect("spawn cleaner thread");
-        self.threads.lock().extend([a, b, c]);
+        let me = self.clone();
+        let d = std::thread::Builder::new()
+            .name("tierfs-scrubber".into())
+            .spawn(move || me.scrubber())
+            .expect("spawn scrubber thread");
+        self.threads.lock().extend([a, b, c, d]);
     }
 
     /// Takes every queued event into the statistics now. The engine thread
@@ -999,7 +1020,14 @@ impl<S: Store> Engine<S> {
     /// seconds: the log then says what each was doing, and the caller
     /// should not mark the shutdown clean.
     pub fn shutdown(&self) -> bool {
+        if self.cfg.flush_on_unmount {
+            self.flush_write_back();
+        }
         self.stop.store(true, Ordering::Release);
+        {
+            let _w = self.wb.lock();
+            self.wb_cv.notify_all();
+        }
         self.moves_cv.notify_all();
         {
             let _c = self.cleaning.lock();
@@ -1153,6 +1181,7 @@ impl<S: Store> Engine<S> {
             groups: self.groups_report(),
             emulation: Vec::new(),
             remap: self.remap_report(),
+            write_back: self.wb_report(),
         }
     }
 
@@ -1255,6 +1284,7 @@ impl<S: Store> Engine<S> {
                 Key::Sieve => crate::config::format_size(e.params.sieve),
                 Key::Interval => crate::config::format_duration(e.params.interval),
                 Key::Chunk => crate::config::format_size(e.params.chunk),
+                Key::WriteBack => format!("{}%", crate::policy::write_back_percent(e.policy, &e.params)),
                 Key::Placement => {
                     let rec = self.vol.record(ino)?;
                     if is_dir {
@@ -1518,6 +1548,20 @@ impl<S: Store> Hooks for EngineHooks<S> {
 
     fn evacuate(&self, ino: Ino) -> Option<bool> {
         self.0.upgrade().map(|e| e.evacuate(ino))
+    }
+
+    fn write_back(&self, ino: Ino) -> crate::vfs::WriteBackUse {
+        self.0.upgrade().map(|e| e.write_back_use(ino)).unwrap_or_default()
+    }
+
+    fn wb_reserve(&self, area: u32, bytes: u64) -> bool {
+        self.0.upgrade().is_some_and(|e| e.wb_reserve(area, bytes))
+    }
+
+    fn wb_admitted(&self, area: u32, ino: Ino, chunks: &[(u64, u64)], reserved: u64) {
+        if let Some(e) = self.0.upgrade() {
+            e.wb_admitted(area, ino, chunks, reserved);
+        }
     }
 
     fn passthrough_write_ok(&self, _ino: Ino) -> bool {

@@ -246,3 +246,107 @@ fn files_adopted_on_the_ssd_are_charged_to_the_account() {
     assert_eq!(r.vol.record(a.ino).unwrap().placement, crate::tier::Placement::On(Tier::Ssd));
     assert!(r.engine.ssd_used() >= 12_000, "charged: {}", r.engine.ssd_used());
 }
+
+/// An engine whose root group has a write-back area of `pct` % of a 1 MiB
+/// SSD, and a 512 KiB file on the HDD (written in one request, too big for
+/// the area). Chunks are 64 KiB.
+fn write_back_rig(pct: u8) -> (Rig, Ino, u64) {
+    let params = crate::policy::Params { write_back: pct, ..crate::policy::Params::default() };
+    let r = rig_with(EngineConfig {
+        policy: PolicyKind::HddOnly,
+        params,
+        ssd_capacity: Some(1 << 20),
+        ..EngineConfig::default()
+    });
+    let ino = file(&r.vol, "f", &vec![1u8; 512 << 10]);
+    assert!(!r.vol.is_split(ino));
+    let o = r.vol.open(ino, libc::O_RDWR).unwrap();
+    (r, ino, o.fh)
+}
+
+const K64: u64 = 64 << 10;
+
+fn hdd_bytes(r: &Rig, off: u64, n: usize) -> Vec<u8> {
+    let root = r.hdd.root().unwrap();
+    let f = r.hdd.open(&root, OsStr::new("f"), libc::O_RDONLY, 0).unwrap();
+    let mut b = vec![0u8; n];
+    r.hdd.read_at(&f, &mut b, off).unwrap();
+    b
+}
+
+#[test]
+fn the_scrubber_writes_back_past_the_high_watermark_when_idle_and_frees_clean_chunks_for_room() {
+    let (r, ino, fh) = write_back_rig(50);
+    for i in 0..7 {
+        r.vol.write(fh, i * K64, &[9u8; 4096]).unwrap();
+    }
+    let info = r.vol.split_info(ino).unwrap();
+    assert_eq!((info.chunks, info.dirty), (7, 7), "every write landed on the SSD");
+    assert_eq!(hdd_bytes(&r, 0, 4), [1, 1, 1, 1], "and not on the HDD");
+    // 448 KiB dirty of a 512 KiB area: past 75 %, down to 50 %.
+    assert_eq!(r.engine.scrub_round(false), 0);
+    assert_eq!(r.vol.split_info(ino).unwrap().dirty, 4);
+    assert_eq!(hdd_bytes(&r, 0, 4), [9, 9, 9, 9], "the oldest chunk was written back");
+    assert_eq!(hdd_bytes(&r, 6 * K64, 4), [1, 1, 1, 1], "the newest was not");
+    // Idle: everything.
+    r.clock.advance(crate::extent::writeback::IDLE);
+    r.engine.scrub_round(false);
+    assert_eq!(r.vol.split_info(ino).unwrap().dirty, 0);
+    assert_eq!(hdd_bytes(&r, 6 * K64, 4), [9, 9, 9, 9]);
+    // The eighth chunk fills the area: the oldest clean one makes room.
+    r.vol.write(fh, 7 * K64, &[9u8; 4096]).unwrap();
+    r.engine.scrub_round(false);
+    let info = r.vol.split_info(ino).unwrap();
+    assert_eq!((info.chunks, info.dirty), (7, 1));
+    assert!(!r.vol.has_chunk(crate::extent::ChunkId::new(ino, 0)), "the oldest clean chunk went");
+    let rep = r.engine.wb_report();
+    assert_eq!((rep.scrubbed, rep.freed, rep.writes, rep.ssd_writes), (7, 1, 0, 0), "events not taken in yet");
+    r.step();
+    assert_eq!(r.engine.wb_report().ssd_writes, 8);
+    r.vol.release(fh).unwrap();
+}
+
+#[test]
+fn a_write_back_area_full_of_dirty_chunks_sends_writes_to_the_hdd_not_enospc() {
+    let (r, ino, fh) = write_back_rig(10);
+    r.vol.write(fh, 0, &[7u8; 4096]).unwrap();
+    assert_eq!(r.vol.split_info(ino).unwrap().dirty, 1);
+    r.vol.write(fh, K64, &[8u8; 4096]).unwrap();
+    assert_eq!(r.vol.split_info(ino).unwrap().chunks, 1, "no room: the write went to the HDD");
+    assert_eq!(hdd_bytes(&r, K64, 2), [8, 8]);
+    assert_eq!(r.engine.wb_report().diverted, 1);
+    r.vol.release(fh).unwrap();
+}
+
+#[test]
+fn the_shutdown_writes_the_write_back_area_back() {
+    let (r, ino, fh) = write_back_rig(30);
+    r.vol.write(fh, 100, b"buffered").unwrap();
+    r.vol.release(fh).unwrap();
+    assert_eq!(r.vol.split_info(ino).unwrap().dirty, 1);
+    assert!(r.engine.shutdown());
+    assert_eq!(r.vol.split_info(ino).unwrap().dirty, 0);
+    assert_eq!(&hdd_bytes(&r, 100, 8), b"buffered");
+}
+
+/// The daemon dies with a buffered write acknowledged (no fsync, no clean
+/// shutdown): at the next mount the chunk is found dirty in the map, joins
+/// the area, and the scrubber writes it back.
+#[test]
+fn after_a_crash_the_dirty_chunks_of_the_area_are_found_and_written_back() {
+    let (r, ino, fh) = write_back_rig(30);
+    r.vol.write(fh, 5, b"acknowledged").unwrap();
+    r.vol.release(fh).unwrap();
+    assert_eq!(hdd_bytes(&r, 5, 12), vec![1u8; 12]);
+    let cfg = EngineConfig { ..r.engine.cfg.clone() };
+    let (ssd, hdd, kv) = (r.ssd.clone(), r.hdd.clone(), r.kv.clone());
+    drop(r);
+    kv.crash();
+    let r = mount(ssd, hdd, kv, cfg);
+    assert_eq!(r.vol.split_info(ino).map(|i| i.dirty), Some(1));
+    assert_eq!(r.engine.wb_report().dirty_bytes, K64, "the area has it");
+    r.clock.advance(crate::extent::writeback::IDLE);
+    r.engine.scrub_round(false);
+    assert_eq!(r.vol.split_info(ino).map(|i| i.dirty), Some(0));
+    assert_eq!(&hdd_bytes(&r, 5, 12), b"acknowledged");
+}

@@ -67,6 +67,12 @@ pub struct ExtentMap {
     files: BTreeMap<Ino, FileMap>,
     /// States changed since they were last saved.
     unsaved: BTreeMap<ChunkId, ChunkState>,
+    /// Writes noted so far (in memory only): a write-back that read a
+    /// chunk before a later write must not call it clean
+    /// ([`ExtentMap::note_written_back_since`]).
+    writes: u64,
+    /// The value of `writes` at each chunk's last noted write.
+    last_write: BTreeMap<ChunkId, u64>,
 }
 
 impl std::fmt::Debug for ExtentMap {
@@ -92,7 +98,7 @@ fn corrupt(what: &str) -> Error {
 impl ExtentMap {
     /// An empty map over `kv` (before [`load`](Self::load) runs at mount).
     pub fn empty(kv: Arc<dyn Kv>) -> Self {
-        ExtentMap { kv, files: BTreeMap::new(), unsaved: BTreeMap::new() }
+        ExtentMap { kv, files: BTreeMap::new(), unsaved: BTreeMap::new(), writes: 0, last_write: BTreeMap::new() }
     }
 
     /// Loads the map. After an unclean shutdown (`clean` false) every
@@ -131,7 +137,7 @@ impl ExtentMap {
             let file = files.get_mut(&ino).ok_or_else(|| corrupt("a chunk of a file without a chunk size"))?;
             file.chunks.insert(index, state);
         }
-        Ok(ExtentMap { kv, files, unsaved })
+        Ok(ExtentMap { kv, files, unsaved, writes: 0, last_write: BTreeMap::new() })
     }
 
     /// The state of one chunk; `None` if it is only on the HDD.
@@ -185,48 +191,88 @@ impl ExtentMap {
     /// The chunk's SSD copy is durable: it enters the map, clean, durably
     /// (I1). The file's chunk size is fixed by its first chunk.
     pub fn commit_present(&mut self, id: ChunkId, chunk: ChunkSize) -> Result<()> {
+        self.commit_new(id.ino, chunk, &[id.index], ChunkState::Clean)
+    }
+
+    /// Chunks of `ino` whose SSD copies are durable enter the map in
+    /// `state`, with one flush (I1): clean for a copy of the HDD bytes,
+    /// dirty for a write buffered in the write-back area (its HDD bytes
+    /// are older). Chunks already mapped keep their entries.
+    pub fn commit_new(&mut self, ino: Ino, chunk: ChunkSize, indices: &[u64], state: ChunkState) -> Result<()> {
         let mut ops = Vec::new();
-        let known = self.files.get(&id.ino).map(|f| f.chunk);
+        let known = self.files.get(&ino).map(|f| f.chunk);
         if known.is_some_and(|c| c != chunk) {
-            return Err(Error::Invalid(format!(
-                "file {} has chunks of {}, not {chunk}",
-                id.ino,
-                known.unwrap_or(chunk)
-            )));
+            return Err(Error::Invalid(format!("file {ino} has chunks of {}, not {chunk}", known.unwrap_or(chunk))));
         }
         if known.is_none() {
-            ops.push(Op::Put(file_key(id.ino), vec![FORMAT, chunk.shift() as u8]));
+            ops.push(Op::Put(file_key(ino), vec![FORMAT, chunk.shift() as u8]));
         }
-        ops.push(Op::Put(chunk_key(id), vec![FORMAT, CLEAN]));
+        let new: Vec<u64> = indices.iter().copied().filter(|&i| self.get(ChunkId::new(ino, i)).is_none()).collect();
+        let byte = if state == ChunkState::Dirty { DIRTY } else { CLEAN };
+        for &i in &new {
+            ops.push(Op::Put(chunk_key(ChunkId::new(ino, i)), vec![FORMAT, byte]));
+        }
+        if new.is_empty() {
+            return Ok(());
+        }
         self.kv.apply(TreeId::Ns, ops)?;
         if let Err(e) = self.kv.flush() {
             // Not in memory, so writes go to the HDD: the entry must not
             // become durable later and bring the older SSD copy back.
-            let mut undo = vec![Op::Del(chunk_key(id))];
+            let mut undo: Vec<Op> = new.iter().map(|&i| Op::Del(chunk_key(ChunkId::new(ino, i)))).collect();
             if known.is_none() {
-                undo.push(Op::Del(file_key(id.ino)));
+                undo.push(Op::Del(file_key(ino)));
             }
             self.kv.apply(TreeId::Ns, undo)?;
             return Err(e);
         }
-        self.files
-            .entry(id.ino)
-            .or_insert_with(|| FileMap { chunk, chunks: BTreeMap::new() })
-            .chunks
-            .insert(id.index, ChunkState::Clean);
-        self.unsaved.remove(&id);
+        let f = self.files.entry(ino).or_insert_with(|| FileMap { chunk, chunks: BTreeMap::new() });
+        for &i in &new {
+            f.chunks.insert(i, state);
+        }
+        for &i in &new {
+            let id = ChunkId::new(ino, i);
+            self.unsaved.remove(&id);
+            if state == ChunkState::Dirty {
+                self.writes += 1;
+                self.last_write.insert(id, self.writes);
+            }
+        }
         Ok(())
     }
 
     /// A write reached the SSD copy of a mapped chunk: its HDD copy is now
     /// stale. Kept in memory until [`save`](Self::save) (I2).
     pub fn note_write(&mut self, id: ChunkId) {
+        if self.get(id).is_some() {
+            self.writes += 1;
+            self.last_write.insert(id, self.writes);
+        }
         self.set_state(id, ChunkState::Dirty);
     }
 
     /// The chunk was written back and the HDD file synced.
     pub fn note_written_back(&mut self, id: ChunkId) {
         self.set_state(id, ChunkState::Clean);
+    }
+
+    /// A mark to pass to [`note_written_back_since`](Self::note_written_back_since):
+    /// taken when a write-back reads the chunk's SSD copy, while no write
+    /// to it is in flight.
+    pub fn write_mark(&self, id: ChunkId) -> u64 {
+        self.last_write.get(&id).copied().unwrap_or(0)
+    }
+
+    /// The chunk's SSD copy as read at `mark` was written back and the HDD
+    /// file synced: it is clean unless a write was noted since (that
+    /// write's bytes may be newer than what went to the HDD). True if it
+    /// is clean now.
+    pub fn note_written_back_since(&mut self, id: ChunkId, mark: u64) -> bool {
+        if self.write_mark(id) != mark {
+            return false;
+        }
+        self.set_state(id, ChunkState::Clean);
+        self.get(id) == Some(ChunkState::Clean)
     }
 
     fn set_state(&mut self, id: ChunkId, state: ChunkState) {
@@ -301,6 +347,7 @@ impl ExtentMap {
         for i in indices {
             f.chunks.remove(i);
             self.unsaved.remove(&ChunkId::new(ino, *i));
+            self.last_write.remove(&ChunkId::new(ino, *i));
         }
         if last {
             self.files.remove(&ino);

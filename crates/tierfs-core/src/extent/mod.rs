@@ -23,6 +23,7 @@ pub mod map;
 pub mod resident;
 pub mod split;
 pub mod table;
+pub mod writeback;
 
 use crate::clock::Timestamp;
 use crate::state::ns::Ino;

@@ -45,9 +45,39 @@ pub mod points {
     /// Unsplit: every dirty chunk is written back and the HDD file synced;
     /// the chunks are still mapped.
     pub const UNSPLIT_SYNCED: &str = "extent-unsplit-synced";
+    /// Buffered write: the new chunks' bytes (the write over the HDD's
+    /// bytes) are in the shadow, not synced.
+    pub const BUFFER_COPIED: &str = "extent-buffer-copied";
+    /// Buffered write: the shadow is synced, the map does not have the
+    /// new chunks yet.
+    pub const BUFFER_SYNCED: &str = "extent-buffer-synced";
+    /// Buffered write: the new chunks are in the map, dirty; the write has
+    /// not been applied to chunks that were mapped before.
+    pub const BUFFER_COMMITTED: &str = "extent-buffer-committed";
     /// Every point, in protocol order.
-    pub const ALL: [&str; 8] =
-        [ADD_COPIED, ADD_SYNCED, ADD_COMMITTED, BACK_COPIED, BACK_SYNCED, DROP_UNMAPPED, DROP_PUNCHED, UNSPLIT_SYNCED];
+    pub const ALL: [&str; 11] = [
+        ADD_COPIED,
+        ADD_SYNCED,
+        ADD_COMMITTED,
+        BACK_COPIED,
+        BACK_SYNCED,
+        DROP_UNMAPPED,
+        DROP_PUNCHED,
+        UNSPLIT_SYNCED,
+        BUFFER_COPIED,
+        BUFFER_SYNCED,
+        BUFFER_COMMITTED,
+    ];
+}
+
+/// A dirty chunk's SSD copy read for a write-back (see
+/// [`Split::read_dirty`]).
+#[derive(Debug)]
+pub struct DirtyCopy {
+    index: u64,
+    mark: u64,
+    /// Offset and bytes; `None` if the chunk is past the end.
+    bytes: Option<(u64, Vec<u8>)>,
 }
 
 /// Where a test stops the mover: called at each named point; an error
@@ -226,9 +256,21 @@ impl<S: Store> Split<'_, S> {
     }
 
     /// The shadow half of a punch (or of zeroing a range): the range's
-    /// pieces on mapped chunks are punched out of the shadow.
+    /// pieces on mapped chunks are punched out of the shadow. They count
+    /// as written (dirty, and a write-back that read them before is not
+    /// the newest copy): the HDD half may have raced such a write-back.
     pub fn punch_shadow(&self, map: &Mutex<ExtentMap>, off: u64, len: u64) -> Result<()> {
-        let pieces = map.lock().split(self.ino, off, len);
+        let pieces = {
+            let mut m = map.lock();
+            let pieces = m.split(self.ino, off, len);
+            let chunk = m.chunk_size(self.ino).unwrap_or_default();
+            for p in pieces.iter().filter(|p| p.tier == Tier::Ssd) {
+                for index in chunk.chunks(p.off, p.len) {
+                    m.note_write(ChunkId::new(self.ino, index));
+                }
+            }
+            pieces
+        };
         for p in pieces {
             if p.tier == Tier::Ssd {
                 self.ssd.fallocate(self.shadow, PUNCH, p.off, p.len)?;
@@ -273,23 +315,128 @@ impl<S: Store> Split<'_, S> {
     }
 
     /// Writes a dirty chunk back: shadow → HDD, HDD synced, then clean.
+    /// The caller keeps writers out for the whole call.
     pub fn write_back(&self, map: &Mutex<ExtentMap>, index: u64, crash: CrashHook<'_>) -> Result<()> {
-        let id = ChunkId::new(self.ino, index);
-        if map.lock().get(id) != Some(ChunkState::Dirty) {
-            return Ok(());
+        if let Some(copy) = self.read_dirty(map, index)? {
+            self.store_back(map, copy, crash)?;
         }
+        Ok(())
+    }
+
+    /// The first half of a write-back that lets writers go on meanwhile
+    /// (the scrubber): a dirty chunk's SSD copy, read while the caller
+    /// keeps writers out. `None` if the chunk is not dirty.
+    pub fn read_dirty(&self, map: &Mutex<ExtentMap>, index: u64) -> Result<Option<DirtyCopy>> {
+        let id = ChunkId::new(self.ino, index);
+        let mark = {
+            let m = map.lock();
+            if m.get(id) != Some(ChunkState::Dirty) {
+                return Ok(None);
+            }
+            m.write_mark(id)
+        };
         let chunk = self.chunk(map, ChunkSize::DEFAULT);
-        if let Some((start, len)) = self.range(chunk, index)? {
-            let mut buf = vec![0u8; len];
-            let n = read_full(self.ssd, self.shadow, &mut buf, start)?;
-            buf[n..].fill(0);
-            write_full(self.hdd, self.home, &buf, start)?;
+        let bytes = match self.range(chunk, index)? {
+            Some((start, len)) => {
+                let mut buf = vec![0u8; len];
+                let n = read_full(self.ssd, self.shadow, &mut buf, start)?;
+                buf[n..].fill(0);
+                Some((start, buf))
+            }
+            None => None,
+        };
+        Ok(Some(DirtyCopy { index, mark, bytes }))
+    }
+
+    /// The second half: the copy goes to the HDD file, which is synced;
+    /// the chunk is clean unless a write reached it since the copy was
+    /// read (the newer bytes win: it stays dirty). Writers may run; the
+    /// caller keeps the chunk set still (the file's migration mark). True
+    /// if the chunk is clean now.
+    pub fn store_back(&self, map: &Mutex<ExtentMap>, copy: DirtyCopy, crash: CrashHook<'_>) -> Result<bool> {
+        if let Some((start, buf)) = &copy.bytes {
+            write_full(self.hdd, self.home, buf, *start)?;
             crash(points::BACK_COPIED)?;
             self.hdd.fsync(self.home, true)?;
             crash(points::BACK_SYNCED)?;
         }
-        map.lock().note_written_back(id);
-        Ok(())
+        Ok(map.lock().note_written_back_since(ChunkId::new(self.ino, copy.index), copy.mark))
+    }
+
+    /// A write buffered in the write-back area (Hystor §5.5): the chunks
+    /// it touches that are not on the SSD are made there from the write
+    /// over the HDD's bytes (read only where the write does not cover them
+    /// and the file has bytes), the shadow is synced and the chunks enter
+    /// the map dirty with one flush, then the write is applied like any
+    /// write to a split file. The HDD file only grows if the write extends
+    /// the file. Returns the chunks that joined. The caller keeps other
+    /// writers and chunk moves out, holds the SSD room, and passes the
+    /// chunk size for a file without chunks.
+    pub fn buffer(
+        &self,
+        map: &Mutex<ExtentMap>,
+        off: u64,
+        data: &[u8],
+        chunk: ChunkSize,
+        crash: CrashHook<'_>,
+    ) -> Result<Vec<u64>> {
+        let chunk = self.chunk(map, chunk);
+        let len = data.len() as u64;
+        let end = off.checked_add(len).ok_or_else(|| Error::errno(libc::EFBIG))?;
+        let new: Vec<u64> = {
+            let m = map.lock();
+            chunk.chunks(off, len).filter(|&i| m.get(ChunkId::new(self.ino, i)).is_none()).collect()
+        };
+        let old = self.size()?;
+        let size = old.max(end);
+        for &i in &new {
+            let start = i * chunk.bytes();
+            let image_end = (start + chunk.bytes()).min(size);
+            let mut image = vec![0u8; (image_end - start) as usize];
+            let known = image_end.min(old);
+            let covered = off <= start && end >= known;
+            if known > start && !covered {
+                let n = read_full(self.hdd, self.home, &mut image[..(known - start) as usize], start)?;
+                image[n..].fill(0);
+            }
+            let (a, b) = (off.max(start), end.min(image_end));
+            if a < b {
+                image[(a - start) as usize..(b - start) as usize]
+                    .copy_from_slice(&data[(a - off) as usize..(b - off) as usize]);
+            }
+            write_full(self.ssd, self.shadow, &image, start)?;
+            if image_end - start < chunk.bytes() {
+                // Past the size the shadow reads as zeros (I4).
+                self.ssd.fallocate(self.shadow, PUNCH, image_end, start + chunk.bytes() - image_end)?;
+            }
+        }
+        crash(points::BUFFER_COPIED)?;
+        if end > old {
+            // The HDD file is the home of the size.
+            self.hdd.set_len(self.home, end)?;
+        }
+        let r = (|| {
+            if !new.is_empty() {
+                self.ssd.fsync(self.shadow, true)?;
+                crash(points::BUFFER_SYNCED)?;
+                map.lock().commit_new(self.ino, chunk, &new, ChunkState::Dirty)?;
+                crash(points::BUFFER_COMMITTED)?;
+            }
+            self.write(map, off, data)
+        })();
+        match r {
+            Ok(_) => Ok(new),
+            Err(e @ Error::SimulatedCrash(_)) => Err(e),
+            Err(e) => {
+                if end > old {
+                    // Nothing was acknowledged: the file keeps its size.
+                    if let Err(cut) = self.truncate(map, old) {
+                        tracing::warn!(ino = self.ino, error = %cut, "a failed write could not cut the file back");
+                    }
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Takes chunk `index` off the SSD: written back if dirty, out of the

@@ -16,6 +16,7 @@ mod interval_hot_dst;
 mod on_demand_cache;
 mod plain_cold_dst;
 mod ssd_only;
+mod write_cache;
 
 use crate::clock::Timestamp;
 use crate::event::EventKind;
@@ -53,11 +54,17 @@ pub enum PolicyKind {
     /// Small files by dynamic hot-DST, the hot chunks of files past the
     /// sieve by Hystor's block statistics.
     Hystor,
+    /// On-demand caching, and a write to an uncached file also makes its
+    /// SSD copy (Loris's write-through-all caching).
+    WriteThroughCache,
+    /// On-demand caching of reads; writes land on the SSD first, whole
+    /// small files in the write-back area, and are scrubbed to the HDD.
+    WriteBackCache,
 }
 
 impl PolicyKind {
     /// Every policy, in the order of the design brief.
-    pub const ALL: [PolicyKind; 10] = [
+    pub const ALL: [PolicyKind; 12] = [
         PolicyKind::DynamicHotDst,
         PolicyKind::IntervalHotDst,
         PolicyKind::PlainColdDst,
@@ -68,6 +75,8 @@ impl PolicyKind {
         PolicyKind::HddOnly,
         PolicyKind::SsdOnly,
         PolicyKind::Hystor,
+        PolicyKind::WriteThroughCache,
+        PolicyKind::WriteBackCache,
     ];
 
     /// The name used on the command line and in xattrs.
@@ -83,6 +92,8 @@ impl PolicyKind {
             PolicyKind::HddOnly => "hdd-only",
             PolicyKind::SsdOnly => "ssd-only",
             PolicyKind::Hystor => "hystor",
+            PolicyKind::WriteThroughCache => "write-through-cache",
+            PolicyKind::WriteBackCache => "write-back-cache",
         }
     }
 
@@ -105,6 +116,8 @@ impl PolicyKind {
             PolicyKind::HddOnly => &hdd_only::HddOnly,
             PolicyKind::SsdOnly => &ssd_only::SsdOnly,
             PolicyKind::Hystor => &hystor::Hystor,
+            PolicyKind::WriteThroughCache => &write_cache::WriteThroughCache,
+            PolicyKind::WriteBackCache => &write_cache::WriteBackCache,
         }
     }
 }
@@ -125,6 +138,9 @@ pub struct Params {
     /// Chunk size of new split files (`hystor`), bytes.
     #[serde(default = "default_chunk")]
     pub chunk: u64,
+    /// Write-back area (Hystor §5.5), percent of the SSD capacity; 0: none.
+    #[serde(default)]
+    pub write_back: u8,
 }
 
 fn default_chunk() -> u64 {
@@ -138,7 +154,7 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(80);
 
 impl Default for Params {
     fn default() -> Self {
-        Params { sieve: DEFAULT_SIEVE, interval: DEFAULT_INTERVAL, chunk: default_chunk() }
+        Params { sieve: DEFAULT_SIEVE, interval: DEFAULT_INTERVAL, chunk: default_chunk(), write_back: 0 }
     }
 }
 
@@ -331,6 +347,17 @@ pub trait Policy: Send + Sync {
     fn chunks(&self) -> bool {
         false
     }
+    /// True if the write-back area holds whole small files (one chunk of
+    /// 1 MiB each, `write-back-cache`) rather than chunks of the group's
+    /// size.
+    fn whole_file_write_back(&self) -> bool {
+        false
+    }
+    /// The write-back area (percent of the SSD) when neither the directory
+    /// nor the mount sets one.
+    fn default_write_back(&self) -> u8 {
+        0
+    }
     /// True for the baselines, which never move anything.
     fn baseline(&self) -> bool {
         false
@@ -392,6 +419,28 @@ pub fn admit_on_read(v: &View<'_>, ino: Ino, f: &FileStats, ev: &EventKind, mv: 
     }
     p.push(ino, mv, Reason::HotOnRead { counter: f.counter, threshold }, f.size);
     p
+}
+
+/// The write-back area of a group, percent of the SSD: its setting, else
+/// its policy's default.
+pub fn write_back_percent(kind: PolicyKind, params: &Params) -> u8 {
+    if params.write_back > 0 {
+        params.write_back
+    } else {
+        kind.policy().default_write_back()
+    }
+}
+
+/// Admission on a write served by the HDD (write-through-all caching):
+/// the rules of [`admit_on_read`] for a write to an uncached file.
+pub fn admit_on_write(v: &View<'_>, ino: Ino, f: &FileStats, ev: &EventKind) -> Plan {
+    match *ev {
+        EventKind::Write { off, len, tier: Tier::Hdd, fragment: false, .. } => {
+            let as_read = EventKind::Read { off, len, tier: Tier::Hdd, fragment: false };
+            admit_on_read(v, ino, f, &as_read, Move::Copy)
+        }
+        _ => Plan::default(),
+    }
 }
 
 /// Type-aware sieving on growth, shared by every hybrid policy: an

@@ -9,8 +9,11 @@
 //! start to end. Open files carry a copy of "has chunks" that is read
 //! without the map's lock, so unsplit files pay nothing for the feature.
 
+use super::creds::AsCaller;
+use super::file::Handle;
 use super::{OpenInode, Volume};
 use crate::error::{Error, Result};
+use crate::event::EventKind;
 use crate::extent::map::ChunkState;
 use crate::extent::split::{CrashHook, Split};
 use crate::extent::{ChunkId, ChunkSize};
@@ -296,6 +299,146 @@ impl<S: Store> Volume<S> {
         // The account charges a split file what its shadow occupies.
         hooks.settle_ssd(ino, reserved, Some(self.shadow_bytes(ino)));
         Ok(done)
+    }
+
+    /// A write that the file's write-back area takes (Hystor §5.5): the
+    /// chunks it touches that are only on the HDD are made on the SSD from
+    /// it, durably, and mapped dirty; the scrubber writes them back later.
+    /// `None` (nothing done) if the file has no area, the write is too big
+    /// or the tail of a bigger one, all its chunks are on the SSD already
+    /// (the split file's path takes it), the file is not a plain HDD file
+    /// now, or neither the area nor the SSD has room: the write then takes
+    /// the usual path. Runs on the request thread: one SSD fdatasync and
+    /// one flush of the state, and an HDD read only for the part of a
+    /// chunk the write does not cover.
+    pub(crate) fn buffer_write(
+        &self,
+        h: &Handle<S>,
+        off: u64,
+        data: &[u8],
+        crash: crate::extent::split::CrashHook<'_>,
+    ) -> Result<Option<u32>> {
+        let wb = h.oi.wb;
+        let len = data.len() as u64;
+        if wb.max_write == 0 || len == 0 || len > wb.max_write || (!h.append && h.continues(off)) {
+            return Ok(None);
+        }
+        let chunk = self.chunk_size(h.ino).unwrap_or(wb.chunk);
+        if !h.append && chunk.chunks(off, len).all(|i| self.has_chunk(ChunkId::new(h.ino, i))) {
+            return Ok(None);
+        }
+        let Some(_only) = self.exclusive(h.ino) else { return Ok(None) };
+        let _il = self.ilocks.get(h.ino).write();
+        let io = h.oi.io.write();
+        if io.retired || io.passthrough > 0 || io.placement != Placement::On(Tier::Hdd) || !io.writable() {
+            return Ok(None);
+        }
+        let home = self.primary_of(h.ino, &io)?;
+        let hdd = self.tiers.store(Tier::Hdd);
+        let off = if h.append { hdd.fstat(&home)?.size } else { off };
+        let new: Vec<u64> = {
+            let m = self.extents.lock();
+            chunk.chunks(off, len).filter(|&i| m.get(ChunkId::new(h.ino, i)).is_none()).collect()
+        };
+        if new.is_empty() {
+            return Ok(None);
+        }
+        // What each new chunk takes on the SSD: the part inside the file
+        // (a whole small file is one chunk of 1 MiB, mostly hole).
+        let size = hdd.fstat(&home)?.size.max(off + len);
+        let sized: Vec<(u64, u64)> = new
+            .iter()
+            .map(|&i| {
+                let start = i * chunk.bytes();
+                (i, ((start + chunk.bytes()).min(size) - start).next_multiple_of(4096))
+            })
+            .collect();
+        let hooks = self.hooks();
+        let bytes: u64 = sized.iter().map(|c| c.1).sum();
+        if !hooks.wb_reserve(wb.area, bytes) {
+            return Ok(None);
+        }
+        if !hooks.reserve_ssd(h.ino, bytes) {
+            hooks.wb_admitted(wb.area, h.ino, &[], bytes);
+            return Ok(None);
+        }
+        let shadow = match self.shadow(h.ino, true) {
+            Ok(Some(s)) => s,
+            Ok(None) | Err(_) => {
+                hooks.wb_admitted(wb.area, h.ino, &[], bytes);
+                hooks.settle_ssd(h.ino, bytes, None);
+                return Ok(None);
+            }
+        };
+        let split = self.split_view(h.ino, &home, &shadow);
+        let as_caller = AsCaller::new(&h.caller, false);
+        let r = split.buffer(&self.extents, off, data, chunk, crash);
+        drop(as_caller);
+        let split_now = self.is_split(h.ino);
+        h.oi.split.store(split_now, Ordering::Release);
+        let added: Vec<(u64, u64)> = match &r {
+            Ok(v) => sized.iter().copied().filter(|c| v.contains(&c.0)).collect(),
+            Err(_) => Vec::new(),
+        };
+        hooks.wb_admitted(wb.area, h.ino, &added, bytes);
+        if !split_now {
+            self.remove_shadow(h.ino);
+        }
+        hooks.settle_ssd(h.ino, bytes, Some(self.shadow_bytes(h.ino)));
+        match r {
+            Ok(_) => {}
+            // The SSD is full after all: the usual path finds room or
+            // writes to the HDD.
+            Err(e) if e.is(libc::ENOSPC) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let end = off + len;
+        let old = h.oi.size.fetch_max(end, Ordering::AcqRel);
+        self.note_change(h.ino);
+        if h.sync {
+            split.fsync()?;
+        }
+        drop(io);
+        let fragment = h.fragment(off, len);
+        self.emit(h.ino, EventKind::Write { off, len, tier: Tier::Ssd, size: old.max(end), fragment });
+        Ok(Some(data.len() as u32))
+    }
+
+    /// Writes one dirty chunk back for the scrubber of a write-back area:
+    /// its SSD copy is read while the file's writers wait (a moment: one
+    /// chunk from the SSD), then written to the HDD file and synced while
+    /// they go on; a write that reached the chunk meanwhile keeps it dirty.
+    /// The file's migration mark keeps chunk moves, truncates and whole-file
+    /// migrations out throughout. `Ok(None)`: busy or gone, try later;
+    /// `Ok(Some(clean))` otherwise.
+    pub fn scrub_chunk(&self, id: ChunkId, crash: CrashHook<'_>) -> Result<Option<bool>> {
+        let ino = id.ino;
+        let Some(_only) = self.exclusive(ino) else { return Ok(None) };
+        let (copy, home, shadow) = {
+            let _il = self.ilocks.get(ino).write();
+            let oi = self.open_inode(ino);
+            let io = oi.as_ref().map(|o| o.io.write());
+            let home = match &io {
+                Some(io) if io.retired || io.placement != Placement::On(Tier::Hdd) => return Ok(None),
+                Some(io) => self.primary_of(ino, io)?,
+                None => match self.open_home(ino)? {
+                    Some(f) => Arc::new(f),
+                    None => return Ok(None),
+                },
+            };
+            let Some(shadow) = self.shadow(ino, false)? else { return Ok(None) };
+            match self.split_view(ino, &home, &shadow).read_dirty(&self.extents, id.index)? {
+                Some(copy) => (copy, home, shadow),
+                None => return Ok(Some(self.extents.lock().get(id).is_some())),
+            }
+        };
+        self.split_view(ino, &home, &shadow).store_back(&self.extents, copy, crash).map(Some)
+    }
+
+    /// Whether a chunk is on the SSD and dirty (`Some(true)`), clean
+    /// (`Some(false)`), or not on the SSD (`None`).
+    pub fn chunk_dirty(&self, id: ChunkId) -> Option<bool> {
+        self.extents.lock().get(id).map(|s| s == ChunkState::Dirty)
     }
 
     /// Takes every chunk of `ino` off the SSD (for a migration of the whole

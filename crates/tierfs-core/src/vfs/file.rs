@@ -50,8 +50,14 @@ pub(crate) struct Handle<S: Store> {
 }
 
 impl<S: Store> Handle<S> {
+    /// Tells whether a request at `off` would be the tail of a split one.
+    pub(crate) fn continues(&self, off: u64) -> bool {
+        let l = self.last.lock();
+        off == l.0 && l.1 >= crate::event::FRAGMENT_MIN
+    }
+
     /// Notes a request and tells whether it is the tail of a split one.
-    fn fragment(&self, off: u64, len: u64) -> bool {
+    pub(crate) fn fragment(&self, off: u64, len: u64) -> bool {
         let mut l = self.last.lock();
         let frag = off == l.0 && l.1 >= crate::event::FRAGMENT_MIN;
         *l = (off + len, len);
@@ -247,6 +253,7 @@ impl<S: Store> Volume<S> {
             copy_stale: std::sync::atomic::AtomicBool::new(false),
             // Under the inode lock, which the chunk mover holds for writing.
             split: std::sync::atomic::AtomicBool::new(self.is_split(ino)),
+            wb: self.hooks().write_back(ino),
         });
         loop {
             let here = self.open.lock().entry(ino).or_insert_with(|| oi.clone()).clone();
@@ -283,7 +290,9 @@ impl<S: Store> Volume<S> {
             let mut io = oi.io.write();
             // A split file's bytes are on two tiers: only the daemon can
             // assemble them.
-            if self.io_mode() == IoMode::Passthrough && !oi.split.load(Ordering::Acquire) {
+            // Writes that may use a write-back area must reach the daemon.
+            let wb = write && oi.wb.max_write > 0;
+            if self.io_mode() == IoMode::Passthrough && !oi.split.load(Ordering::Acquire) && !wb {
                 backing = if !write {
                     match self.live_copy(&oi, &io) {
                         Some(c) => Some((Tier::Ssd, c.clone())),
@@ -455,6 +464,9 @@ impl<S: Store> Volume<S> {
         let h = self.handle(fh)?;
         if !h.write {
             return err(libc::EBADF);
+        }
+        if let Some(n) = self.buffer_write(&h, off, data, &mut |_| Ok(()))? {
+            return Ok(n);
         }
         self.with_room(h.ino, |force| self.write_once(&h, off, data, force))
     }

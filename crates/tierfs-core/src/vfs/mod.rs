@@ -164,6 +164,30 @@ pub trait Hooks: Send + Sync {
     fn passthrough_write_ok(&self, _ino: Ino) -> bool {
         true
     }
+    /// Whether writes to `ino` (on the HDD) may use a write-back area, and
+    /// which; asked once when the file is opened. Default: none.
+    fn write_back(&self, _ino: Ino) -> WriteBackUse {
+        WriteBackUse::default()
+    }
+    /// Promises `bytes` of room in write-back area `area` to a write;
+    /// false if it has none (the write goes to the HDD). Never waits.
+    fn wb_reserve(&self, _area: u32, _bytes: u64) -> bool {
+        false
+    }
+    /// A write that was promised `reserved` bytes of area `area` is over;
+    /// it made `chunks` of `ino` (index, bytes on the SSD) there.
+    fn wb_admitted(&self, _area: u32, _ino: Ino, _chunks: &[(u64, u64)], _reserved: u64) {}
+}
+
+/// A file's use of a write-back area (see [`Hooks::write_back`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteBackUse {
+    /// Largest write the area takes; 0: the file has no area.
+    pub max_write: u64,
+    /// The area (the file's policy group).
+    pub area: u32,
+    /// Chunk size for a file without chunks.
+    pub chunk: crate::extent::ChunkSize,
 }
 
 /// A volume without tiering engine.
@@ -215,6 +239,9 @@ pub struct OpenInode<S: Store> {
     /// I/O takes the userspace path through `vfs::extent`. Changed only
     /// under the inode lock and the I/O lock, both held for writing.
     pub(crate) split: std::sync::atomic::AtomicBool,
+    /// The write-back area its writes may use, as it was when the file was
+    /// opened (a settings change reaches open files at their next open).
+    pub(crate) wb: WriteBackUse,
 }
 
 pub(crate) struct IoState<S: Store> {

@@ -1,0 +1,331 @@
+//! The engine's part of the write-back area (Hystor §5.5): one
+//! [`Area`] per policy group whose `user.tierfs.write-back` is above 0,
+//! the hooks that let a write take room in it, and the scrubber thread
+//! that writes dirty chunks back (past the high watermark, when idle, and
+//! all of them at unmount) and frees the oldest clean ones when room runs
+//! short. The volume does the I/O (`Volume::buffer_write`,
+//! `Volume::scrub_chunk`); the area decides.
+
+use super::{Engine, Group};
+use crate::clock::Timestamp;
+use crate::extent::writeback::{Area, WATERMARKS};
+use crate::extent::{ChunkId, ChunkSize};
+use crate::migrate::{NoCrash, Outcome, Skip};
+use crate::report::WriteBackReport;
+use crate::state::ns::Ino;
+use crate::store::Store;
+use crate::vfs::extent::ChunkOp;
+use crate::vfs::WriteBackUse;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// How often the scrubber looks at the areas when nothing wakes it.
+const SCRUB_TICK: Duration = Duration::from_millis(250);
+
+/// The window the scrub rate is measured over.
+const RATE_WINDOW: Duration = Duration::from_secs(10);
+
+/// How often a full area is noted in the log.
+const BACKLOG_NOTE_EVERY: Duration = Duration::from_secs(10);
+
+/// Every write-back area and its counters (a leaf lock but for the extent
+/// map's, which the plans read).
+#[derive(Debug, Default)]
+pub(crate) struct WriteBack {
+    pub areas: HashMap<Group, Area>,
+    /// Writes to HDD files of groups with an area: all, and those the SSD
+    /// took (buffered, or to a chunk already there).
+    pub writes: u64,
+    pub ssd_writes: u64,
+    /// Writes the area had no room for (full of dirty chunks).
+    pub diverted: u64,
+    pub scrubbed: u64,
+    pub scrubbed_bytes: u64,
+    pub scrub_failed: u64,
+    pub freed: u64,
+    /// Bytes written back, by time, over the rate window.
+    recent: VecDeque<(Timestamp, u64)>,
+    last_note: Option<Timestamp>,
+}
+
+impl<S: Store> Engine<S> {
+    /// The area of group `g` in bytes (its percentage of the capacity).
+    fn wb_quota(&self, g: Group) -> u64 {
+        let e = self.effective(g);
+        let pct = crate::policy::write_back_percent(e.policy, &e.params);
+        let limit = self.account.lock().limit();
+        (u128::from(limit) * u128::from(pct) / 100) as u64
+    }
+
+    /// Sum of the areas, bytes: the remap area leaves them out.
+    pub(super) fn wb_quota_total(&self) -> u64 {
+        let groups: Vec<Group> = self.wb.lock().areas.keys().copied().collect();
+        groups.into_iter().map(|g| self.wb_quota(g)).sum()
+    }
+
+    /// The hooks' answer to "may writes to `ino` use an area?".
+    pub(super) fn write_back_use(&self, ino: Ino) -> WriteBackUse {
+        let Some(parent) = self.parent_of(ino) else { return WriteBackUse::default() };
+        let g = self.group_of(parent);
+        let e = self.effective(g);
+        if crate::policy::write_back_percent(e.policy, &e.params) == 0 || self.cfg.write_back_max == 0 {
+            return WriteBackUse::default();
+        }
+        let chunk = if e.policy.policy().whole_file_write_back() {
+            // Whole small files: a file up to the sieve is one chunk.
+            ChunkSize::MAX
+        } else {
+            ChunkSize::new(e.params.chunk).unwrap_or_default()
+        };
+        WriteBackUse { max_write: self.cfg.write_back_max, area: g, chunk }
+    }
+
+    pub(super) fn wb_reserve(&self, g: Group, bytes: u64) -> bool {
+        let quota = self.wb_quota(g);
+        let now = self.clock.now();
+        let mut wb = self.wb.lock();
+        let area = wb.areas.entry(g).or_insert_with(|| Area::new(quota));
+        area.quota = quota;
+        if area.reserve(bytes) {
+            return true;
+        }
+        wb.diverted += 1;
+        let note = wb.last_note.is_none_or(|t| now.since(t) >= BACKLOG_NOTE_EVERY);
+        if note {
+            wb.last_note = Some(now);
+            tracing::info!(
+                group = g,
+                "write-back area full: writes go to the HDD until the scrubber frees room ({} diverted so far)",
+                wb.diverted
+            );
+        }
+        drop(wb);
+        self.wb_cv.notify_one();
+        false
+    }
+
+    pub(super) fn wb_admitted(&self, g: Group, ino: Ino, chunks: &[(u64, u64)], reserved: u64) {
+        let ids: Vec<(ChunkId, u64)> = chunks.iter().map(|&(i, b)| (ChunkId::new(ino, i), b)).collect();
+        let now = self.clock.now();
+        if let Some(a) = self.wb.lock().areas.get_mut(&g) {
+            a.admit(&ids, reserved, now);
+        }
+        if !ids.is_empty() {
+            self.wb_cv.notify_one();
+        }
+    }
+
+    /// An access event of a file in group `g` (statistics applied): writes
+    /// are counted and make their chunks the newest of the area; a removed
+    /// file's chunks leave it.
+    pub(super) fn wb_event(&self, ino: Ino, g: Group, ev: &crate::event::EventKind, on_hdd: bool) {
+        use crate::event::EventKind;
+        match *ev {
+            EventKind::Remove => {
+                for a in self.wb.lock().areas.values_mut() {
+                    a.forget_file(ino);
+                }
+            }
+            EventKind::Write { off, len, tier, .. } if on_hdd => {
+                let now = self.clock.now();
+                let chunk = self.vol.chunk_size(ino);
+                let mut wb = self.wb.lock();
+                let Some(a) = wb.areas.get_mut(&g) else { return };
+                if let Some(chunk) = chunk {
+                    for i in chunk.chunks(off, len) {
+                        a.touch(ChunkId::new(ino, i), now);
+                    }
+                }
+                wb.writes += 1;
+                wb.ssd_writes += u64::from(tier == crate::tier::Tier::Ssd);
+            }
+            _ => {}
+        }
+    }
+
+    /// The remap area took a chunk the write-back area held.
+    pub(super) fn wb_handover(&self, id: ChunkId) {
+        for a in self.wb.lock().areas.values_mut() {
+            a.forget(id);
+        }
+    }
+
+    /// At start: dirty chunks of files whose group has an area join it, so
+    /// that they are written back (after an unclean shutdown that is every
+    /// chunk). Returns the chunks it took.
+    pub(super) fn wb_load(&self) -> std::collections::HashSet<ChunkId> {
+        let mut taken = std::collections::HashSet::new();
+        let now = self.clock.now();
+        for (ino, _) in self.vol.split_files() {
+            let u = self.write_back_use(ino);
+            if u.max_write == 0 {
+                continue;
+            }
+            let Some(chunk) = self.vol.chunk_size(ino) else { continue };
+            let size = self.vol.getattr(ino).map_or(0, |a| a.size);
+            let dirty: Vec<(ChunkId, u64)> = self
+                .vol
+                .chunk_indices(ino)
+                .into_iter()
+                .map(|i| ChunkId::new(ino, i))
+                .filter(|&id| self.vol.chunk_dirty(id) == Some(true))
+                .map(|id| {
+                    let start = id.index * chunk.bytes();
+                    (id, (start + chunk.bytes()).min(size.max(start)).saturating_sub(start).next_multiple_of(4096))
+                })
+                .collect();
+            if dirty.is_empty() {
+                continue;
+            }
+            let quota = self.wb_quota(u.area);
+            let mut wb = self.wb.lock();
+            let a = wb.areas.entry(u.area).or_insert_with(|| Area::new(quota));
+            a.admit(&dirty, 0, now);
+            taken.extend(dirty.iter().map(|d| d.0));
+        }
+        taken
+    }
+
+    /// The scrubber thread.
+    pub(super) fn scrubber(&self) {
+        loop {
+            {
+                let mut wb = self.wb.lock();
+                if !self.stop.load(Ordering::Acquire) {
+                    self.wb_cv.wait_for(&mut wb, SCRUB_TICK);
+                }
+            }
+            if self.stop.load(Ordering::Acquire) {
+                return;
+            }
+            self.scrub_round(false);
+        }
+    }
+
+    /// One round: every area's plan carried out. With `all`, every dirty
+    /// chunk is written back (unmount). Returns the dirty chunks left.
+    pub(super) fn scrub_round(&self, all: bool) -> usize {
+        let now = self.clock.now();
+        let groups: Vec<Group> = self.wb.lock().areas.keys().copied().collect();
+        let quotas: Vec<(Group, u64)> = groups.into_iter().map(|g| (g, self.wb_quota(g))).collect();
+        let mut scrub = Vec::new();
+        let mut free = Vec::new();
+        {
+            let mut wb = self.wb.lock();
+            for (g, quota) in quotas {
+                let Some(a) = wb.areas.get_mut(&g) else { continue };
+                a.quota = quota;
+                let mut plan = a.plan(now, WATERMARKS, |id| self.vol.chunk_dirty(id));
+                if all {
+                    plan.scrub = a.oldest_first().filter(|&id| self.vol.chunk_dirty(id) == Some(true)).collect();
+                    plan.free.clear();
+                }
+                scrub.extend(plan.scrub);
+                free.extend(plan.free);
+            }
+        }
+        let mut left = 0;
+        for id in scrub {
+            if self.stop.load(Ordering::Acquire) && !all {
+                return 0;
+            }
+            self.doing("scrubber", format!("writing back chunk {} of inode {}", id.index, id.ino));
+            match self.vol.scrub_chunk(id, &mut |_| Ok(())) {
+                Ok(Some(true)) => {
+                    let bytes = self.vol.chunk_size(id.ino).map_or(0, |c| c.bytes());
+                    let mut wb = self.wb.lock();
+                    wb.scrubbed += 1;
+                    wb.scrubbed_bytes += bytes;
+                    wb.recent.push_back((self.clock.now(), bytes));
+                }
+                Ok(Some(false)) | Ok(None) => left += 1,
+                Err(e) => {
+                    left += 1;
+                    // The chunk stays dirty and keeps serving reads; the
+                    // next round tries again.
+                    self.wb.lock().scrub_failed += 1;
+                    self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(ino = id.ino, chunk = id.index, error = %e, "write-back of a dirty chunk failed");
+                }
+            }
+        }
+        for id in free {
+            self.doing("scrubber", format!("freeing chunk {} of inode {}", id.index, id.ino));
+            let r = self.vol.chunk_op(id.ino, ChunkOp::Drop(id.index), &NoCrash, &mut |_| Ok(()));
+            match r {
+                Ok(Outcome::Done(_)) | Ok(Outcome::Skipped(Skip::AlreadyThere | Skip::Gone)) => {
+                    let mut wb = self.wb.lock();
+                    wb.freed += 1;
+                    for a in wb.areas.values_mut() {
+                        a.forget(id);
+                    }
+                }
+                Ok(Outcome::Skipped(_)) => {}
+                Err(e) => tracing::warn!(ino = id.ino, chunk = id.index, error = %e, "freeing a clean chunk failed"),
+            }
+        }
+        self.doing("scrubber", "idle");
+        left
+    }
+
+    /// At unmount: every dirty chunk of every area written back, with
+    /// progress in the log. Gives up after rounds that make no progress.
+    pub(super) fn flush_write_back(&self) {
+        let dirty = |e: &Self| {
+            let wb = e.wb.lock();
+            wb.areas.values().flat_map(|a| a.oldest_first()).filter(|&id| e.vol.chunk_dirty(id) == Some(true)).count()
+        };
+        let total = dirty(self);
+        if total == 0 {
+            return;
+        }
+        tracing::info!(chunks = total, "unmount: writing the write-back area back to the HDD");
+        let mut stalled = 0;
+        let mut last = total;
+        loop {
+            let left = self.scrub_round(true);
+            if left == 0 {
+                tracing::info!(chunks = total, "unmount: write-back area written back");
+                return;
+            }
+            tracing::info!(done = total - left.min(total), total, "unmount: writing back");
+            stalled = if left >= last { stalled + 1 } else { 0 };
+            last = left;
+            if stalled >= 20 {
+                tracing::error!(left, "unmount: dirty chunks could not be written back; they stay on the SSD and are written back after the next mount");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The write-back areas for `tierfs stats`.
+    pub(super) fn wb_report(&self) -> WriteBackReport {
+        let now = self.clock.now();
+        let mut wb = self.wb.lock();
+        while wb.recent.front().is_some_and(|(t, _)| now.since(*t) > RATE_WINDOW) {
+            wb.recent.pop_front();
+        }
+        let mut r = WriteBackReport {
+            areas: wb.areas.len() as u64,
+            writes: wb.writes,
+            ssd_writes: wb.ssd_writes,
+            diverted: wb.diverted,
+            scrubbed: wb.scrubbed,
+            scrubbed_bytes: wb.scrubbed_bytes,
+            scrub_failed: wb.scrub_failed,
+            freed: wb.freed,
+            scrub_rate: wb.recent.iter().map(|r| r.1).sum::<u64>() / RATE_WINDOW.as_secs().max(1),
+            high_percent: WATERMARKS.high,
+            low_percent: WATERMARKS.low,
+            ..WriteBackReport::default()
+        };
+        for a in wb.areas.values() {
+            r.quota_bytes += a.quota;
+            r.used_bytes += a.used();
+            r.dirty_bytes += a.dirty_bytes(|id| self.vol.chunk_dirty(id));
+        }
+        r
+    }
+}

@@ -1,0 +1,313 @@
+//! Hystor's write-back area (§5.5), the deciding half: which chunks a
+//! group's area holds, how much room a new write may take, and what the
+//! scrubber does next. Pure: the time and each chunk's state come in as
+//! values, a plan goes out.
+//!
+//! A write to a chunk that is only on the HDD may land on the SSD instead
+//! (the volume makes the chunk there from the write, durably, and maps it
+//! dirty); the chunk joins the area. The area keeps its chunks in the
+//! order of their last write; whether each is dirty is the extent map's
+//! to say (the *dirty list* and the *clean list* of Hystor are the
+//! area's chunks the map calls dirty and clean). The scrubber writes dirty
+//! chunks back, oldest first, once their bytes pass the high watermark,
+//! down to the low one, and all of them after an idle period; it frees
+//! the oldest clean chunks when the area has less free room than the
+//! reserve. A write finds no room only when the area is full of dirty
+//! chunks: it then goes to the HDD, as it would without the area.
+
+use super::ChunkId;
+use crate::clock::Timestamp;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+/// Default largest write the area takes: 64 KiB. Hystor buffers small
+/// writes best; a bigger request is part of a stream the HDD takes at its
+/// bandwidth, and it would push the small hot writes out of the area.
+pub const DEFAULT_MAX_WRITE: u64 = 64 << 10;
+
+/// The scrubber's thresholds, percent of the area.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Watermarks {
+    /// Dirty bytes past this start a scrub...
+    pub high: u8,
+    /// ...down to this.
+    pub low: u8,
+    /// Free room below this frees the oldest clean chunks (back to it).
+    pub reserve: u8,
+}
+
+/// Defaults: scrub from 75 % dirty down to 50 %, keep 10 % free.
+pub const WATERMARKS: Watermarks = Watermarks { high: 75, low: 50, reserve: 10 };
+
+/// After this long without a write into the area, every dirty chunk is
+/// written back (Hystor scrubs in idle periods).
+pub const IDLE: Duration = Duration::from_secs(2);
+
+/// What the scrubber should do now.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScrubPlan {
+    /// Dirty chunks to write back, oldest first.
+    pub scrub: Vec<ChunkId>,
+    /// Clean chunks to take off the SSD, oldest first.
+    pub free: Vec<ChunkId>,
+}
+
+impl ScrubPlan {
+    /// True if there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.scrub.is_empty() && self.free.is_empty()
+    }
+}
+
+/// One group's write-back area.
+#[derive(Clone, Debug, Default)]
+pub struct Area {
+    /// Its size, bytes.
+    pub quota: u64,
+    /// Chunk → (bytes, order of its last write).
+    chunks: HashMap<ChunkId, (u64, u64)>,
+    /// Order of last write → chunk, oldest first.
+    order: BTreeMap<u64, ChunkId>,
+    next: u64,
+    used: u64,
+    /// Room promised to writes in flight.
+    pending: u64,
+    /// The last write into the area.
+    last_write: Option<Timestamp>,
+}
+
+impl Area {
+    /// An empty area of `quota` bytes.
+    pub fn new(quota: u64) -> Self {
+        Area { quota, ..Area::default() }
+    }
+
+    /// Bytes of the area's chunks.
+    pub fn used(&self) -> u64 {
+        self.used
+    }
+
+    /// Chunks in the area.
+    pub fn len(&self) -> usize {
+        self.chunks.len()
+    }
+
+    /// True if the area holds no chunk.
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    /// True if the area holds `id`.
+    pub fn contains(&self, id: ChunkId) -> bool {
+        self.chunks.contains_key(&id)
+    }
+
+    /// The area's chunks, oldest write first.
+    pub fn oldest_first(&self) -> impl Iterator<Item = ChunkId> + '_ {
+        self.order.values().copied()
+    }
+
+    /// Promises `bytes` of room to a write; false if the area has not got
+    /// them (the write goes to the HDD).
+    pub fn reserve(&mut self, bytes: u64) -> bool {
+        if self.used + self.pending + bytes > self.quota {
+            return false;
+        }
+        self.pending += bytes;
+        true
+    }
+
+    /// A write that reserved `reserved` bytes is over without new chunks.
+    pub fn cancel(&mut self, reserved: u64) {
+        self.pending = self.pending.saturating_sub(reserved);
+    }
+
+    /// A write that reserved `reserved` bytes made `chunks` (with the
+    /// bytes each takes on the SSD) there at `now`.
+    pub fn admit(&mut self, chunks: &[(ChunkId, u64)], reserved: u64, now: Timestamp) {
+        self.cancel(reserved);
+        for &(id, bytes) in chunks {
+            self.forget(id);
+            self.push(id, bytes);
+        }
+        self.last_write = Some(now);
+    }
+
+    /// A write reached chunk `id` of the area at `now`: it is the newest.
+    pub fn touch(&mut self, id: ChunkId, now: Timestamp) {
+        if let Some(&(bytes, _)) = self.chunks.get(&id) {
+            self.forget(id);
+            self.push(id, bytes);
+            self.last_write = Some(now);
+        }
+    }
+
+    fn push(&mut self, id: ChunkId, bytes: u64) {
+        self.next += 1;
+        self.chunks.insert(id, (bytes, self.next));
+        self.order.insert(self.next, id);
+        self.used += bytes;
+    }
+
+    /// The chunk left the area (taken off the SSD, or taken over by the
+    /// remap area).
+    pub fn forget(&mut self, id: ChunkId) {
+        if let Some((bytes, seq)) = self.chunks.remove(&id) {
+            self.order.remove(&seq);
+            self.used -= bytes;
+        }
+    }
+
+    /// The chunks of a file that is gone.
+    pub fn forget_file(&mut self, ino: crate::state::ns::Ino) {
+        let ids: Vec<ChunkId> = self.chunks.keys().copied().filter(|id| id.ino == ino).collect();
+        for id in ids {
+            self.forget(id);
+        }
+    }
+
+    /// What to do at `now`: `state` says of each chunk whether it is still
+    /// on the SSD and dirty (`Some(true)`), clean (`Some(false)`), or gone
+    /// (`None`: it is forgotten here).
+    pub fn plan(&mut self, now: Timestamp, w: Watermarks, state: impl Fn(ChunkId) -> Option<bool>) -> ScrubPlan {
+        let mut dirty = Vec::new();
+        let mut clean = Vec::new();
+        let mut gone = Vec::new();
+        let mut dirty_bytes = 0;
+        for &id in self.order.values() {
+            let bytes = self.chunks[&id].0;
+            match state(id) {
+                Some(true) => {
+                    dirty.push((id, bytes));
+                    dirty_bytes += bytes;
+                }
+                Some(false) => clean.push((id, bytes)),
+                None => gone.push(id),
+            }
+        }
+        for id in gone {
+            self.forget(id);
+        }
+        let pct = |p: u8| (u128::from(self.quota) * u128::from(p) / 100) as u64;
+        let mut plan = ScrubPlan::default();
+        let idle = self.last_write.is_none_or(|t| now.since(t) >= IDLE);
+        if idle {
+            plan.scrub = dirty.iter().map(|d| d.0).collect();
+        } else if dirty_bytes > pct(w.high) {
+            let mut left = dirty_bytes;
+            for &(id, bytes) in &dirty {
+                if left <= pct(w.low) {
+                    break;
+                }
+                plan.scrub.push(id);
+                left -= bytes;
+            }
+        }
+        let mut free = self.quota.saturating_sub(self.used + self.pending);
+        for &(id, bytes) in &clean {
+            if free >= pct(w.reserve) {
+                break;
+            }
+            plan.free.push(id);
+            free += bytes;
+        }
+        plan
+    }
+
+    /// Dirty bytes of the area, as `state` says (see [`Area::plan`]).
+    pub fn dirty_bytes(&self, state: impl Fn(ChunkId) -> Option<bool>) -> u64 {
+        self.chunks.iter().filter(|(id, _)| state(**id) == Some(true)).map(|(_, v)| v.0).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{Clock, ManualClock};
+    use std::collections::HashSet;
+
+    const K: u64 = 64 << 10;
+
+    fn id(i: u64) -> ChunkId {
+        ChunkId::new(7, i)
+    }
+
+    fn all_dirty(_: ChunkId) -> Option<bool> {
+        Some(true)
+    }
+
+    #[test]
+    fn dirty_chunks_past_the_high_watermark_are_scrubbed_oldest_first_down_to_the_low_one() {
+        let clock = ManualClock::new(Timestamp::from_secs(100));
+        let mut a = Area::new(10 * K);
+        for i in 0..7 {
+            assert!(a.reserve(K));
+            a.admit(&[(id(i), K)], K, clock.now());
+        }
+        assert!(a.plan(clock.now(), WATERMARKS, all_dirty).is_empty(), "70 % dirty is below 75 %");
+        assert!(a.reserve(K));
+        a.admit(&[(id(7), K)], K, clock.now());
+        // A write to chunk 0 makes it the newest: chunk 1 is the oldest now.
+        a.touch(id(0), clock.now());
+        let p = a.plan(clock.now(), WATERMARKS, all_dirty);
+        assert_eq!(p.scrub, vec![id(1), id(2), id(3)], "80 % down to 50 %, oldest write first");
+        assert!(p.free.is_empty());
+    }
+
+    #[test]
+    fn an_idle_area_is_scrubbed_whole() {
+        let clock = ManualClock::new(Timestamp::from_secs(100));
+        let mut a = Area::new(10 * K);
+        assert!(a.reserve(2 * K));
+        a.admit(&[(id(0), K), (id(1), K)], 2 * K, clock.now());
+        assert!(a.plan(clock.now(), WATERMARKS, all_dirty).is_empty());
+        clock.advance(IDLE / 2);
+        a.touch(id(0), clock.now());
+        clock.advance(IDLE / 2);
+        assert!(a.plan(clock.now(), WATERMARKS, all_dirty).is_empty(), "the write restarted the idle clock");
+        clock.advance(IDLE);
+        assert_eq!(a.plan(clock.now(), WATERMARKS, all_dirty).scrub, vec![id(1), id(0)]);
+    }
+
+    #[test]
+    fn a_full_area_refuses_writes_until_clean_chunks_are_freed() {
+        let clock = ManualClock::new(Timestamp::from_secs(100));
+        let mut a = Area::new(4 * K);
+        assert!(a.reserve(4 * K));
+        a.admit(&[(id(0), K), (id(1), K), (id(2), K), (id(3), K)], 4 * K, clock.now());
+        assert!(!a.reserve(K), "full of dirty chunks: the write goes to the HDD");
+        // Two were written back: the oldest clean ones are freed.
+        let clean: HashSet<ChunkId> = [id(0), id(1)].into();
+        let state = |c: ChunkId| Some(!clean.contains(&c));
+        let p = a.plan(clock.now(), WATERMARKS, state);
+        assert_eq!(p.free, vec![id(0)], "down to 10 % free");
+        a.forget(id(0));
+        assert!(a.reserve(K));
+        a.cancel(K);
+        assert!(a.reserve(K));
+    }
+
+    #[test]
+    fn chunks_that_left_the_ssd_leave_the_area() {
+        let clock = ManualClock::new(Timestamp::from_secs(100));
+        let mut a = Area::new(4 * K);
+        assert!(a.reserve(2 * K));
+        a.admit(&[(id(0), K), (id(1), K)], 2 * K, clock.now());
+        let p = a.plan(clock.now(), WATERMARKS, |c| (c != id(0)).then_some(true));
+        assert!(p.is_empty());
+        assert!(!a.contains(id(0)));
+        assert_eq!(a.used(), K);
+        a.forget_file(7);
+        assert!(a.is_empty());
+        assert_eq!(a.used(), 0);
+    }
+
+    #[test]
+    fn promised_room_counts_until_the_write_is_over() {
+        let mut a = Area::new(2 * K);
+        assert!(a.reserve(2 * K));
+        assert!(!a.reserve(K));
+        a.cancel(2 * K);
+        assert!(a.reserve(K));
+    }
+}
