@@ -273,6 +273,10 @@ type TierStore = Emulated<DirStore>;
 /// of a lazy unmount get ENOTCONN), and then before the daemon exits anyway.
 const END_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The longest the watchdog lets the unmount write the write-back areas
+/// back before its own grace starts.
+const FLUSH_GRACE: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Makes sure the daemon ends a few seconds after its mount went away,
 /// whatever is stuck: a request handler that never returns keeps fuser
 /// from ending the session, and open files keep a lazily unmounted one
@@ -290,6 +294,7 @@ impl Watchdog {
         let dev = std::fs::metadata(&self.mountpoint).map(|m| std::os::unix::fs::MetadataExt::dev(&m)).ok();
         let conn = dev.map(|d| format!("{}:{}", libc::major(d), libc::minor(d)));
         let mut since: Option<Instant> = None;
+        let mut flush_since: Option<Instant> = None;
         let mut aborted = false;
         loop {
             std::thread::sleep(Duration::from_millis(200));
@@ -298,6 +303,13 @@ impl Watchdog {
                 since = Some(Instant::now());
             }
             let Some(t) = since else { continue };
+            if self.engine.flushing() && flush_since.get_or_insert_with(Instant::now).elapsed() < FLUSH_GRACE {
+                // The write-back areas are being written back (progress in
+                // the log): the session is busy, not stuck; the grace
+                // starts again when that is over.
+                since = Some(Instant::now());
+                continue;
+            }
             if !aborted && t.elapsed() > END_GRACE {
                 aborted = true;
                 tracing::warn!(

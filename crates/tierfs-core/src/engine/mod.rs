@@ -277,6 +277,8 @@ pub struct Engine<S: Store> {
     wb: Mutex<writeback::WriteBack>,
     /// Wakes the scrubber.
     wb_cv: Condvar,
+    /// The unmount is writing the write-back areas back.
+    flushing: AtomicBool,
 }
 
 /// Notes kept for `tierfs stats --file` (the latest decision per file).
@@ -410,6 +412,7 @@ impl<S: Store> Engine<S> {
             chunks: Mutex::new(chunks::Chunks::new(period)),
             wb: Mutex::new(writeback::WriteBack::default()),
             wb_cv: Condvar::new(),
+            flushing: AtomicBool::new(false),
         });
         let taken = e.wb_load();
         e.load_resident(&taken);

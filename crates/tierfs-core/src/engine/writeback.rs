@@ -127,14 +127,16 @@ impl<S: Store> Engine<S> {
                     a.forget_file(ino);
                 }
             }
-            EventKind::Write { off, len, tier, .. } if on_hdd => {
+            EventKind::Write { off, len, tier, size, .. } if on_hdd => {
                 let now = self.clock.now();
                 let chunk = self.vol.chunk_size(ino);
                 let mut wb = self.wb.lock();
                 let Some(a) = wb.areas.get_mut(&g) else { return };
                 if let Some(chunk) = chunk {
                     for i in chunk.chunks(off, len) {
-                        a.touch(ChunkId::new(ino, i), now);
+                        let start = i * chunk.bytes();
+                        let inside = (start + chunk.bytes()).min(size.max(start)) - start;
+                        a.touch(ChunkId::new(ino, i), Some(inside.next_multiple_of(4096)), now);
                     }
                 }
                 wb.writes += 1;
@@ -272,6 +274,18 @@ impl<S: Store> Engine<S> {
     /// At unmount: every dirty chunk of every area written back, with
     /// progress in the log. Gives up after rounds that make no progress.
     pub(super) fn flush_write_back(&self) {
+        self.flushing.store(true, Ordering::Release);
+        self.flush_write_back_now();
+        self.flushing.store(false, Ordering::Release);
+    }
+
+    /// True while the unmount writes the write-back areas back (the
+    /// daemon's watchdog waits for it).
+    pub fn flushing(&self) -> bool {
+        self.flushing.load(Ordering::Acquire)
+    }
+
+    fn flush_write_back_now(&self) {
         let dirty = |e: &Self| {
             let wb = e.wb.lock();
             wb.areas.values().flat_map(|a| a.oldest_first()).filter(|&id| e.vol.chunk_dirty(id) == Some(true)).count()

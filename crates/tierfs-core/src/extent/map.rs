@@ -14,9 +14,9 @@
 //!   its HDD copy: the copy is made durable (shadow fdatasync) before its
 //!   entry is made durable ([`ExtentMap::commit_present`] flushes), and
 //!   every write to a mapped chunk goes to the SSD copy.
-//! - **I2** The clean/dirty state is kept lazily (saved at clean shutdown
-//!   and now and then); after an unclean shutdown every mapped chunk is
-//!   taken as dirty ([`ExtentMap::load`]), so none is dropped without a
+//! - **I2** The clean/dirty state is kept lazily (saved at clean
+//!   shutdown); after an unclean shutdown every mapped chunk is taken as
+//!   dirty ([`ExtentMap::load`]), so none is dropped without a
 //!   write-back.
 //! - **I3** A chunk leaves the map durably ([`ExtentMap::commit_absent`]
 //!   flushes) before its SSD copy is punched out; a dirty chunk is written

@@ -133,11 +133,13 @@ impl Area {
         self.last_write = Some(now);
     }
 
-    /// A write reached chunk `id` of the area at `now`: it is the newest.
-    pub fn touch(&mut self, id: ChunkId, now: Timestamp) {
-        if let Some(&(bytes, _)) = self.chunks.get(&id) {
+    /// A write reached chunk `id` of the area at `now`: it is the newest,
+    /// and takes `bytes` on the SSD now (`None`: as before; an append can
+    /// grow the part of a chunk inside the file).
+    pub fn touch(&mut self, id: ChunkId, bytes: Option<u64>, now: Timestamp) {
+        if let Some(&(was, _)) = self.chunks.get(&id) {
             self.forget(id);
-            self.push(id, bytes);
+            self.push(id, bytes.unwrap_or(was).max(was));
             self.last_write = Some(now);
         }
     }
@@ -248,7 +250,7 @@ mod tests {
         assert!(a.reserve(K));
         a.admit(&[(id(7), K)], K, clock.now());
         // A write to chunk 0 makes it the newest: chunk 1 is the oldest now.
-        a.touch(id(0), clock.now());
+        a.touch(id(0), None, clock.now());
         let p = a.plan(clock.now(), WATERMARKS, all_dirty);
         assert_eq!(p.scrub, vec![id(1), id(2), id(3)], "80 % down to 50 %, oldest write first");
         assert!(p.free.is_empty());
@@ -262,7 +264,8 @@ mod tests {
         a.admit(&[(id(0), K), (id(1), K)], 2 * K, clock.now());
         assert!(a.plan(clock.now(), WATERMARKS, all_dirty).is_empty());
         clock.advance(IDLE / 2);
-        a.touch(id(0), clock.now());
+        a.touch(id(0), Some(2 * K), clock.now());
+        assert_eq!(a.used(), 3 * K, "an append grew the chunk");
         clock.advance(IDLE / 2);
         assert!(a.plan(clock.now(), WATERMARKS, all_dirty).is_empty(), "the write restarted the idle clock");
         clock.advance(IDLE);

@@ -376,10 +376,10 @@ impl<S: Store> Volume<S> {
         drop(as_caller);
         let split_now = self.is_split(h.ino);
         h.oi.split.store(split_now, Ordering::Release);
-        let added: Vec<(u64, u64)> = match &r {
-            Ok(v) => sized.iter().copied().filter(|c| v.contains(&c.0)).collect(),
-            Err(_) => Vec::new(),
-        };
+        // What the map has now (a write that failed after the commit left
+        // its new chunks mapped and dirty: the area must write them back).
+        let added: Vec<(u64, u64)> =
+            sized.iter().copied().filter(|c| self.has_chunk(ChunkId::new(h.ino, c.0))).collect();
         hooks.wb_admitted(wb.area, h.ino, &added, bytes);
         if !split_now {
             self.remove_shadow(h.ino);
@@ -408,31 +408,62 @@ impl<S: Store> Volume<S> {
     /// its SSD copy is read while the file's writers wait (a moment: one
     /// chunk from the SSD), then written to the HDD file and synced while
     /// they go on; a write that reached the chunk meanwhile keeps it dirty.
-    /// The file's migration mark keeps chunk moves, truncates and whole-file
-    /// migrations out throughout. `Ok(None)`: busy or gone, try later;
+    /// The inode lock, held for reading throughout (for writing while the
+    /// chunk is read if nobody has the file open), and the I/O lock, held
+    /// for reading during the write-back, keep truncates, chunk moves and
+    /// migrations out: a truncate waits for one chunk's write-back, and
+    /// none can cut the file while an older copy goes to the HDD. Review
+    /// finding: with the locks released, a truncate in between was undone
+    /// by the write-back. `Ok(None)`: the file is gone or busy, try later;
     /// `Ok(Some(clean))` otherwise.
     pub fn scrub_chunk(&self, id: ChunkId, crash: CrashHook<'_>) -> Result<Option<bool>> {
         let ino = id.ino;
-        let Some(_only) = self.exclusive(ino) else { return Ok(None) };
-        let (copy, home, shadow) = {
-            let _il = self.ilocks.get(ino).write();
+        let lock = self.ilocks.get(ino);
+        let oi = {
+            // Readers of the inode lock cannot open the file meanwhile
+            // only if it is held for writing; take it so while looking.
+            let il = lock.write();
             let oi = self.open_inode(ino);
-            let io = oi.as_ref().map(|o| o.io.write());
-            let home = match &io {
-                Some(io) if io.retired || io.placement != Placement::On(Tier::Hdd) => return Ok(None),
-                Some(io) => self.primary_of(ino, io)?,
-                None => match self.open_home(ino)? {
-                    Some(f) => Arc::new(f),
-                    None => return Ok(None),
-                },
-            };
-            let Some(shadow) = self.shadow(ino, false)? else { return Ok(None) };
-            match self.split_view(ino, &home, &shadow).read_dirty(&self.extents, id.index)? {
-                Some(copy) => (copy, home, shadow),
-                None => return Ok(Some(self.extents.lock().get(id).is_some())),
+            if oi.is_none() {
+                return self.scrub_closed(id, il, crash);
             }
+            oi
         };
-        self.split_view(ino, &home, &shadow).store_back(&self.extents, copy, crash).map(Some)
+        let Some(oi) = oi else { return Ok(None) };
+        let _il = lock.read();
+        let io = oi.io.write();
+        if io.retired || io.placement != Placement::On(Tier::Hdd) {
+            return Ok(None);
+        }
+        let home = self.primary_of(ino, &io)?;
+        let Some(shadow) = self.shadow(ino, false)? else { return Ok(None) };
+        let split = self.split_view(ino, &home, &shadow);
+        let Some(copy) = split.read_dirty(&self.extents, id.index)? else {
+            return Ok(Some(self.extents.lock().get(id).is_some()));
+        };
+        // Writers go on; truncates and chunk moves wait.
+        let _io = parking_lot::RwLockWriteGuard::downgrade(io);
+        split.store_back(&self.extents, copy, crash).map(Some)
+    }
+
+    /// [`Volume::scrub_chunk`] of a file nobody has open: the inode lock,
+    /// held for writing while the chunk is read (no open can start), then
+    /// for reading while it is written back.
+    fn scrub_closed(
+        &self,
+        id: ChunkId,
+        il: parking_lot::RwLockWriteGuard<'_, ()>,
+        crash: CrashHook<'_>,
+    ) -> Result<Option<bool>> {
+        let ino = id.ino;
+        let Some(home) = self.open_home(ino)? else { return Ok(None) };
+        let Some(shadow) = self.shadow(ino, false)? else { return Ok(None) };
+        let split = self.split_view(ino, &home, &shadow);
+        let Some(copy) = split.read_dirty(&self.extents, id.index)? else {
+            return Ok(Some(self.extents.lock().get(id).is_some()));
+        };
+        let _il = parking_lot::RwLockWriteGuard::downgrade(il);
+        split.store_back(&self.extents, copy, crash).map(Some)
     }
 
     /// Whether a chunk is on the SSD and dirty (`Some(true)`), clean

@@ -537,3 +537,52 @@ fn a_write_during_a_scrub_keeps_the_chunk_dirty_and_the_newer_bytes_win() {
     assert_eq!(&home(&rig, "f")[10..16], b"second", "written back");
     v.release(o.fh).unwrap();
 }
+
+/// Review finding: a truncate that ran while the scrubber wrote an older
+/// copy of a chunk back was undone (the write-back grew the HDD file
+/// again) and the chunk was called clean over stale HDD bytes. The
+/// truncate now waits for the write-back; for an open file and a closed one.
+#[test]
+fn a_truncate_during_a_scrub_waits_for_it_and_is_not_undone() {
+    use crate::extent::split::points;
+    for open in [true, false] {
+        let rig = Rig::new();
+        let v = mount(&rig);
+        let ino = make(&v, "f", &pattern(1, 3 * C as usize));
+        v.set_hooks(Arc::new(WriteBackEverywhere));
+        let o = v.open(ino, libc::O_RDWR).unwrap();
+        v.write(o.fh, C, &[5u8; C as usize]).unwrap();
+        if !open {
+            v.release(o.fh).unwrap();
+        }
+        let id = ChunkId::new(ino, 1);
+        assert_eq!(v.chunk_dirty(id), Some(true));
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let v2 = v.clone();
+        let fh = open.then_some(o.fh);
+        let t = std::thread::spawn(move || {
+            go_rx.recv().unwrap();
+            v2.setattr(ino, fh, &SetAttr { size: Some(C + 100), ..SetAttr::default() }).unwrap();
+        });
+        let mut hook = |p: &'static str| {
+            if p == points::BACK_COPIED {
+                go_tx.send(()).unwrap();
+                // Time for the truncate to run, if it could.
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Ok(())
+        };
+        v.scrub_chunk(id, &mut hook).unwrap();
+        t.join().unwrap();
+        let mut want = pattern(1, C as usize);
+        want.extend([5u8; 100]);
+        same(&read_all(&v, ino), &want, "after the scrub and the truncate");
+        // Off the SSD: the HDD copy must be the same.
+        let r = v.chunk_op(ino, ChunkOp::Unsplit, &NoCrash, &mut never).unwrap();
+        assert!(matches!(r, Outcome::Done(_)), "{r:?}");
+        same(&read_all(&v, ino), &want, "unsplit");
+        if open {
+            v.release(o.fh).unwrap();
+        }
+    }
+}
