@@ -491,7 +491,7 @@ impl Runner<'_> {
                 (this.progress)(done, total, &format!("{wname}: {label}: {:.0} ops/s", row.report.ops_per_sec));
                 Ok(row)
             };
-            let hdd = one(self, &Arch::plain("hdd-only"), 0, None, 0)?;
+            let hdd = one(self, &Arch::plain("hdd-only"), 0, None, w.working_set().unwrap_or(0))?;
             let ws = hdd.working_set.max(1);
             rows.push(hdd);
             rows.push(one(self, &Arch::plain("ssd-only"), 0, None, ws)?);

@@ -93,6 +93,11 @@ pub trait Workload: Send + Sync {
     }
     /// Creates the file set below `dir` (not measured).
     fn prepare(&self, dir: &Path) -> io::Result<()>;
+    /// The bytes of its file set, for a workload that removes its files
+    /// before it ends (the sweep cannot measure them afterwards).
+    fn working_set(&self) -> Option<u64> {
+        None
+    }
     /// Runs the measured part.
     fn run(&self, dir: &Path) -> io::Result<Report>;
 }

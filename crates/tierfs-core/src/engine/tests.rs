@@ -277,8 +277,13 @@ fn hdd_bytes(r: &Rig, off: u64, n: usize) -> Vec<u8> {
 #[test]
 fn the_scrubber_writes_back_past_the_high_watermark_when_idle_and_frees_clean_chunks_for_room() {
     let (r, ino, fh) = write_back_rig(50);
+    // Whole chunks: a part of a chunk of a file on the HDD would need the
+    // rest read from the HDD first, and goes to the HDD.
+    let chunk = vec![9u8; K64 as usize];
+    r.vol.write(fh, 3 * K64 + 10, &[9u8; 100]).unwrap();
+    assert!(!r.vol.is_split(ino), "a partial chunk stayed on the HDD");
     for i in 0..7 {
-        r.vol.write(fh, i * K64, &[9u8; 4096]).unwrap();
+        r.vol.write(fh, i * K64, &chunk).unwrap();
     }
     let info = r.vol.split_info(ino).unwrap();
     assert_eq!((info.chunks, info.dirty), (7, 7), "every write landed on the SSD");
@@ -294,7 +299,7 @@ fn the_scrubber_writes_back_past_the_high_watermark_when_idle_and_frees_clean_ch
     assert_eq!(r.vol.split_info(ino).unwrap().dirty, 0);
     assert_eq!(hdd_bytes(&r, 6 * K64, 4), [9, 9, 9, 9]);
     // The eighth chunk fills the area: the oldest clean one makes room.
-    r.vol.write(fh, 7 * K64, &[9u8; 4096]).unwrap();
+    r.vol.write(fh, 7 * K64, &chunk).unwrap();
     r.engine.scrub_round(false);
     let info = r.vol.split_info(ino).unwrap();
     assert_eq!((info.chunks, info.dirty), (7, 1));
@@ -303,15 +308,17 @@ fn the_scrubber_writes_back_past_the_high_watermark_when_idle_and_frees_clean_ch
     assert_eq!((rep.scrubbed, rep.freed, rep.writes, rep.ssd_writes), (7, 1, 0, 0), "events not taken in yet");
     r.step();
     assert_eq!(r.engine.wb_report().ssd_writes, 8);
+    // And two went to the HDD: the partial one, and the 512-KiB one that made the file.
+    assert_eq!(r.engine.wb_report().writes, 10);
     r.vol.release(fh).unwrap();
 }
 
 #[test]
 fn a_write_back_area_full_of_dirty_chunks_sends_writes_to_the_hdd_not_enospc() {
     let (r, ino, fh) = write_back_rig(10);
-    r.vol.write(fh, 0, &[7u8; 4096]).unwrap();
+    r.vol.write(fh, 0, &vec![7u8; K64 as usize]).unwrap();
     assert_eq!(r.vol.split_info(ino).unwrap().dirty, 1);
-    r.vol.write(fh, K64, &[8u8; 4096]).unwrap();
+    r.vol.write(fh, K64, &vec![8u8; K64 as usize]).unwrap();
     assert_eq!(r.vol.split_info(ino).unwrap().chunks, 1, "no room: the write went to the HDD");
     assert_eq!(hdd_bytes(&r, K64, 2), [8, 8]);
     assert_eq!(r.engine.wb_report().diverted, 1);
@@ -321,7 +328,9 @@ fn a_write_back_area_full_of_dirty_chunks_sends_writes_to_the_hdd_not_enospc() {
 #[test]
 fn the_shutdown_writes_the_write_back_area_back() {
     let (r, ino, fh) = write_back_rig(30);
-    r.vol.write(fh, 100, b"buffered").unwrap();
+    let mut chunk = vec![1u8; K64 as usize];
+    chunk[100..108].copy_from_slice(b"buffered");
+    r.vol.write(fh, 0, &chunk).unwrap();
     r.vol.release(fh).unwrap();
     assert_eq!(r.vol.split_info(ino).unwrap().dirty, 1);
     assert!(r.engine.shutdown());
@@ -335,7 +344,9 @@ fn the_shutdown_writes_the_write_back_area_back() {
 #[test]
 fn after_a_crash_the_dirty_chunks_of_the_area_are_found_and_written_back() {
     let (r, ino, fh) = write_back_rig(30);
-    r.vol.write(fh, 5, b"acknowledged").unwrap();
+    let mut chunk = vec![1u8; K64 as usize];
+    chunk[5..17].copy_from_slice(b"acknowledged");
+    r.vol.write(fh, 0, &chunk).unwrap();
     r.vol.release(fh).unwrap();
     assert_eq!(hdd_bytes(&r, 5, 12), vec![1u8; 12]);
     let cfg = EngineConfig { ..r.engine.cfg.clone() };

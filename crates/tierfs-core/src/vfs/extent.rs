@@ -343,9 +343,22 @@ impl<S: Store> Volume<S> {
         if new.is_empty() {
             return Ok(None);
         }
+        let old = hdd.fstat(&home)?.size;
+        let end = off + len;
+        if new.iter().any(|&i| {
+            let start = i * chunk.bytes();
+            let known = (start + chunk.bytes()).min(old);
+            known > start && !(off <= start && end >= known)
+        }) {
+            // Making the chunk would read its other bytes from the HDD
+            // first: that read costs what the area would save (an append
+            // to a file on the HDD, a partial overwrite). The write goes to
+            // the HDD.
+            return Ok(None);
+        }
         // What each new chunk takes on the SSD: the part inside the file
         // (a whole small file is one chunk of 1 MiB, mostly hole).
-        let size = hdd.fstat(&home)?.size.max(off + len);
+        let size = old.max(end);
         let sized: Vec<(u64, u64)> = new
             .iter()
             .map(|&i| {

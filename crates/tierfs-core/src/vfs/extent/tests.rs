@@ -470,11 +470,11 @@ fn a_buffered_write_cut_at_every_point_keeps_each_byte_old_or_new() {
         let o = v.open(ino, libc::O_RDWR).unwrap();
         let mut hook = |p: &'static str| if p == point { Err(Error::SimulatedCrash(p)) } else { Ok(()) };
         let h = v.handle(o.fh).unwrap();
-        let r = v.buffer_write(&h, C + 2000, &[0xcc; 3000], &mut hook);
+        let r = v.buffer_write(&h, C, &[0xcc; 2 * C as usize], &mut hook);
         let mut new = old.clone();
-        new[C as usize + 2000..C as usize + 5000].fill(0xcc);
+        new[C as usize..3 * C as usize].fill(0xcc);
         if point.is_empty() {
-            assert_eq!(r.unwrap(), Some(3000));
+            assert_eq!(r.unwrap(), Some(2 * C as u32));
             assert_eq!(v.split_info(ino).map(|i| i.dirty), Some(2), "chunks 1 and 2 (4 KiB chunks)");
             same(&home(&rig, "f"), &old, "the HDD is not written");
             same(&read_all(&v, ino), &new, "read back");
@@ -518,7 +518,13 @@ fn a_write_during_a_scrub_keeps_the_chunk_dirty_and_the_newer_bytes_win() {
     let ino = make(&v, "f", &pattern(1, 2 * C as usize));
     v.set_hooks(Arc::new(WriteBackEverywhere));
     let o = v.open(ino, libc::O_RDWR).unwrap();
+    // A part of the chunk would need the rest read from the HDD: it goes
+    // there. A whole chunk is buffered.
     v.write(o.fh, 10, b"first").unwrap();
+    assert!(!v.is_split(ino));
+    let mut chunk = pattern(1, C as usize);
+    chunk[10..15].copy_from_slice(b"first");
+    v.write(o.fh, 0, &chunk).unwrap();
     let id = ChunkId::new(ino, 0);
     assert_eq!(v.chunk_dirty(id), Some(true), "buffered");
     let v2 = v.clone();
