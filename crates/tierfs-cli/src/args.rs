@@ -267,8 +267,9 @@ pub enum BenchCmd {
     /// Architectures x SSD sizes x workloads on emulated devices; writes a
     /// results folder (CSV, Markdown tables, SVG charts, findings).
     Sweep {
-        /// small (under 15 minutes on two cores), full (the papers' sizes) or
-        /// extents (the database workload at an SSD of 10 % of its data).
+        /// small (under 15 minutes on two cores), full (the papers' sizes),
+        /// extents (the database workload at an SSD of 10 % of its data) or
+        /// writeback (mail and postmark, hystor with write-back areas).
         #[arg(long, default_value = "small")]
         preset: String,
         /// Results folder.
