@@ -314,3 +314,109 @@ mod tests {
         assert!(a.reserve(K));
     }
 }
+
+#[cfg(test)]
+mod model {
+    //! The area against a plain list of (chunk, bytes, dirty), oldest
+    //! write first.
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Write { chunk: u64, bytes: u64 },
+        Touch { chunk: u64, bytes: u64 },
+        Clean(u64),
+        Gone(u64),
+        Plan { secs: u64 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0u64..24, 1u64..3).prop_map(|(chunk, k)| Op::Write { chunk, bytes: k * 4096 }),
+            2 => (0u64..24, 1u64..3).prop_map(|(chunk, k)| Op::Touch { chunk, bytes: k * 4096 }),
+            1 => (0u64..24).prop_map(Op::Clean),
+            1 => (0u64..24).prop_map(Op::Gone),
+            2 => prop_oneof![3 => Just(0u64), 1 => Just(3u64)].prop_map(|secs| Op::Plan { secs }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn the_area_keeps_its_quota_and_plans_oldest_first_within_the_watermarks(ops in proptest::collection::vec(op(), 1..80)) {
+            // Small enough for the writes to pass the high watermark often.
+            let quota = 20 * 4096;
+            let mut a = Area::new(quota);
+            // The model: oldest first; (chunk, bytes, dirty).
+            let mut m: Vec<(u64, u64, bool)> = Vec::new();
+            let mut now = Timestamp::from_secs(100);
+            for o in ops {
+                match o {
+                    Op::Write { chunk, bytes } => {
+                        let id = ChunkId::new(1, chunk);
+                        if m.iter().any(|c| c.0 == chunk) {
+                            continue;
+                        }
+                        if a.reserve(bytes) {
+                            a.admit(&[(id, bytes)], bytes, now);
+                            m.push((chunk, bytes, true));
+                        } else {
+                            prop_assert!(m.iter().map(|c| c.1).sum::<u64>() + bytes > quota, "refused with room");
+                        }
+                    }
+                    Op::Touch { chunk, bytes } => {
+                        a.touch(ChunkId::new(1, chunk), Some(bytes), now);
+                        if let Some(i) = m.iter().position(|c| c.0 == chunk) {
+                            let mut c = m.remove(i);
+                            c.1 = c.1.max(bytes);
+                            c.2 = true;
+                            m.push(c);
+                        }
+                    }
+                    Op::Clean(chunk) => {
+                        if let Some(c) = m.iter_mut().find(|c| c.0 == chunk) {
+                            c.2 = false;
+                        }
+                    }
+                    Op::Gone(chunk) => {
+                        // As when its file is removed (the engine forgets
+                        // the file's chunks; pruning at a plan has its own
+                        // test).
+                        a.forget(ChunkId::new(1, chunk));
+                        m.retain(|c| c.0 != chunk);
+                    }
+                    Op::Plan { secs } => {
+                        now = now.plus(Duration::from_secs(secs));
+                        let state = |id: ChunkId| m.iter().find(|c| c.0 == id.index).map(|c| c.2);
+                        let p = a.plan(now, WATERMARKS, state);
+                        let dirty: Vec<(u64, u64)> = m.iter().filter(|c| c.2).map(|c| (c.0, c.1)).collect();
+                        // Scrubs: dirty chunks, the oldest ones, in order.
+                        let want: Vec<u64> = p.scrub.iter().map(|id| id.index).collect();
+                        prop_assert_eq!(&want[..], &dirty.iter().map(|d| d.0).take(want.len()).collect::<Vec<_>>()[..]);
+                        let total: u64 = dirty.iter().map(|d| d.1).sum();
+                        let left: u64 = dirty.iter().skip(want.len()).map(|d| d.1).sum();
+                        let pct = |p: u8| quota * u64::from(p) / 100;
+                        if total > pct(WATERMARKS.high) && left > pct(WATERMARKS.low) {
+                            prop_assert!(false, "stopped above the low watermark: {} of {} left", left, total);
+                        }
+                        // Frees: clean chunks only, oldest first.
+                        let clean: Vec<u64> = m.iter().filter(|c| !c.2).map(|c| c.0).collect();
+                        let freed: Vec<u64> = p.free.iter().map(|id| id.index).collect();
+                        prop_assert_eq!(&freed[..], &clean[..freed.len()]);
+                        for id in p.scrub {
+                            if let Some(c) = m.iter_mut().find(|c| c.0 == id.index) {
+                                c.2 = false;
+                            }
+                        }
+                        for id in p.free {
+                            a.forget(id);
+                            m.retain(|c| c.0 != id.index);
+                        }
+                    }
+                }
+                prop_assert_eq!(a.used(), m.iter().map(|c| c.1).sum::<u64>());
+                prop_assert_eq!(a.oldest_first().map(|id| id.index).collect::<Vec<_>>(), m.iter().map(|c| c.0).collect::<Vec<_>>());
+            }
+        }
+    }
+}
