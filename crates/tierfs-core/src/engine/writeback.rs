@@ -8,7 +8,7 @@
 
 use super::{Engine, Group};
 use crate::clock::Timestamp;
-use crate::extent::writeback::{Area, WATERMARKS};
+use crate::extent::writeback::{charge, Area, WATERMARKS};
 use crate::extent::{ChunkId, ChunkSize};
 use crate::migrate::{NoCrash, Outcome, Skip};
 use crate::report::WriteBackReport;
@@ -134,9 +134,7 @@ impl<S: Store> Engine<S> {
                 let Some(a) = wb.areas.get_mut(&g) else { return };
                 if let Some(chunk) = chunk {
                     for i in chunk.chunks(off, len) {
-                        let start = i * chunk.bytes();
-                        let inside = (start + chunk.bytes()).min(size.max(start)) - start;
-                        a.touch(ChunkId::new(ino, i), Some(inside.next_multiple_of(4096)), now);
+                        a.touch(ChunkId::new(ino, i), Some(charge(chunk, i, size)), now);
                     }
                 }
                 wb.writes += 1;
@@ -172,10 +170,7 @@ impl<S: Store> Engine<S> {
                 .into_iter()
                 .map(|i| ChunkId::new(ino, i))
                 .filter(|&id| self.vol.chunk_dirty(id) == Some(true))
-                .map(|id| {
-                    let start = id.index * chunk.bytes();
-                    (id, (start + chunk.bytes()).min(size.max(start)).saturating_sub(start).next_multiple_of(4096))
-                })
+                .map(|id| (id, charge(chunk, id.index, size)))
                 .collect();
             if dirty.is_empty() {
                 continue;

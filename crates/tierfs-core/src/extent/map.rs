@@ -160,6 +160,12 @@ impl ExtentMap {
         self.files.get(&ino).into_iter().flat_map(|f| f.chunks.iter().map(|(&i, &s)| (i, s)))
     }
 
+    /// The chunks of `chunk` bytes that `len` bytes at `off` of `ino` touch
+    /// and that are only on the HDD.
+    pub fn unmapped(&self, ino: Ino, chunk: ChunkSize, off: u64, len: u64) -> Vec<u64> {
+        chunk.chunks(off, len).filter(|&i| self.get(ChunkId::new(ino, i)).is_none()).collect()
+    }
+
     /// Split files.
     pub fn files(&self) -> impl Iterator<Item = Ino> + '_ {
         self.files.iter().filter(|(_, f)| !f.chunks.is_empty()).map(|(&ino, _)| ino)

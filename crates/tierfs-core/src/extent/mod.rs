@@ -84,6 +84,11 @@ impl ChunkSize {
     pub fn count(self, size: u64) -> u64 {
         size.div_ceil(self.bytes())
     }
+
+    /// Bytes of chunk `index` inside a file of `size` bytes (0 past the end).
+    pub fn within(self, index: u64, size: u64) -> u64 {
+        size.saturating_sub(index.saturating_mul(self.bytes())).min(self.bytes())
+    }
 }
 
 impl Default for ChunkSize {

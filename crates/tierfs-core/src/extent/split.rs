@@ -386,17 +386,14 @@ impl<S: Store> Split<'_, S> {
         let chunk = self.chunk(map, chunk);
         let len = data.len() as u64;
         let end = off.checked_add(len).ok_or_else(|| Error::errno(libc::EFBIG))?;
-        let new: Vec<u64> = {
-            let m = map.lock();
-            chunk.chunks(off, len).filter(|&i| m.get(ChunkId::new(self.ino, i)).is_none()).collect()
-        };
+        let new = map.lock().unmapped(self.ino, chunk, off, len);
         let old = self.size()?;
         let size = old.max(end);
         for &i in &new {
             let start = i * chunk.bytes();
-            let image_end = (start + chunk.bytes()).min(size);
+            let image_end = start + chunk.within(i, size);
             let mut image = vec![0u8; (image_end - start) as usize];
-            let known = image_end.min(old);
+            let known = start + chunk.within(i, old);
             let covered = off <= start && end >= known;
             if known > start && !covered {
                 let n = read_full(self.hdd, self.home, &mut image[..(known - start) as usize], start)?;

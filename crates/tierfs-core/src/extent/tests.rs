@@ -46,6 +46,8 @@ fn chunk_sizes_are_powers_of_two_from_4k_to_1m() {
     assert_eq!(k64.chunks(u64::MAX - 1, 5), (u64::MAX >> 16)..(u64::MAX >> 16) + 1);
     assert_eq!(k64.count(0), 0);
     assert_eq!(k64.count(65537), 2);
+    assert_eq!((k64.within(0, 100), k64.within(1, 100), k64.within(1, 65536 + 7)), (100, 0, 7));
+    assert_eq!((k64.within(0, 1 << 20), k64.within(u64::MAX, u64::MAX)), (65536, 0));
     assert_eq!(k64.to_string(), "64K");
 }
 

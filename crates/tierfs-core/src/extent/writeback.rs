@@ -25,6 +25,13 @@ use std::time::Duration;
 /// bandwidth, and it would push the small hot writes out of the area.
 pub const DEFAULT_MAX_WRITE: u64 = 64 << 10;
 
+/// What chunk `index` of a file of `size` bytes takes in an area: its
+/// bytes inside the file, in 4 KiB blocks (a whole small file is one chunk
+/// of 1 MiB, mostly hole).
+pub fn charge(chunk: super::ChunkSize, index: u64, size: u64) -> u64 {
+    chunk.within(index, size).next_multiple_of(4096)
+}
+
 /// The scrubber's thresholds, percent of the area.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Watermarks {

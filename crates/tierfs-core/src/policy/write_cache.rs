@@ -68,8 +68,8 @@ impl Policy for WriteBackCache {
         DEFAULT_WRITE_BACK
     }
     fn on_access(&self, v: &View<'_>, ino: Ino, f: &FileStats, ev: &EventKind) -> Plan {
-        let mut p = sieve_on_growth(v, ino, f, ev);
-        p.extend(admit_on_read(v, ino, f, ev, Move::Copy));
-        p
+        // Reads are cached as on-demand caching does; writes are the
+        // volume's (the write-back area).
+        super::on_demand_cache::OnDemandCache.on_access(v, ino, f, ev)
     }
 }

@@ -324,7 +324,7 @@ impl<S: Store> Volume<S> {
             return Ok(None);
         }
         let chunk = self.chunk_size(h.ino).unwrap_or(wb.chunk);
-        if !h.append && chunk.chunks(off, len).all(|i| self.has_chunk(ChunkId::new(h.ino, i))) {
+        if !h.append && self.extents.lock().unmapped(h.ino, chunk, off, len).is_empty() {
             return Ok(None);
         }
         let Some(_only) = self.exclusive(h.ino) else { return Ok(None) };
@@ -336,19 +336,15 @@ impl<S: Store> Volume<S> {
         let home = self.primary_of(h.ino, &io)?;
         let hdd = self.tiers.store(Tier::Hdd);
         let off = if h.append { hdd.fstat(&home)?.size } else { off };
-        let new: Vec<u64> = {
-            let m = self.extents.lock();
-            chunk.chunks(off, len).filter(|&i| m.get(ChunkId::new(h.ino, i)).is_none()).collect()
-        };
+        let new = self.extents.lock().unmapped(h.ino, chunk, off, len);
         if new.is_empty() {
             return Ok(None);
         }
         let old = hdd.fstat(&home)?.size;
         let end = off + len;
         if new.iter().any(|&i| {
-            let start = i * chunk.bytes();
-            let known = (start + chunk.bytes()).min(old);
-            known > start && !(off <= start && end >= known)
+            let (start, known) = (i * chunk.bytes(), chunk.within(i, old));
+            known > 0 && !(off <= start && end >= start + known)
         }) {
             // Making the chunk would read its other bytes from the HDD
             // first: that read costs what the area would save (an append
@@ -356,16 +352,10 @@ impl<S: Store> Volume<S> {
             // the HDD.
             return Ok(None);
         }
-        // What each new chunk takes on the SSD: the part inside the file
-        // (a whole small file is one chunk of 1 MiB, mostly hole).
+        // What each new chunk takes on the SSD.
         let size = old.max(end);
-        let sized: Vec<(u64, u64)> = new
-            .iter()
-            .map(|&i| {
-                let start = i * chunk.bytes();
-                (i, ((start + chunk.bytes()).min(size) - start).next_multiple_of(4096))
-            })
-            .collect();
+        let sized: Vec<(u64, u64)> =
+            new.iter().map(|&i| (i, crate::extent::writeback::charge(chunk, i, size))).collect();
         let hooks = self.hooks();
         let bytes: u64 = sized.iter().map(|c| c.1).sum();
         if !hooks.wb_reserve(wb.area, bytes) {

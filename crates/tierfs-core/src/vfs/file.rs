@@ -52,17 +52,22 @@ pub(crate) struct Handle<S: Store> {
 impl<S: Store> Handle<S> {
     /// Tells whether a request at `off` would be the tail of a split one.
     pub(crate) fn continues(&self, off: u64) -> bool {
-        let l = self.last.lock();
-        off == l.0 && l.1 >= crate::event::FRAGMENT_MIN
+        tail_of(&self.last.lock(), off)
     }
 
     /// Notes a request and tells whether it is the tail of a split one.
     pub(crate) fn fragment(&self, off: u64, len: u64) -> bool {
         let mut l = self.last.lock();
-        let frag = off == l.0 && l.1 >= crate::event::FRAGMENT_MIN;
+        let frag = tail_of(&l, off);
         *l = (off + len, len);
         frag
     }
+}
+
+/// True if a request at `off` continues one that ended there and was at
+/// least as big as the kernel's split requests (`last`: end and length).
+fn tail_of(last: &(u64, u64), off: u64) -> bool {
+    off == last.0 && last.1 >= crate::event::FRAGMENT_MIN
 }
 
 /// The answer to open and create.
