@@ -25,6 +25,9 @@ use std::ffi::OsString;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// How long the scrubber waits for a file's directories and inode lock.
+const SCRUB_NAMES_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The directory of the shadow files, `.tierfs/shadow` on the SSD tier.
 pub const SHADOW_DIR: &str = "shadow";
 
@@ -197,11 +200,7 @@ impl<S: Store> Volume<S> {
         if !add && !self.is_split(ino) {
             return Ok(Outcome::Skipped(Skip::AlreadyThere));
         }
-        let lock = self.ilocks.get(ino);
-        let Some(_il) = (match ctl.io_wait() {
-            None => Some(lock.write()),
-            Some(d) => lock.try_write_for(d),
-        }) else {
+        let Some((names, _il)) = self.lock_names(ino, ctl.io_wait())? else {
             return Ok(Outcome::Skipped(Skip::Busy));
         };
         let rec = self.ns.record(ino)?;
@@ -251,6 +250,8 @@ impl<S: Store> Volume<S> {
         } else {
             self.existing_shadow(ino)?
         };
+        // The HDD file is open: renames may go on.
+        drop(names);
         let split = self.split_view(ino, &home, &shadow);
         let hooks = self.hooks();
         let mut reserved = 0;
@@ -411,62 +412,65 @@ impl<S: Store> Volume<S> {
     /// its SSD copy is read while the file's writers wait (a moment: one
     /// chunk from the SSD), then written to the HDD file and synced while
     /// they go on; a write that reached the chunk meanwhile keeps it dirty.
-    /// The inode lock, held for reading throughout (for writing while the
-    /// chunk is read if nobody has the file open), and the I/O lock, held
-    /// for reading during the write-back, keep truncates, chunk moves and
-    /// migrations out: a truncate waits for one chunk's write-back, and
-    /// none can cut the file while an older copy goes to the HDD. Review
-    /// finding: with the locks released, a truncate in between was undone
-    /// by the write-back. `Ok(None)`: the file is gone or busy, try later;
-    /// `Ok(Some(clean))` otherwise.
+    /// The inode lock (and the I/O lock if the file is open), held for
+    /// writing while the chunk is read and for reading during the
+    /// write-back, keep opens, truncates, chunk moves and migrations out:
+    /// a truncate waits for one chunk's write-back, and none can cut the
+    /// file while an older copy goes to the HDD. Review finding: with the
+    /// locks released, a truncate in between was undone by the write-back.
+    /// `Ok(None)`: the file is gone or busy, try later; `Ok(Some(clean))`
+    /// otherwise.
     pub fn scrub_chunk(&self, id: ChunkId, crash: CrashHook<'_>) -> Result<Option<bool>> {
         let ino = id.ino;
-        let lock = self.ilocks.get(ino);
-        let oi = {
-            // Readers of the inode lock cannot open the file meanwhile
-            // only if it is held for writing; take it so while looking.
-            let il = lock.write();
-            let oi = self.open_inode(ino);
-            if oi.is_none() {
-                return self.scrub_closed(id, il, crash);
-            }
-            oi
+        let Some((names, il)) = self.lock_names(ino, Some(SCRUB_NAMES_WAIT))? else { return Ok(None) };
+        let oi = self.open_inode(ino);
+        let io = oi.as_ref().map(|o| o.io.write());
+        let home = match &io {
+            Some(io) if io.retired || io.placement != Placement::On(Tier::Hdd) => return Ok(None),
+            Some(io) => self.primary_of(ino, io)?,
+            None => match self.open_home(ino)? {
+                Some(f) => Arc::new(f),
+                None => return Ok(None),
+            },
         };
-        let Some(oi) = oi else { return Ok(None) };
-        let _il = lock.read();
-        let io = oi.io.write();
-        if io.retired || io.placement != Placement::On(Tier::Hdd) {
-            return Ok(None);
-        }
-        let home = self.primary_of(ino, &io)?;
+        drop(names);
         let Some(shadow) = self.shadow(ino, false)? else { return Ok(None) };
         let split = self.split_view(ino, &home, &shadow);
         let Some(copy) = split.read_dirty(&self.extents, id.index)? else {
             return Ok(Some(self.extents.lock().get(id).is_some()));
         };
-        // Writers go on; truncates and chunk moves wait.
-        let _io = parking_lot::RwLockWriteGuard::downgrade(io);
+        // Writers and opens go on; truncates and chunk moves wait.
+        let _io = io.map(parking_lot::RwLockWriteGuard::downgrade);
+        let _il = parking_lot::RwLockWriteGuard::downgrade(il);
         split.store_back(&self.extents, copy, crash).map(Some)
     }
 
-    /// [`Volume::scrub_chunk`] of a file nobody has open: the inode lock,
-    /// held for writing while the chunk is read (no open can start), then
-    /// for reading while it is written back.
-    fn scrub_closed(
+    /// The directory stripes of `ino`'s parents, then its inode lock for
+    /// writing (the lock hierarchy's order), its names checked unchanged in
+    /// between; each waited for at most `wait` (None: as long as it takes).
+    /// While the stripes are held no rename can put another file under one
+    /// of its names, so its HDD file can be opened by name. Review finding:
+    /// opened by name under the inode lock alone, a rename over that name
+    /// in between gave the scrubber another file's HDD copy to write a
+    /// chunk into. `None`: busy, or its names changed.
+    fn lock_names(
         &self,
-        id: ChunkId,
-        il: parking_lot::RwLockWriteGuard<'_, ()>,
-        crash: CrashHook<'_>,
-    ) -> Result<Option<bool>> {
-        let ino = id.ino;
-        let Some(home) = self.open_home(ino)? else { return Ok(None) };
-        let Some(shadow) = self.shadow(ino, false)? else { return Ok(None) };
-        let split = self.split_view(ino, &home, &shadow);
-        let Some(copy) = split.read_dirty(&self.extents, id.index)? else {
-            return Ok(Some(self.extents.lock().get(id).is_some()));
+        ino: Ino,
+        wait: Option<std::time::Duration>,
+    ) -> Result<Option<(super::locks::DirGuard<'_>, parking_lot::RwLockWriteGuard<'_, ()>)>> {
+        let links = self.ns.links(ino)?;
+        let parents: Vec<Ino> = links.iter().map(|l| l.0).collect();
+        let lock = self.ilocks.get(ino);
+        let locked = match wait {
+            None => Some((self.locks.lock(&parents), lock.write())),
+            Some(d) => {
+                self.locks.try_lock_for(&parents, d).and_then(|names| lock.try_write_for(d).map(|il| (names, il)))
+            }
         };
-        let _il = parking_lot::RwLockWriteGuard::downgrade(il);
-        split.store_back(&self.extents, copy, crash).map(Some)
+        match locked {
+            Some(l) if self.ns.links(ino)? == links => Ok(Some(l)),
+            _ => Ok(None),
+        }
     }
 
     /// Whether a chunk is on the SSD and dirty (`Some(true)`), clean
