@@ -9,6 +9,7 @@ mod extents;
 mod hardening;
 mod harness;
 mod killloop;
+mod measured;
 mod multiuser;
 mod ops;
 mod persist;

@@ -474,6 +474,27 @@ pub fn findings(rows: &[Row]) -> Vec<Finding> {
         }
         _ => na(7, c7),
     });
+
+    let c8 = "When the SSD is slowed by write load, measurement-driven placement (measured) beats a policy that assumes the SSD is always faster (dynamic-hot-dst): a lower mean response time.";
+    out.push(match table("updates") {
+        Some(t) if t.archs.iter().any(|a| a == "measured") && t.archs.iter().any(|a| a == "dynamic-hot-dst") => {
+            let mean = |a: &str, s: u32| t.cells.get(&(a.to_string(), s)).map(|r| r.report.latency.mean_us);
+            let pairs: Vec<(u32, u64, u64)> =
+                t.sizes.iter().filter_map(|&s| Some((s, mean("measured", s)?, mean("dynamic-hot-dst", s)?))).collect();
+            let ok = !pairs.is_empty() && pairs.iter().all(|(_, m, d)| m < d);
+            Finding {
+                n: 8,
+                claim: c8,
+                verdict: verdict(ok),
+                evidence: pairs
+                    .iter()
+                    .map(|(s, m, d)| format!("{s}%: measured {m} µs, dynamic-hot-dst {d} µs"))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            }
+        }
+        _ => na(8, c8),
+    });
     out
 }
 

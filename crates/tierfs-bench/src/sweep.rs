@@ -86,14 +86,16 @@ impl Preset {
     /// A preset by name: `small` (under 15 minutes on two cores), `full`
     /// (the papers' sizes; many hours), `extents` (the database workload
     /// at an SSD of 10 % of its data, sub-file extents against whole files)
-    /// or `writeback` (mail and the real postmark under hystor with a
-    /// write-back area of 0, 20 and 30 %, and the two write caches).
+    /// `writeback` (mail and the real postmark under hystor with a
+    /// write-back area of 0, 20 and 30 %, and the two write caches) or
+    /// `measured` (the write-heavy `updates` workload on a degrading SSD).
     pub fn named(name: &str) -> Option<Preset> {
         match name {
             "small" => Some(Preset::small()),
             "full" => Some(Preset::full()),
             "extents" => Some(Preset::extents()),
             "writeback" => Some(Preset::writeback()),
+            "measured" => Some(Preset::measured()),
             _ => None,
         }
     }
@@ -198,6 +200,21 @@ impl Preset {
             // own clock counts whole seconds; the run is timed here).
             mail_scale: 0.008,
             plan: vec![("mail".into(), mail), ("postmark".into(), Preset::write_back_archs())],
+            ..small
+        }
+    }
+
+    /// Finding 8: the write-heavy `updates` workload on an SSD whose
+    /// garbage collection falls behind random writes (`ssd-gc`), measured
+    /// against dynamic hot-DST at 25, 50 and 75 % of the working set.
+    fn measured() -> Preset {
+        let small = Preset::small();
+        Preset {
+            name: "measured".into(),
+            params: Params { duration: Duration::from_secs(20), ..small.params },
+            warmup: Duration::from_secs(5),
+            ssd: "ssd-gc".into(),
+            plan: vec![("updates".into(), vec![Arch::plain("dynamic-hot-dst"), Arch::plain("measured")])],
             ..small
         }
     }

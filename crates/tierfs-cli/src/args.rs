@@ -104,6 +104,26 @@ pub struct MountArgs {
     /// them all back first.
     #[arg(long)]
     pub no_flush_on_unmount: bool,
+    /// measured: how much cheaper the other tier must be before a file
+    /// moves (δ; 1 moves a file when the other tier costs under half; per
+    /// directory: user.tierfs.delta).
+    #[arg(long, default_value = "1", value_name = "DELTA")]
+    pub delta: String,
+    /// measured: moves per second per policy directory (its token bucket).
+    #[arg(long, default_value = "1", value_name = "MOVES")]
+    pub measured_rate: f64,
+    /// Most bytes written to the SSD per day (e.g. 40G/day); past it,
+    /// writes that can go to the HDD do (the write regulator).
+    #[arg(long, value_name = "SIZE/day")]
+    pub ssd_write_budget: Option<String>,
+    /// Bytes the SSD may be written over its life (its TBW rating, e.g.
+    /// 600T); with --ssd-lifetime it sets the daily budget, and it gives
+    /// `tierfs stats` a projected lifetime.
+    #[arg(long, value_name = "SIZE")]
+    pub ssd_endurance: Option<String>,
+    /// How long the SSD must last (e.g. 5y); with --ssd-endurance.
+    #[arg(long, value_name = "DURATION")]
+    pub ssd_lifetime: Option<String>,
     /// Most bytes per second background migrations copy (0: unlimited).
     #[arg(long, default_value = "64M", value_name = "SIZE")]
     pub migrate_rate: String,

@@ -10,8 +10,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tierfs_core::config::{parse_duration, parse_size};
-use tierfs_core::device::Profile;
+use tierfs_core::device::{Degrade, Profile};
 use tierfs_core::policy::{Params, PolicyKind};
+use tierfs_core::regulator::Budget;
 use tierfs_core::tier::Tier;
 use tierfs_core::vfs::IoMode;
 use tierfs_fuse::mount::{serve, MountConfig};
@@ -151,7 +152,20 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
             },
             write_back: tierfs_core::settings::parse_percent(&a.write_back)
                 .map_err(|e| anyhow::anyhow!("--write-back: {e}"))?,
+            delta: tierfs_core::settings::parse_delta(&a.delta).map_err(|e| anyhow::anyhow!("--delta: {e}"))?,
         },
+        measured_rate: {
+            if !(a.measured_rate > 0.0 && a.measured_rate <= 10_000.0) {
+                bail!("--measured-rate must be above 0 and at most 10000 moves per second");
+            }
+            a.measured_rate
+        },
+        budget: parse_budget(a)?,
+        endurance: a
+            .ssd_endurance
+            .as_deref()
+            .map(|s| parse_size(s).map_err(|e| anyhow::anyhow!("--ssd-endurance: {e}")))
+            .transpose()?,
         write_back_max: parse_size(&a.write_back_max).map_err(|e| anyhow::anyhow!("--write-back-max: {e}"))?,
         flush_on_unmount: !a.no_flush_on_unmount,
         chunk_period: {
@@ -174,6 +188,36 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
         stats: !a.no_stats,
         aging: tierfs_core::config::parse_duration(&a.aging).map_err(|e| anyhow::anyhow!("--aging: {e}"))?,
     })
+}
+
+/// The SSD write budget: `--ssd-write-budget SIZE[/day]`, or
+/// `--ssd-endurance` over `--ssd-lifetime`.
+fn parse_budget(a: &MountArgs) -> Result<Option<Budget>> {
+    let endurance = |s: &str| parse_size(s).map_err(|e| anyhow::anyhow!("--ssd-endurance: {e}"));
+    match (&a.ssd_write_budget, &a.ssd_endurance, &a.ssd_lifetime) {
+        (Some(b), _, None) => {
+            let v = b.trim();
+            let v = v.strip_suffix("/day").or_else(|| v.strip_suffix("/d")).unwrap_or(v);
+            let n = parse_size(v).map_err(|e| anyhow::anyhow!("--ssd-write-budget: {e} (e.g. 40G/day)"))?;
+            if n == 0 {
+                bail!("--ssd-write-budget must be more than 0");
+            }
+            Ok(Some(Budget { bytes_per_day: n }))
+        }
+        (Some(_), _, Some(_)) => bail!("give --ssd-write-budget, or --ssd-endurance with --ssd-lifetime, not both"),
+        (None, Some(e), Some(l)) => {
+            let e = endurance(e)?;
+            let l = parse_duration(l).map_err(|e| anyhow::anyhow!("--ssd-lifetime: {e}"))?;
+            if e == 0 || l < std::time::Duration::from_secs(86_400) {
+                bail!("--ssd-endurance must be more than 0 and --ssd-lifetime at least a day");
+            }
+            Ok(Some(Budget::from_endurance(e, l)))
+        }
+        (None, None, Some(_)) => {
+            bail!("--ssd-lifetime needs --ssd-endurance (the SSD's rated bytes written, e.g. 600T)")
+        }
+        (None, _, None) => Ok(None),
+    }
 }
 
 /// `HIGH,LOW` (or `HIGH:LOW`) in percent, 1 <= LOW <= HIGH <= 100.
@@ -202,12 +246,26 @@ struct ProfileSpec {
     write_iops: Option<f64>,
     read_access_ms: Option<f64>,
     write_access_ms: Option<f64>,
+    /// Degradation under random writes (all three or none): the rate its
+    /// garbage collection absorbs, MB/s ...
+    degrade_write_mbps: Option<f64>,
+    /// ... the backlog past which it is degraded, MB ...
+    degrade_threshold_mb: Option<f64>,
+    /// ... and the factor on access times while degraded (>= 1).
+    degrade_factor: Option<f64>,
+    /// ... on reads' access times (>= 1; default 1).
+    degrade_read_factor: Option<f64>,
 }
 
 fn load_profiles(path: &Path) -> Result<Vec<Profile>> {
     let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("--profiles {}: {e}", path.display()))?;
+    parse_profiles(&text, path)
+}
+
+/// The profiles of a --profiles file's `text` (`path` for messages).
+fn parse_profiles(text: &str, path: &Path) -> Result<Vec<Profile>> {
     let specs: std::collections::BTreeMap<String, ProfileSpec> =
-        toml::from_str(&text).map_err(|e| anyhow::anyhow!("--profiles {}: {e}", path.display()))?;
+        toml::from_str(text).map_err(|e| anyhow::anyhow!("--profiles {}: {e}", path.display()))?;
     let mut out = Vec::new();
     for (name, s) in specs {
         let access = |iops: Option<f64>, ms: Option<f64>, bw: f64, what: &str| -> Result<std::time::Duration> {
@@ -224,7 +282,31 @@ fn load_profiles(path: &Path) -> Result<Vec<Profile>> {
         }
         let ra = access(s.read_iops, s.read_access_ms, s.read_mbps, "read")?;
         let wa = access(s.write_iops, s.write_access_ms, s.write_mbps, "write")?;
-        out.push(Profile::from_access(&name, s.read_mbps, s.write_mbps, ra, wa));
+        let degrade = match (s.degrade_write_mbps, s.degrade_threshold_mb, s.degrade_factor) {
+            (None, None, None) => None,
+            (Some(rate), Some(threshold), Some(factor)) => {
+                let positive = |v: f64| v.is_finite() && v > 0.0;
+                if !positive(rate) || !positive(threshold) {
+                    bail!("profile {name}: degrade_write_mbps and degrade_threshold_mb must be positive");
+                }
+                if !(factor.is_finite() && factor >= 1.0) {
+                    bail!("profile {name}: degrade_factor must be at least 1");
+                }
+                let read_factor = s.degrade_read_factor.unwrap_or(1.0);
+                if !(read_factor.is_finite() && read_factor >= 1.0) {
+                    bail!("profile {name}: degrade_read_factor must be at least 1");
+                }
+                Some(Degrade { write_rate: rate * 1e6, threshold: threshold * 1e6, factor, read_factor })
+            }
+            _ => bail!(
+                "profile {name}: give all three of degrade_write_mbps, degrade_threshold_mb and degrade_factor, or none"
+            ),
+        };
+        let p = Profile::from_access(&name, s.read_mbps, s.write_mbps, ra, wa);
+        out.push(match degrade {
+            Some(d) => p.degrading(d),
+            None => p,
+        });
     }
     Ok(out)
 }
@@ -354,6 +436,30 @@ mod tests {
         assert_eq!(parse_watermarks("100,100"), Ok((100, 100)));
         for bad in ["95,98", "0,0", "101,50", "98", "a,b"] {
             assert!(parse_watermarks(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn profiles_files_take_all_three_degrade_fields_or_none() {
+        let path = Path::new("disks.toml");
+        let base = "read_mbps = 500\nwrite_mbps = 400\nread_access_ms = 0.05\nwrite_access_ms = 0.02\n";
+        let plain = parse_profiles(&format!("[fast]\n{base}"), path).unwrap();
+        assert_eq!(plain.len(), 1);
+        assert_eq!(plain[0].degrade, None);
+        let text = format!("[gc]\n{base}degrade_write_mbps = 4\ndegrade_threshold_mb = 8\ndegrade_factor = 200\n");
+        let gc = parse_profiles(&text, path).unwrap();
+        assert_eq!(gc[0].degrade, Some(Degrade { write_rate: 4e6, threshold: 8e6, factor: 200.0, read_factor: 1.0 }));
+        assert_eq!(gc[0].write_access, std::time::Duration::from_micros(20));
+        for (extra, want) in [
+            ("degrade_write_mbps = 4\n", "all three"),
+            ("degrade_write_mbps = 4\ndegrade_factor = 2\n", "all three"),
+            ("degrade_write_mbps = 0\ndegrade_threshold_mb = 8\ndegrade_factor = 2\n", "positive"),
+            ("degrade_write_mbps = 4\ndegrade_threshold_mb = -1\ndegrade_factor = 2\n", "positive"),
+            ("degrade_write_mbps = 4\ndegrade_threshold_mb = 8\ndegrade_factor = 0.5\n", "at least 1"),
+            ("degrade_write_mbps = 4\ndegrade_threshold_mb = 8\ndegrade_factor = nan\n", "at least 1"),
+        ] {
+            let e = parse_profiles(&format!("[bad]\n{base}{extra}"), path).unwrap_err().to_string();
+            assert!(e.contains("profile bad") && e.contains(want), "{extra}: {e}");
         }
     }
 }

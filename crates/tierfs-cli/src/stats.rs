@@ -159,6 +159,48 @@ fn render_status(r: &StatusReport) -> String {
             wb.diverted
         );
     }
+    if let Some(m) = &r.measured {
+        let us = |x: Option<f64>| x.map(|v| format!("{v:.0} µs")).unwrap_or_else(|| "-".into());
+        o += "\nmeasured response times (exponential averages):";
+        for t in &m.tiers {
+            o += &format!(
+                "  {} read {} write {} ({} reads, {} writes, {} written)",
+                t.tier,
+                us(t.read_us),
+                us(t.write_us),
+                t.reads,
+                t.writes,
+                format_size(t.written_bytes)
+            );
+            o += ";";
+        }
+        o.pop();
+        o += "\n";
+    }
+    if let Some(g) = &r.regulator {
+        let rate = format_size(g.rate_bytes_per_day as u64);
+        match g.budget_bytes_per_day {
+            Some(b) => {
+                o += &format!(
+                    "SSD writes today: {} of a {}/day budget ({} allowed by now); {} writes ({}) sent to the HDD today, {} in all; rate {}/day",
+                    format_size(g.today_bytes),
+                    format_size(b),
+                    format_size(g.allowed_now_bytes.unwrap_or(b)),
+                    g.diverted_today_writes,
+                    format_size(g.diverted_today_bytes),
+                    g.diverted_total_writes,
+                    rate
+                );
+            }
+            None => {
+                o += &format!("SSD writes today: {} (no write budget); rate {}/day", format_size(g.today_bytes), rate);
+            }
+        }
+        if let Some(d) = g.projected_lifetime_days {
+            o += &format!("; projected SSD lifetime at this rate: {:.1} years", d / 365.25);
+        }
+        o += "\n";
+    }
     if r.dropped_events > 0 {
         o += &format!("events dropped (statistics thread behind): {}\n", r.dropped_events);
     }

@@ -30,8 +30,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok(bytes.round() as u64)
 }
 
-/// Parses a duration: a number with an optional unit ms, s, m, h or d. A
-/// plain number is seconds.
+/// Seconds of a year (365.25 days).
+pub const YEAR_SECS: f64 = 365.25 * 86400.0;
+
+/// Parses a duration: a number with an optional unit ms, s, m, h, d, w
+/// or y (365.25 days). A plain number is seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
@@ -46,7 +49,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "m" | "min" => v * 60.0,
         "h" => v * 3600.0,
         "d" => v * 86400.0,
-        _ => return Err(format!("{s:?}: unknown duration unit (use ms, s, m, h or d)")),
+        "w" => v * 7.0 * 86400.0,
+        "y" => v * YEAR_SECS,
+        _ => return Err(format!("{s:?}: unknown duration unit (use ms, s, m, h, d, w or y)")),
     };
     if !secs.is_finite() || !(0.0..=1e12).contains(&secs) {
         return Err(format!("{s:?} is out of range"));
@@ -113,7 +118,9 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
         assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("5y").is_err());
+        assert!(parse_duration("5x").is_err());
+        assert_eq!(parse_duration("1w"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_duration("2y"), Ok(Duration::from_secs_f64(2.0 * 365.25 * 86_400.0)));
         assert_eq!(format_duration(Duration::from_secs(80)), "80s");
         assert_eq!(format_duration(Duration::from_secs(600)), "10m");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");

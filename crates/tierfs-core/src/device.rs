@@ -8,6 +8,13 @@
 //! of cached pages and metadata lookups of recently seen entries cost
 //! nothing, and writes are written back: the caller goes on at once unless
 //! the backlog of unwritten data exceeds a quarter of the cache.
+//!
+//! A profile may also degrade under write load, as an SSD does when its
+//! garbage collection cannot keep up with random writes (HybridStore §I,
+//! Wu-Reddy §III): every random write (one that pays the access time) adds
+//! its length to a debt, the debt drains at the device's garbage-collection
+//! rate over the time between requests, and while it is past a threshold
+//! every request's access time is multiplied by a factor ([`Degrade`]).
 
 use crate::clock::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -29,6 +36,36 @@ pub struct Profile {
     pub read_access: Duration,
     /// Access time of a write that does not continue the previous request.
     pub write_access: Duration,
+    /// How the device slows down under random writes (default: never).
+    #[serde(default)]
+    pub degrade: Option<Degrade>,
+}
+
+/// Degradation under write load: the device's garbage collection absorbs
+/// `write_rate` bytes of random writes per second; what it cannot absorb
+/// is a debt, and while the debt exceeds `threshold` the access time of
+/// every write is multiplied by `factor` and of every read by
+/// `read_factor` (reads wait less: the collector frees blocks for writes). Values are not checked here:
+/// `write_rate` and `threshold` should be positive and `factor` at least 1
+/// (a factor whose product is not a valid duration leaves access times as
+/// they are).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Degrade {
+    /// Bytes per second of random writes the device absorbs without
+    /// falling behind (its garbage-collection rate); the debt drains at it.
+    pub write_rate: f64,
+    /// Bytes of debt past which the device is degraded.
+    pub threshold: f64,
+    /// While degraded, the access time of every write (data or metadata)
+    /// is multiplied by this (>= 1).
+    pub factor: f64,
+    /// ... and of every read (>= 1; 1 when not given).
+    #[serde(default = "unit_factor")]
+    pub read_factor: f64,
+}
+
+fn unit_factor() -> f64 {
+    1.0
 }
 
 const MB: f64 = 1e6;
@@ -45,6 +82,7 @@ impl Profile {
             write_bw: write_mbps * MB,
             read_access: access(read_iops, read_mbps * MB),
             write_access: access(write_iops, write_mbps * MB),
+            degrade: None,
         }
     }
 
@@ -56,7 +94,19 @@ impl Profile {
         read_access: Duration,
         write_access: Duration,
     ) -> Self {
-        Profile { name: name.into(), read_bw: read_mbps * MB, write_bw: write_mbps * MB, read_access, write_access }
+        Profile {
+            name: name.into(),
+            read_bw: read_mbps * MB,
+            write_bw: write_mbps * MB,
+            read_access,
+            write_access,
+            degrade: None,
+        }
+    }
+
+    /// This profile, degrading under write load as `d` says.
+    pub fn degrading(self, d: Degrade) -> Profile {
+        Profile { degrade: Some(d), ..self }
     }
 
     /// The built-in profiles (design brief: Loris Table I, Hystor Table 1).
@@ -66,6 +116,22 @@ impl Profile {
             Profile::from_iops("ssd-sata", 550.0, 500.0, 35_000.0, 75_000.0),
             Profile::from_access("hdd-15k", 125.0, 125.0, Duration::from_micros(3600), Duration::from_micros(3600)),
             Profile::from_access("ssd-slc", 250.0, 180.0, Duration::from_micros(125), Duration::from_micros(125)),
+            // ssd-sata's figures, degrading past 8 MB of random writes its
+            // garbage collection (4 MB/s) has not absorbed. The factor makes
+            // a degraded random 4-KB write cost about twice hdd-7200's:
+            //   ssd-sata write access = 1/75 000 - 4096/500e6 = 13.333 - 8.192 = 5.141 µs
+            //   hdd-7200 random 4-KB write = 1/91 = 10.989 ms; twice that = 21.978 ms
+            //   factor = (21.978 ms - 8.192 µs) / 5.141 µs = 4273, rounded to 4300
+            //   degraded 4-KB write = 4300 × 5.141 µs + 8.192 µs = 22.11 ms (2.01 × hdd-7200)
+            // Reads wait for the collector less: 20 × 21.124 µs + 7.447 µs =
+            // 0.43 ms for a degraded random 4-KB read, still 20 times
+            // faster than hdd-7200's.
+            Profile::from_iops("ssd-gc", 550.0, 500.0, 35_000.0, 75_000.0).degrading(Degrade {
+                write_rate: 4e6,
+                threshold: 8e6,
+                factor: 4300.0,
+                read_factor: 20.0,
+            }),
         ]
     }
 
@@ -170,6 +236,14 @@ pub struct Device {
     pub busy: Duration,
     /// Requests that reached the device (cache misses).
     pub requests: u64,
+    /// Requests that reached the device while it was degraded.
+    pub degraded_requests: u64,
+    /// Random-write bytes garbage collection has not absorbed yet.
+    debt: f64,
+    /// Until when the debt has been drained.
+    debt_at: Timestamp,
+    /// Whether the last request found the device degraded.
+    degraded: bool,
 }
 
 /// The key space for metadata entries in the cache (distinct from pages).
@@ -179,28 +253,70 @@ impl Device {
     /// A device with a RAM cache of `cache_bytes` (0: none).
     pub fn new(profile: Profile, cache_bytes: u64) -> Self {
         let cache = (cache_bytes > 0).then(|| Lru::new((cache_bytes / PAGE) as usize));
-        Device { profile, busy_until: Timestamp(0), last: None, cache, cache_bytes, busy: Duration::ZERO, requests: 0 }
+        Device {
+            profile,
+            busy_until: Timestamp(0),
+            last: None,
+            cache,
+            cache_bytes,
+            busy: Duration::ZERO,
+            requests: 0,
+            degraded_requests: 0,
+            debt: 0.0,
+            debt_at: Timestamp(0),
+            degraded: false,
+        }
     }
 
-    /// Forgets the cache, the head position and the backlog (a cold start).
+    /// Forgets the cache, the head position, the backlog and the
+    /// garbage-collection debt (a cold start).
     pub fn reset(&mut self, now: Timestamp) {
         if let Some(c) = &mut self.cache {
             c.clear();
         }
         self.last = None;
         self.busy_until = now;
+        self.debt = 0.0;
+        self.debt_at = now;
+        self.degraded = false;
+    }
+
+    /// Whether the device was degraded for the last request that reached
+    /// it (false without a [`Degrade`] model, before any request and after
+    /// a reset).
+    pub fn degraded(&self) -> bool {
+        self.degraded
+    }
+
+    /// Drains the debt for the time since the last request, adds
+    /// `random_write` bytes and returns whether the device is degraded now.
+    fn account_debt(&mut self, now: Timestamp, random_write: u64) -> bool {
+        let Some(g) = &self.profile.degrade else { return false };
+        let elapsed = now.since(self.debt_at).as_secs_f64();
+        self.debt_at = self.debt_at.max(now);
+        self.debt = (self.debt - g.write_rate * elapsed).max(0.0) + random_write as f64;
+        self.degraded = self.debt > g.threshold;
+        self.degraded
     }
 
     /// Occupies the device for one request and returns when it completes.
     fn serve(&mut self, now: Timestamp, file: u64, off: u64, len: u64, write: bool) -> Timestamp {
         let continues = self.last == Some((file, off));
-        let access = if continues {
+        let degraded = self.account_debt(now, if write && !continues { len } else { 0 });
+        let mut access = if continues {
             Duration::ZERO
         } else if write {
             self.profile.write_access
         } else {
             self.profile.read_access
         };
+        if degraded {
+            self.degraded_requests += 1;
+            if let Some(g) = &self.profile.degrade {
+                let f = if write { g.factor } else { g.read_factor };
+                access = Duration::try_from_secs_f64(access.as_secs_f64() * f).unwrap_or(access);
+            }
+        }
         let cost = access + self.profile.transfer(len, write);
         let start = self.busy_until.max(now);
         self.busy_until = start.plus(cost);
@@ -379,5 +495,152 @@ mod tests {
         l.touch((1, 1));
         l.touch((1, 3));
         assert!(l.contains((1, 1)) && l.contains((1, 3)) && !l.contains((1, 2)));
+    }
+
+    /// 1 ms reads, 2 ms writes, 100 MB/s; degraded (×10) past 1 MB of
+    /// random-write debt, which drains at 1 MB/s.
+    fn degrading() -> Device {
+        let p = Profile::from_access("t", 100.0, 100.0, ms(1.0), ms(2.0)).degrading(Degrade {
+            write_rate: 1e6,
+            threshold: 1e6,
+            factor: 10.0,
+            read_factor: 10.0,
+        });
+        Device::new(p, 0)
+    }
+
+    /// Random 100-KB writes to `files` at `now` (queued, so no time drains the debt).
+    fn random_writes(d: &mut Device, now: Timestamp, files: std::ops::RangeInclusive<u64>) {
+        for f in files {
+            d.submit(now, Req::Write { file: f, off: 0, len: 100_000 });
+        }
+    }
+
+    #[test]
+    fn a_burst_of_random_writes_slows_every_request_until_the_debt_drains() {
+        let mut d = degrading();
+        let t0 = Timestamp::from_secs(10);
+        random_writes(&mut d, t0, 1..=10);
+        assert!(!d.degraded(), "a debt of exactly the threshold is not past it");
+        assert_eq!(d.degraded_requests, 0);
+        random_writes(&mut d, t0, 11..=11);
+        assert!(d.degraded(), "1.1 MB of debt");
+        assert_eq!(d.degraded_requests, 1, "the write that crosses the threshold is slowed too");
+        // Later requests pay ten times the access time; the transfer is unchanged.
+        let queued = d.submit(t0, Req::Sync);
+        let r = d.submit(t0, Req::Read { file: 50, off: 0, len: 100_000 });
+        assert!(close(r.since(queued), ms(10.0) + ms(1.0)), "{:?}", r.since(queued));
+        let w = d.submit(t0, Req::Write { file: 51, off: 0, len: 1000 });
+        assert!(close(w.since(r), ms(20.0) + ms(0.01)), "{:?}", w.since(r));
+        let m = d.submit(t0, Req::MetaRead { key: 3 });
+        assert!(close(m.since(w), ms(10.0)), "metadata too");
+        assert_eq!(d.degraded_requests, 4);
+        // 1.101 MB of debt: 50 ms drain 50 KB, not enough ...
+        let t1 = t0.plus(ms(50.0));
+        let queued = d.submit(t1, Req::Sync);
+        let r = d.submit(t1, Req::Read { file: 60, off: 0, len: 100_000 });
+        assert!(d.degraded());
+        assert!(close(r.since(queued.max(t1)), ms(11.0)));
+        // ... 200 ms drain 200 KB: back under the threshold, fast again.
+        let t2 = t0.plus(ms(200.0));
+        assert!(d.submit(t2, Req::Sync) <= t2, "the device is idle");
+        let r = d.submit(t2, Req::Read { file: 61, off: 0, len: 100_000 });
+        assert!(!d.degraded());
+        assert!(close(r.since(t2), ms(2.0)));
+        let w = d.submit(r, Req::Write { file: 62, off: 0, len: 100_000 });
+        assert!(close(w.since(r), ms(3.0)));
+        assert_eq!(d.degraded_requests, 5);
+    }
+
+    #[test]
+    fn sequential_writes_never_degrade_the_device() {
+        let mut d = degrading();
+        let t0 = Timestamp::from_secs(10);
+        // One random write, then 100 MB continuing it, all at once.
+        let mut t = d.submit(t0, Req::Write { file: 1, off: 0, len: 100_000 });
+        for i in 1..=1000 {
+            let next = d.submit(t0, Req::Write { file: 1, off: i * 100_000, len: 100_000 });
+            assert!(close(next.since(t), ms(1.0)), "bandwidth only");
+            t = next;
+        }
+        assert!(!d.degraded());
+        assert_eq!(d.degraded_requests, 0);
+        let r = d.submit(t0, Req::Read { file: 2, off: 0, len: 100_000 });
+        assert!(close(r.since(t), ms(2.0)));
+    }
+
+    #[test]
+    fn reset_clears_the_debt() {
+        let mut d = degrading();
+        let t0 = Timestamp::from_secs(10);
+        random_writes(&mut d, t0, 1..=20);
+        assert!(d.degraded());
+        d.reset(t0);
+        assert!(!d.degraded());
+        let r = d.submit(t0, Req::Read { file: 50, off: 0, len: 100_000 });
+        assert!(close(r.since(t0), ms(2.0)), "{:?}", r.since(t0));
+        assert!(!d.degraded());
+        // The count is a report figure: a reset keeps it.
+        assert_eq!(d.degraded_requests, 10);
+    }
+
+    #[test]
+    fn without_a_degrade_model_random_writes_cost_the_same_forever() {
+        let mut d = Device::new(Profile::from_access("t", 100.0, 100.0, ms(1.0), ms(2.0)), 0);
+        let t0 = Timestamp::from_secs(10);
+        random_writes(&mut d, t0, 1..=1000);
+        let queued = d.submit(t0, Req::Sync);
+        let w = d.submit(t0, Req::Write { file: 5000, off: 0, len: 100_000 });
+        assert!(close(w.since(queued), ms(3.0)));
+        assert!(!d.degraded());
+        assert_eq!(d.degraded_requests, 0);
+    }
+
+    #[test]
+    fn ssd_gc_degraded_is_slower_than_hdd_7200_and_faster_when_not() {
+        let hdd = Profile::named("hdd-7200").unwrap();
+        let hdd_write = hdd.write_access + hdd.transfer(4096, true);
+        let hdd_read = hdd.read_access + hdd.transfer(4096, false);
+        let gc = Profile::named("ssd-gc").unwrap();
+        let sata = Profile::named("ssd-sata").unwrap();
+        assert_eq!(Profile { name: "ssd-sata".into(), degrade: None, ..gc.clone() }, sata, "ssd-sata's figures");
+        let mut d = Device::new(gc, 0);
+        let t0 = Timestamp::from_secs(10);
+        let w = d.submit(t0, Req::Write { file: 0, off: 0, len: 4096 });
+        assert!(w.since(t0) * 100 < hdd_write, "fresh: {:?}", w.since(t0));
+        // 8 MB / 4 KB = 1953.1: the 1954th random 4-KB write crosses the threshold.
+        for f in 1..=2000 {
+            d.submit(t0, Req::Write { file: f, off: 0, len: 4096 });
+        }
+        assert!(d.degraded());
+        assert_eq!(d.degraded_requests, 2001 - 1953);
+        let queued = d.submit(t0, Req::Sync);
+        let w = d.submit(t0, Req::Write { file: 9000, off: 0, len: 4096 });
+        let slow = w.since(queued);
+        assert!(slow > hdd_write, "degraded: {slow:?} vs {hdd_write:?}");
+        let ratio = slow.as_secs_f64() / hdd_write.as_secs_f64();
+        assert!((1.9..2.1).contains(&ratio), "about twice hdd-7200: {ratio}");
+        let r = d.submit(t0, Req::Read { file: 9001, off: 0, len: 4096 });
+        let read = r.since(w);
+        assert!(read * 10 < hdd_read && read > Duration::from_micros(400), "degraded reads wait less: {read:?}");
+        // The debt is about 8.2 MB; 2 s at 4 MB/s drain it. The queue of
+        // degraded writes is over by then (48 × 22 ms + the rest).
+        let later = t0.plus(Duration::from_secs(3));
+        assert!(d.submit(later, Req::Sync) <= later);
+        let w = d.submit(later, Req::Write { file: 9002, off: 0, len: 4096 });
+        assert!(!d.degraded());
+        assert!(w.since(later) * 100 < hdd_write, "fast again: {:?}", w.since(later));
+    }
+
+    #[test]
+    fn profiles_without_a_degrade_field_deserialize_as_never_degrading() {
+        let sata = Profile::named("ssd-sata").unwrap();
+        let mut json = serde_json::to_value(&sata).unwrap();
+        json.as_object_mut().unwrap().remove("degrade");
+        let back: Profile = serde_json::from_value(json).unwrap();
+        assert_eq!(back, sata);
+        let gc = Profile::named("ssd-gc").unwrap();
+        let back: Profile = serde_json::from_str(&serde_json::to_string(&gc).unwrap()).unwrap();
+        assert_eq!(back, gc);
     }
 }

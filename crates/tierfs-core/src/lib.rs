@@ -18,6 +18,7 @@ pub mod extent;
 pub mod lockcheck;
 pub mod migrate;
 pub mod policy;
+pub mod regulator;
 pub mod report;
 pub mod runtime;
 pub mod settings;

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// A request to the daemon.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "cmd", rename_all = "kebab-case")]
 pub enum Request {
     /// The whole picture, with the `top` hottest files.
@@ -23,6 +23,14 @@ pub enum Request {
     Emulation {
         /// On or off.
         enabled: bool,
+    },
+    /// Give an emulated tier another device profile (a device that slows
+    /// down or recovers), keeping its cache and queue.
+    Profile {
+        /// "ssd" or "hdd".
+        tier: String,
+        /// The new profile.
+        profile: crate::device::Profile,
     },
 }
 
@@ -238,6 +246,42 @@ pub struct StatusReport {
     /// Write-back areas.
     #[serde(default)]
     pub write_back: WriteBackReport,
+    /// The tiers' measured response times (Wu-Reddy §III).
+    #[serde(default)]
+    pub measured: Option<MeasureReport>,
+    /// The SSD write regulator (HybridStore §IV-C).
+    #[serde(default)]
+    pub regulator: Option<crate::regulator::RegulatorReport>,
+}
+
+/// The measured response times of one tier.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct TierSpeed {
+    /// "ssd" or "hdd".
+    pub tier: String,
+    /// Exponential average of its read response times, microseconds.
+    pub read_us: Option<f64>,
+    /// Exponential average of its write response times, microseconds.
+    pub write_us: Option<f64>,
+    /// Read requests measured.
+    pub reads: u64,
+    /// Write requests measured.
+    pub writes: u64,
+    /// Bytes read from the tier.
+    pub read_bytes: u64,
+    /// Bytes written to the tier.
+    pub written_bytes: u64,
+}
+
+/// What the measurement of the tiers sees.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct MeasureReport {
+    /// SSD, then HDD.
+    pub tiers: Vec<TierSpeed>,
+    /// Probe rounds made (a tier no request reached).
+    pub probes: u64,
+    /// `measured`'s moves per second per policy directory.
+    pub token_rate: f64,
 }
 
 /// One policy directory (a group) and the files it governs.
@@ -307,6 +351,10 @@ pub struct MigrationReport {
     /// Files taken off the SSD because a write to them found no room.
     #[serde(default)]
     pub evacuations: u64,
+    /// Writes, promotions and copies the SSD write regulator sent to the
+    /// HDD.
+    #[serde(default)]
+    pub diverted: u64,
 }
 
 /// Sends one request to the daemon whose control socket is `socket` and

@@ -27,6 +27,25 @@ pub fn parse_percent(v: &str) -> std::result::Result<u8, String> {
     Ok(n)
 }
 
+/// `measured`'s δ: a decimal from 0.01 to 100 (`1`, `0.5`), kept in
+/// hundredths.
+pub fn parse_delta(v: &str) -> std::result::Result<u16, String> {
+    let bad =
+        || format!("{v:?}: δ is a decimal from 0.01 to 100 (1 moves a file when the other tier costs under half)");
+    let x: f64 = v.trim().parse().map_err(|_| bad())?;
+    let h = (x * 100.0).round();
+    if !(1.0..=10_000.0).contains(&h) {
+        return Err(bad());
+    }
+    Ok(h as u16)
+}
+
+/// Shows δ as it was given (`1`, `0.5`, `0.25`).
+pub fn format_delta(h: u16) -> String {
+    let s = format!("{}.{:02}", h / 100, h % 100);
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 /// The xattr namespace tierfs owns.
 pub const PREFIX: &str = "user.tierfs.";
 
@@ -46,6 +65,9 @@ pub enum Key {
     /// `user.tierfs.write-back` (directories): the write-back area of
     /// the subtree's files, percent of the SSD capacity (0: none).
     WriteBack,
+    /// `user.tierfs.delta` (directories): how much cheaper the other tier
+    /// must be before `measured` moves a file (δ, a decimal above 0).
+    Delta,
     /// `user.tierfs.pin` (files and directories).
     Pin,
     /// `user.tierfs.placement` (read-only: where a file's data is now,
@@ -55,13 +77,14 @@ pub enum Key {
 
 impl Key {
     /// Every key, for listing.
-    pub const ALL: [Key; 8] = [
+    pub const ALL: [Key; 9] = [
         Key::Policy,
         Key::PolicySource,
         Key::Sieve,
         Key::Interval,
         Key::Chunk,
         Key::WriteBack,
+        Key::Delta,
         Key::Pin,
         Key::Placement,
     ];
@@ -75,6 +98,7 @@ impl Key {
             Key::Interval => "user.tierfs.interval",
             Key::Chunk => "user.tierfs.chunk",
             Key::WriteBack => "user.tierfs.write-back",
+            Key::Delta => "user.tierfs.delta",
             Key::Pin => "user.tierfs.pin",
             Key::Placement => "user.tierfs.placement",
         }
@@ -98,7 +122,7 @@ impl Key {
 
     /// True for keys that only directories take.
     pub fn dirs_only(self) -> bool {
-        matches!(self, Key::Policy | Key::Sieve | Key::Interval | Key::Chunk | Key::WriteBack)
+        matches!(self, Key::Policy | Key::Sieve | Key::Interval | Key::Chunk | Key::WriteBack | Key::Delta)
     }
 
     /// True for keys that only show what is (they cannot be set).
@@ -125,6 +149,9 @@ pub struct Settings {
     /// Write-back area of this subtree, percent of the SSD capacity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_back: Option<u8>,
+    /// δ of `measured` in this subtree, hundredths.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta: Option<u16>,
     /// Pin of this file or subtree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pin: Option<Tier>,
@@ -158,6 +185,7 @@ impl Settings {
             || self.sieve.is_some()
             || self.interval.is_some()
             || self.chunk.is_some()
+            || self.delta.is_some()
             || self.pin.is_some()
     }
 
@@ -179,6 +207,7 @@ impl Settings {
             Key::Interval => self.interval.map(format_duration),
             Key::Chunk => self.chunk.map(format_size),
             Key::WriteBack => self.write_back.map(|p| format!("{p}%")),
+            Key::Delta => self.delta.map(format_delta),
             Key::Pin => self.pin.map(|t| t.name().to_string()),
             Key::PolicySource | Key::Placement => None,
         }
@@ -217,6 +246,7 @@ impl Settings {
                 self.chunk = Some(n);
             }
             Key::WriteBack => self.write_back = Some(parse_percent(v).map_err(bad)?),
+            Key::Delta => self.delta = Some(parse_delta(v).map_err(bad)?),
             Key::Pin => self.pin = Some(Tier::parse(v).ok_or_else(|| bad(format!("unknown tier {v:?} (ssd or hdd)")))?),
             Key::PolicySource | Key::Placement => return Err(bad("is read-only".into())),
         }
@@ -231,6 +261,7 @@ impl Settings {
             Key::Interval => self.interval.take().is_some(),
             Key::Chunk => self.chunk.take().is_some(),
             Key::WriteBack => self.write_back.take().is_some(),
+            Key::Delta => self.delta.take().is_some(),
             Key::Pin => self.pin.take().is_some(),
             Key::PolicySource | Key::Placement => false,
         }
@@ -244,6 +275,7 @@ impl Settings {
             interval: self.interval.or(parent.interval),
             chunk: self.chunk.or(parent.chunk),
             write_back: self.write_back.or(parent.write_back),
+            delta: self.delta.or(parent.delta),
             pin: self.pin.or(parent.pin),
         }
     }
@@ -280,6 +312,24 @@ mod tests {
         assert_eq!(Settings::decode(&s.encode()).unwrap(), s);
         assert!(s.unset(Key::Pin));
         assert!(!s.unset(Key::Pin));
+    }
+
+    #[test]
+    fn delta_is_a_decimal_kept_in_hundredths() {
+        assert_eq!(parse_delta("1"), Ok(100));
+        assert_eq!(parse_delta("0.5"), Ok(50));
+        assert_eq!(parse_delta(" 2.25 "), Ok(225));
+        for bad in ["0", "-1", "0.001", "101", "one", ""] {
+            assert!(parse_delta(bad).is_err(), "{bad}");
+        }
+        assert_eq!(format_delta(100), "1");
+        assert_eq!(format_delta(50), "0.5");
+        assert_eq!(format_delta(225), "2.25");
+        let mut s = Settings::default();
+        s.set(Key::Delta, b"0.5\n").unwrap();
+        assert_eq!(s.get(Key::Delta).as_deref(), Some("0.5"));
+        assert!(s.defines_group());
+        assert!(Key::Delta.dirs_only());
     }
 
     #[test]

@@ -20,6 +20,7 @@ use tierfs_core::state::ns::Namespace;
 use tierfs_core::state::SledKv;
 use tierfs_core::store::dir::DirStore;
 use tierfs_core::store::emulated::{Emulated, Emulation};
+use tierfs_core::store::measured::{Measured, Meter};
 use tierfs_core::tier::Tier;
 use tierfs_core::vfs::{IoMode, Volume, VolumeConfig};
 
@@ -73,6 +74,12 @@ pub struct MountConfig {
     pub write_back_max: u64,
     /// Write every dirty chunk of the write-back area back at unmount.
     pub flush_on_unmount: bool,
+    /// `measured`'s moves per second per policy directory.
+    pub measured_rate: f64,
+    /// Most bytes written to the SSD per day (the write regulator).
+    pub budget: Option<tierfs_core::regulator::Budget>,
+    /// The SSD's rated bytes written, for the projected lifetime.
+    pub endurance: Option<u64>,
 }
 
 /// An exclusive lock on a state directory, held while mounted.
@@ -160,8 +167,9 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
         }
         None => [None, None],
     };
-    let ssd = Emulated::new(ssd, models[0].clone());
-    let hdd = Emulated::new(hdd, models[1].clone());
+    let meters = [Meter::new(), Meter::new()];
+    let ssd = Measured::new(Emulated::new(ssd, models[0].clone()), meters[0].clone());
+    let hdd = Measured::new(Emulated::new(hdd, models[1].clone()), meters[1].clone());
     let meta_tier = if cfg.policy == tierfs_core::policy::PolicyKind::HddOnly { Tier::Hdd } else { Tier::Ssd };
     let vcfg = VolumeConfig {
         io_mode: cfg.io_mode,
@@ -181,6 +189,10 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
         chunk_period: cfg.chunk_period,
         write_back_max: cfg.write_back_max,
         flush_on_unmount: cfg.flush_on_unmount,
+        meters: Some(meters),
+        measured_rate: cfg.measured_rate,
+        budget: cfg.budget.clone(),
+        endurance: cfg.endurance,
         policy: cfg.policy,
         params: cfg.params,
         ssd_capacity: cfg.ssd_capacity,
@@ -265,8 +277,8 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     r.map_err(|e| MountError(format!("session ended with an error: {e}")))
 }
 
-/// The store of a mounted tier: a directory, emulated or not.
-type TierStore = Emulated<DirStore>;
+/// The store of a mounted tier: a directory, emulated or not, measured.
+type TierStore = Measured<Emulated<DirStore>>;
 
 /// How long the session may take to end once the mount is gone or a
 /// signal asked for it, before the FUSE connection is aborted (open files
@@ -399,6 +411,19 @@ impl Handler for Control {
                     m.set_enabled(enabled);
                 }
                 Response::Done
+            }
+            Request::Profile { tier, profile } => {
+                let Some(t) = Tier::parse(&tier) else {
+                    return Response::Error(format!("unknown tier {tier:?} (ssd or hdd)"));
+                };
+                match &self.models[t.idx()] {
+                    Some(m) => {
+                        tracing::info!(tier = %t, profile = %profile.name, "the emulated device changes its profile");
+                        m.set_profile(profile);
+                        Response::Done
+                    }
+                    None => Response::Error("this mount emulates no devices".into()),
+                }
             }
         }
     }

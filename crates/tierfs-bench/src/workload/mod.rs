@@ -7,6 +7,7 @@ mod fileserver;
 mod mail;
 mod mixed;
 mod postmark;
+mod updates;
 mod webserver;
 
 pub use db::Db;
@@ -57,6 +58,9 @@ pub struct Latency {
     pub p99_us: u64,
     /// Slowest.
     pub max_us: u64,
+    /// Mean.
+    #[serde(default)]
+    pub mean_us: u64,
 }
 
 /// What a run measured.
@@ -113,13 +117,14 @@ pub fn by_name(name: &str, p: Params) -> Option<Box<dyn Workload>> {
         "shifting" => Box::new(Shifting { p }),
         "mixed" => Box::new(Mixed { p }),
         "db" => Box::new(Db { p }),
+        "updates" => Box::new(updates::Updates { p }),
         _ => return None,
     })
 }
 
 /// The workload names.
 pub const NAMES: &[&str] =
-    &["mail", "postmark", "fileserver", "webserver", "webserver-zipf", "shifting", "mixed", "db"];
+    &["mail", "postmark", "fileserver", "webserver", "webserver-zipf", "shifting", "mixed", "db", "updates"];
 
 /// Counts operations, bytes and latencies.
 #[derive(Debug, Default)]
@@ -166,7 +171,13 @@ impl Recorder {
             txn_time_secs: None,
             bytes_read: self.read,
             bytes_written: self.written,
-            latency: Latency { p50_us: pct(0.5), p90_us: pct(0.9), p99_us: pct(0.99), max_us: pct(1.0) },
+            latency: Latency {
+                p50_us: pct(0.5),
+                p90_us: pct(0.9),
+                p99_us: pct(0.99),
+                max_us: pct(1.0),
+                mean_us: self.lat.iter().map(|&l| l as u64).sum::<u64>().checked_div(ops).unwrap_or(0),
+            },
             files,
         }
     }

@@ -179,6 +179,15 @@ impl<S: Store> Engine<S> {
     /// thread). Returns false if there was none.
     pub(super) fn next_chunk_move(&self) -> bool {
         let Some((id, op)) = self.chunks.lock().queue.pop_front() else { return false };
+        if let ChunkOp::Add(_, chunk) = op {
+            let bytes = self.vol.chunk_size(id.ino).unwrap_or(chunk).bytes();
+            if !self.admit_ssd(bytes) {
+                // Over the SSD write budget: not copied, so not resident.
+                self.chunks.lock().monitor.resident.remove(id);
+                self.diverted_note(id.ino, "chunk copy");
+                return true;
+            }
+        }
         self.doing("migrator", format!("{op:?} of inode {}", id.ino));
         let r = self.vol.chunk_op(id.ino, op, &Pacer(self), &mut |_| Ok(()));
         // Looked up before `chunks` is locked: it is a leaf (nothing else,

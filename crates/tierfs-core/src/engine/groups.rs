@@ -204,6 +204,7 @@ impl Groups {
                 interval: s.interval.unwrap_or(dparams.interval),
                 chunk: s.chunk.unwrap_or(dparams.chunk),
                 write_back: s.write_back.unwrap_or(dparams.write_back),
+                delta: s.delta.unwrap_or(dparams.delta),
             },
             pin: s.pin,
             policy_from: from,

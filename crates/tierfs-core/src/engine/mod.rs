@@ -16,6 +16,7 @@
 pub mod account;
 mod chunks;
 pub mod groups;
+mod measure;
 pub mod rate;
 mod writeback;
 
@@ -155,7 +156,21 @@ pub struct EngineConfig {
     pub write_back_max: u64,
     /// Write every dirty chunk of the write-back area back at shutdown.
     pub flush_on_unmount: bool,
+    /// The meters of the tiers' stores (SSD, HDD): `measured`'s averages
+    /// and the regulator's count of SSD writes. None: nothing measured.
+    pub meters: Option<[Arc<crate::store::measured::Meter>; 2]>,
+    /// `measured`'s moves per second per policy directory (its tokens).
+    pub measured_rate: f64,
+    /// Bytes the SSD may be written per day (the write regulator).
+    pub budget: Option<crate::regulator::Budget>,
+    /// Bytes the SSD may be written over its life, for the projected
+    /// lifetime.
+    pub endurance: Option<u64>,
 }
+
+/// `measured`'s default token rate: one move a second per directory, a
+/// conservative static rate as in Wu-Reddy's prototype.
+pub const DEFAULT_MEASURED_RATE: f64 = 1.0;
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -177,6 +192,10 @@ impl Default for EngineConfig {
             chunk_period: crate::extent::defaults::PERIOD,
             write_back_max: crate::extent::writeback::DEFAULT_MAX_WRITE,
             flush_on_unmount: true,
+            meters: None,
+            measured_rate: DEFAULT_MEASURED_RATE,
+            budget: None,
+            endurance: None,
         }
     }
 }
@@ -205,6 +224,7 @@ struct Counters {
     evictions: AtomicU64,
     bytes_moved: AtomicU64,
     failed: AtomicU64,
+    diverted: AtomicU64,
 }
 
 /// What the cleaner is asked to do.
@@ -279,6 +299,12 @@ pub struct Engine<S: Store> {
     wb_cv: Condvar,
     /// The unmount is writing the write-back areas back.
     flushing: AtomicBool,
+    /// The state database (the regulator's state).
+    kv: Arc<dyn Kv>,
+    /// `measured`'s tokens, the moves of each file, probes (a leaf).
+    measure: Mutex<measure::Measure>,
+    /// The SSD write regulator (a leaf).
+    regulator: Mutex<crate::regulator::Regulator>,
 }
 
 /// Notes kept for `tierfs stats --file` (the latest decision per file).
@@ -333,6 +359,7 @@ impl<S: Store> Engine<S> {
         // SAFETY: malloc_trim has no preconditions.
         unsafe { libc::malloc_trim(0) };
         let period = cfg.chunk_period;
+        let regulator = crate::regulator::Regulator::new(cfg.budget.clone(), cfg.endurance);
         let limiter = RateLimiter::new(cfg.migrate_rate, (cfg.migrate_rate / 4).max(1 << 20));
         let mut groups = Groups::new(cfg.policy, cfg.params);
         let stored: Vec<(Ino, Stored, bool)> = vol
@@ -386,7 +413,10 @@ impl<S: Store> Engine<S> {
         let e = Arc::new(Engine {
             vol,
             stats: Mutex::new(stats),
-            store: StatsStore::new(kv),
+            store: StatsStore::new(kv.clone()),
+            kv,
+            measure: Mutex::new(measure::Measure::default()),
+            regulator: Mutex::new(regulator),
             clock,
             cfg,
             sink,
@@ -414,6 +444,7 @@ impl<S: Store> Engine<S> {
             wb_cv: Condvar::new(),
             flushing: AtomicBool::new(false),
         });
+        e.load_regulator();
         let taken = e.wb_load();
         e.load_resident(&taken);
         e.vol.set_hooks(Arc::new(EngineHooks(Arc::downgrade(&e))));
@@ -471,18 +502,28 @@ impl<S: Store> Engine<S> {
 
     /// Runs `f` with a view of group `g` (`open`: see [`Engine::is_busy`]).
     fn with_view<R>(&self, st: &Stats, g: Group, open: bool, f: impl FnOnce(&View<'_>) -> R) -> R {
+        self.with_view_tokens(st, g, open, 0, f)
+    }
+
+    /// [`Engine::with_view`] with `tokens` moves to spend (`measured`).
+    fn with_view_tokens<R>(&self, st: &Stats, g: Group, open: bool, tokens: u32, f: impl FnOnce(&View<'_>) -> R) -> R {
         let (_, params) = self.setting(g);
+        let now = self.clock.now();
         let pin = |i: Ino| self.pin(i, st.get(i).map(|f| f.group));
         let busy = |i: Ino| self.is_busy(i, open);
+        let moves = |i: Ino| self.moves_of(i, now);
         let v = View {
             stats: st,
-            now: self.clock.now(),
+            now,
             space: self.space(),
             group: g,
             params,
             pin: &pin,
             busy: &busy,
             evicted_bytes: self.evicted_bytes.load(Ordering::Relaxed),
+            speeds: self.speeds(),
+            tokens,
+            moves: &moves,
         };
         f(&v)
     }
@@ -588,10 +629,12 @@ impl<S: Store> Engine<S> {
         for g in groups {
             let (kind, _) = self.setting(g);
             let last = self.last_run.lock().get(&g).copied();
-            let (plan, ran) = self.with_view(&st, g, false, |v| kind.policy().on_tick(v, last));
+            let tokens = if kind == PolicyKind::Measured { self.tokens(g, now) } else { 0 };
+            let (plan, ran) = self.with_view_tokens(&st, g, false, tokens, |v| kind.policy().on_tick(v, last));
             if ran {
                 self.last_run.lock().insert(g, now);
             }
+            self.spend_tokens(g, plan.steps.len() as u32);
             self.enqueue(plan);
         }
         self.chunk_tick(&st, now);
@@ -605,6 +648,7 @@ impl<S: Store> Engine<S> {
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "statistics flush failed"),
             }
+            self.save_regulator();
             *last_flush = now;
         }
     }
@@ -694,6 +738,7 @@ impl<S: Store> Engine<S> {
             if stopping {
                 break;
             }
+            self.probe_tiers(self.clock.now());
         }
         self.maintain(self.clock.now(), &mut last_flush, true);
     }
@@ -734,10 +779,18 @@ impl<S: Store> Engine<S> {
     /// Carries out one move and records its outcome. With `may_wait`, a
     /// move to the SSD that finds no room waits for the cleaner once.
     fn execute(&self, step: Step, ctl: &dyn Control, may_wait: bool) -> bool {
+        if matches!(step.mv, Move::Promote | Move::Copy) && !self.admit_ssd(step.size) {
+            self.diverted_note(step.ino, &format!("{:?}", step.mv));
+            return false;
+        }
         let counter = self.stats.lock().get(step.ino).map(|f| f.counter).unwrap_or(0);
         let mut r = self.vol.migrate(step.ino, step.mv, ctl);
         if may_wait && matches!(r, Ok(Outcome::Skipped(Skip::NoSpace))) && self.wait_room(step.ino, step.size, false) {
             r = self.vol.migrate(step.ino, step.mv, ctl);
+        }
+        if matches!(step.mv, Move::Promote | Move::Copy) && !matches!(r, Ok(Outcome::Done(_))) {
+            // Admitted, not written: the room goes back to the budget.
+            self.regulator.lock().release(step.size);
         }
         match r {
             Ok(Outcome::Done(bytes)) => {
@@ -750,6 +803,7 @@ impl<S: Store> Engine<S> {
                 };
                 n.fetch_add(1, Ordering::Relaxed);
                 c.bytes_moved.fetch_add(bytes, Ordering::Relaxed);
+                self.moved(step.ino);
                 if matches!(step.reason, Reason::Evict { .. } | Reason::BackgroundClean { .. }) {
                     c.evictions.fetch_add(1, Ordering::Relaxed);
                     self.stats.lock().last_evicted = Some(counter);
@@ -1158,6 +1212,7 @@ impl<S: Store> Engine<S> {
             evicted_bytes: self.evicted_bytes.load(Ordering::Relaxed),
             room_waits: c.room_waits.load(Ordering::Relaxed),
             evacuations: c.evacuations.load(Ordering::Relaxed),
+            diverted: c.diverted.load(Ordering::Relaxed),
         };
         let io_mode = self.vol.io_mode();
         StatusReport {
@@ -1185,6 +1240,8 @@ impl<S: Store> Engine<S> {
             emulation: Vec::new(),
             remap: self.remap_report(),
             write_back: self.wb_report(),
+            measured: self.measure_report(),
+            regulator: Some(self.regulator_report()),
         }
     }
 
@@ -1288,6 +1345,7 @@ impl<S: Store> Engine<S> {
                 Key::Interval => crate::config::format_duration(e.params.interval),
                 Key::Chunk => crate::config::format_size(e.params.chunk),
                 Key::WriteBack => format!("{}%", crate::policy::write_back_percent(e.policy, &e.params)),
+                Key::Delta => crate::settings::format_delta(e.params.delta),
                 Key::Placement => {
                     let rec = self.vol.record(ino)?;
                     if is_dir {
@@ -1509,7 +1567,18 @@ impl<S: Store> Hooks for EngineHooks<S> {
             return Some(t);
         }
         let (kind, _) = e.setting(e.group_of(parent));
-        Some(kind.policy().initial_tier())
+        match kind.policy().initial_tier() {
+            // A new file is a write that can go elsewhere.
+            Tier::Ssd if !e.admit_ssd(0) => {
+                e.counters.diverted.fetch_add(1, Ordering::Relaxed);
+                Some(Tier::Hdd)
+            }
+            t => Some(t),
+        }
+    }
+
+    fn ssd_write_ok(&self, _ino: Ino, bytes: u64) -> bool {
+        self.0.upgrade().is_none_or(|e| e.required_ssd(bytes))
     }
 
     fn reserve_ssd(&self, ino: Ino, bytes: u64) -> bool {
@@ -1569,8 +1638,9 @@ impl<S: Store> Hooks for EngineHooks<S> {
 
     fn passthrough_write_ok(&self, _ino: Ino) -> bool {
         match self.0.upgrade() {
-            // With a capacity limit every SSD write must be accounted.
-            Some(e) if e.cfg.ssd_capacity.is_some() => false,
+            // With a capacity limit every SSD write must be accounted, and
+            // with a write budget every SSD write must be seen.
+            Some(e) if e.cfg.ssd_capacity.is_some() || e.regulated() => false,
             Some(e) => e.vol.tiers.store(Tier::Ssd).statfs().map(|s| s.avail >= 1 << 30).unwrap_or(false),
             None => true,
         }

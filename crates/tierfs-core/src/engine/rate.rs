@@ -41,9 +41,59 @@ impl RateLimiter {
     }
 }
 
+/// Wu-Reddy's migration tokens: `rate` per second, at most `burst`
+/// saved up; a move spends one. Pure: the time comes in.
+#[derive(Clone, Debug)]
+pub struct Tokens {
+    rate: f64,
+    burst: f64,
+    level: f64,
+    last: Option<Timestamp>,
+}
+
+impl Tokens {
+    /// A bucket filling at `rate` tokens per second, holding at most
+    /// `burst` (at least one); it starts empty.
+    pub fn new(rate: f64, burst: f64) -> Self {
+        Tokens { rate: rate.max(0.0), burst: burst.max(1.0), level: 0.0, last: None }
+    }
+
+    /// Whole tokens available at `now`.
+    pub fn available(&mut self, now: Timestamp) -> u32 {
+        if let Some(last) = self.last {
+            self.level = (self.level + now.since(last).as_secs_f64() * self.rate).min(self.burst);
+        }
+        self.last = Some(now.max(self.last.unwrap_or(now)));
+        self.level.floor() as u32
+    }
+
+    /// Spends `n` tokens (no more than are available).
+    pub fn spend(&mut self, n: u32) {
+        self.level = (self.level - n as f64).max(0.0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tokens_fill_at_their_rate_up_to_the_burst_and_moves_spend_them() {
+        let mut t = Tokens::new(0.5, 3.0);
+        let t0 = Timestamp::from_secs(1000);
+        assert_eq!(t.available(t0), 0, "it starts empty");
+        assert_eq!(t.available(t0.plus(Duration::from_secs(1))), 0, "half a token");
+        assert_eq!(t.available(t0.plus(Duration::from_secs(2))), 1);
+        t.spend(1);
+        assert_eq!(t.available(t0.plus(Duration::from_secs(2))), 0);
+        // A long idle time saves up at most the burst.
+        assert_eq!(t.available(t0.plus(Duration::from_secs(3600))), 3);
+        t.spend(5);
+        assert_eq!(t.available(t0.plus(Duration::from_secs(3600))), 0, "never below zero");
+        // A clock that steps back adds nothing.
+        assert_eq!(t.available(t0), 0);
+        assert_eq!(t.available(t0.plus(Duration::from_secs(3602))), 1);
+    }
 
     #[test]
     fn keeps_the_rate_with_a_manual_clock() {

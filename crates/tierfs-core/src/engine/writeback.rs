@@ -82,6 +82,11 @@ impl<S: Store> Engine<S> {
     }
 
     pub(super) fn wb_reserve(&self, g: Group, bytes: u64) -> bool {
+        if !self.admit_ssd(bytes) {
+            // The SSD write budget is spent for now: to the HDD.
+            self.counters.diverted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return false;
+        }
         let quota = self.wb_quota(g);
         let now = self.clock.now();
         let mut wb = self.wb.lock();

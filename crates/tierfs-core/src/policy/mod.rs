@@ -13,6 +13,7 @@ mod hdd_only;
 mod hystor;
 mod interval_cache;
 mod interval_hot_dst;
+pub mod measured;
 mod on_demand_cache;
 mod plain_cold_dst;
 mod ssd_only;
@@ -60,11 +61,14 @@ pub enum PolicyKind {
     /// On-demand caching of reads; writes land on the SSD first, whole
     /// small files in the write-back area, and are scrubbed to the HDD.
     WriteBackCache,
+    /// New files on the SSD; a recently used file moves to the tier where
+    /// its measured cost is lower (Wu-Reddy's measurement-driven migration).
+    Measured,
 }
 
 impl PolicyKind {
     /// Every policy, in the order of the design brief.
-    pub const ALL: [PolicyKind; 12] = [
+    pub const ALL: [PolicyKind; 13] = [
         PolicyKind::DynamicHotDst,
         PolicyKind::IntervalHotDst,
         PolicyKind::PlainColdDst,
@@ -77,6 +81,7 @@ impl PolicyKind {
         PolicyKind::Hystor,
         PolicyKind::WriteThroughCache,
         PolicyKind::WriteBackCache,
+        PolicyKind::Measured,
     ];
 
     /// The name used on the command line and in xattrs.
@@ -94,6 +99,7 @@ impl PolicyKind {
             PolicyKind::Hystor => "hystor",
             PolicyKind::WriteThroughCache => "write-through-cache",
             PolicyKind::WriteBackCache => "write-back-cache",
+            PolicyKind::Measured => "measured",
         }
     }
 
@@ -118,6 +124,7 @@ impl PolicyKind {
             PolicyKind::Hystor => &hystor::Hystor,
             PolicyKind::WriteThroughCache => &write_cache::WriteThroughCache,
             PolicyKind::WriteBackCache => &write_cache::WriteBackCache,
+            PolicyKind::Measured => &measured::Measured,
         }
     }
 }
@@ -141,6 +148,14 @@ pub struct Params {
     /// Write-back area (Hystor §5.5), percent of the SSD capacity; 0: none.
     #[serde(default)]
     pub write_back: u8,
+    /// `measured`: how much cheaper the other tier must be before a file
+    /// moves, δ in hundredths (100: the other tier costs less than half).
+    #[serde(default = "default_delta")]
+    pub delta: u16,
+}
+
+fn default_delta() -> u16 {
+    measured::DEFAULT_DELTA
 }
 
 fn default_chunk() -> u64 {
@@ -154,7 +169,13 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(80);
 
 impl Default for Params {
     fn default() -> Self {
-        Params { sieve: DEFAULT_SIEVE, interval: DEFAULT_INTERVAL, chunk: default_chunk(), write_back: 0 }
+        Params {
+            sieve: DEFAULT_SIEVE,
+            interval: DEFAULT_INTERVAL,
+            chunk: default_chunk(),
+            write_back: 0,
+            delta: default_delta(),
+        }
     }
 }
 
@@ -210,6 +231,14 @@ pub enum Reason {
         /// Its counter.
         counter: u32,
     },
+    /// Its expected response time on the other tier is lower by more than
+    /// δ (`measured`).
+    Measured {
+        /// Expected response time where it is, microseconds.
+        here_us: u32,
+        /// Expected response time on the other tier, microseconds.
+        there_us: u32,
+    },
 }
 
 impl fmt::Display for Reason {
@@ -224,6 +253,9 @@ impl fmt::Display for Reason {
             Reason::Pinned => write!(f, "pinned"),
             Reason::PolicyChange => write!(f, "its policy changed"),
             Reason::BackgroundClean { counter } => write!(f, "freed by the background cleaner (counter {counter})"),
+            Reason::Measured { here_us, there_us } => {
+                write!(f, "measured: {here_us} µs per request here, {there_us} µs on the other tier")
+            }
         }
     }
 }
@@ -255,6 +287,13 @@ pub enum NotMoved {
     Busy,
     /// Would not fit even after evicting colder files.
     NoRoom,
+    /// Moved often enough this hour (`measured`'s bound on oscillation).
+    Damped {
+        /// Its moves in the last hour.
+        moves: u32,
+    },
+    /// The SSD write budget is spent for now (the write regulator).
+    OverBudget,
 }
 
 impl fmt::Display for NotMoved {
@@ -267,6 +306,8 @@ impl fmt::Display for NotMoved {
             NotMoved::Pinned { tier } => write!(f, "pinned to the {tier}"),
             NotMoved::Busy => write!(f, "busy (open with passthrough or already queued)"),
             NotMoved::NoRoom => write!(f, "no room on the SSD even after evicting colder files"),
+            NotMoved::Damped { moves } => write!(f, "moved {moves} times in the last hour; stays for now"),
+            NotMoved::OverBudget => write!(f, "the SSD write budget is spent for now (write regulator)"),
         }
     }
 }
@@ -330,6 +371,12 @@ pub struct View<'a> {
     /// Bytes the cleaner has evicted in the foreground so far (the
     /// background cleaner's estimate of the space writers need).
     pub evicted_bytes: u64,
+    /// The measured response times of the tiers (SSD, HDD).
+    pub speeds: [crate::store::measured::Speed; 2],
+    /// Moves this group may plan now (`measured`'s token bucket).
+    pub tokens: u32,
+    /// How often a file was moved in the last hour.
+    pub moves: &'a dyn Fn(Ino) -> u32,
 }
 
 /// An architecture. See the module documentation.

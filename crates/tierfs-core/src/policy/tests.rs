@@ -3,6 +3,7 @@
 use super::*;
 use crate::clock::{Clock, ManualClock};
 use crate::stats::DEFAULT_AGING;
+use crate::store::measured::Speed;
 
 fn stats(files: &[(Ino, u32, Residence, u64)]) -> Stats {
     let mut s = Stats::new(DEFAULT_AGING);
@@ -28,6 +29,9 @@ struct Env {
     space: Space,
     evicted: u64,
     params: Params,
+    speeds: [Speed; 2],
+    tokens: u32,
+    moved: Vec<(Ino, u32)>,
 }
 
 impl Env {
@@ -39,11 +43,15 @@ impl Env {
             space: Space { used, limit },
             evicted: 0,
             params: Params::default(),
+            speeds: [Speed::default(); 2],
+            tokens: 0,
+            moved: vec![],
         }
     }
     fn with<R>(&self, s: &Stats, f: impl FnOnce(&View<'_>) -> R) -> R {
         let pin = |i: Ino| self.pins.iter().find(|p| p.0 == i).map(|p| p.1);
         let busy = |i: Ino| self.busy.contains(&i);
+        let moves = |i: Ino| self.moved.iter().find(|m| m.0 == i).map_or(0, |m| m.1);
         let v = View {
             stats: s,
             now: self.clock.now(),
@@ -53,6 +61,9 @@ impl Env {
             pin: &pin,
             busy: &busy,
             evicted_bytes: self.evicted,
+            speeds: self.speeds,
+            tokens: self.tokens,
+            moves: &moves,
         };
         f(&v)
     }
@@ -244,4 +255,132 @@ fn names_roundtrip() {
         assert_eq!(k.policy().kind(), k);
     }
     assert_eq!(PolicyKind::parse("lru"), None);
+}
+
+/// Speeds in milliseconds: (read, write) of the SSD, then of the HDD.
+fn speeds(ssd: (f64, f64), hdd: (f64, f64)) -> [Speed; 2] {
+    let s = |(r, w): (f64, f64)| Speed { read: Some(r / 1e3), write: Some(w / 1e3) };
+    [s(ssd), s(hdd)]
+}
+
+/// Files with (ino, residence, reads, writes, counter), used at t = 1000 s.
+fn used(files: &[(Ino, Residence, u32, u32, u32)]) -> Stats {
+    let mut s = Stats::new(DEFAULT_AGING);
+    for (i, (ino, residence, reads, writes, counter)) in files.iter().enumerate() {
+        s.insert(
+            *ino,
+            FileStats {
+                counter: *counter,
+                residence: *residence,
+                size: 4096,
+                seq: i as u64 + 1,
+                last_access: 1000,
+                reads: *reads,
+                writes: *writes,
+                ..FileStats::default()
+            },
+        );
+    }
+    s
+}
+
+#[test]
+fn the_measured_cost_weighs_each_tiers_times_by_the_files_reads_and_writes() {
+    use super::measured::{cost, worth_moving};
+    let sp = Speed { read: Some(0.001), write: Some(0.010) };
+    assert_eq!(cost(1, 0, sp), Some(0.001));
+    assert_eq!(cost(0, 1, sp), Some(0.010));
+    assert!((cost(3, 1, sp).unwrap() - (3.0 * 0.001 + 0.010) / 4.0).abs() < 1e-12);
+    assert_eq!(cost(0, 0, sp), None, "never used: no cost");
+    assert_eq!(cost(1, 1, Speed { read: Some(0.001), write: None }), None, "writes not measured yet");
+    assert_eq!(cost(5, 0, Speed { read: Some(0.002), write: None }), Some(0.002), "only what it does counts");
+    // δ = 1: the other tier must cost under half.
+    assert!(worth_moving(2.01, 1.0, 100));
+    assert!(!worth_moving(2.0, 1.0, 100));
+    assert!(worth_moving(1.6, 1.0, 50), "δ = 0.5");
+    assert!(!worth_moving(2.5, 1.0, 200), "δ = 2");
+}
+
+#[test]
+fn measured_moves_write_heavy_files_off_a_slow_ssd_and_keeps_read_heavy_ones() {
+    let pol = PolicyKind::Measured.policy();
+    assert_eq!(pol.initial_tier(), Tier::Ssd);
+    // SSD: fast reads, writes slowed to 30 ms by garbage collection; HDD 10 ms.
+    let s = used(&[
+        (1, Residence::Ssd, 1, 99, 500), // write-heavy
+        (2, Residence::Ssd, 99, 1, 400), // read-heavy
+        (3, Residence::Hdd, 99, 1, 300), // read-heavy, on the HDD
+        (4, Residence::Hdd, 1, 99, 200), // write-heavy, on the HDD
+    ]);
+    let mut env = Env::new(0, 1 << 30);
+    env.clock.set(Timestamp::from_secs(1010));
+    env.speeds = speeds((0.1, 30.0), (10.0, 10.0));
+    env.tokens = 10;
+    let p = env.with(&s, |v| pol.on_tick(v, None).0);
+    assert_eq!(moves(&p), vec![(1, Move::Demote), (3, Move::Promote)], "hottest first");
+    assert!(
+        matches!(p.steps[0].reason, Reason::Measured { here_us, there_us } if here_us > 29_000 && there_us == 10_000)
+    );
+    // The SSD recovered: the write-heavy HDD file comes back.
+    env.speeds = speeds((0.1, 0.1), (10.0, 10.0));
+    let p = env.with(&s, |v| pol.on_tick(v, None).0);
+    assert_eq!(moves(&p), vec![(3, Move::Promote), (4, Move::Promote)]);
+    // No figures for a tier: nothing moves.
+    env.speeds[1] = Speed::default();
+    assert!(env.with(&s, |v| pol.on_tick(v, None).0).is_empty());
+}
+
+#[test]
+fn measured_spends_at_most_its_tokens_and_damps_a_file_that_moved_often() {
+    let pol = PolicyKind::Measured.policy();
+    let s = used(&[(1, Residence::Ssd, 0, 10, 50), (2, Residence::Ssd, 0, 10, 40), (3, Residence::Ssd, 0, 10, 30)]);
+    let mut env = Env::new(0, 1 << 30);
+    env.speeds = speeds((0.1, 30.0), (10.0, 10.0));
+    assert!(env.with(&s, |v| pol.on_tick(v, None).0).is_empty(), "no token, no move");
+    env.tokens = 2;
+    let p = env.with(&s, |v| pol.on_tick(v, None).0);
+    assert_eq!(moves(&p), vec![(1, Move::Demote), (2, Move::Demote)], "two tokens, the two hottest");
+    env.moved = vec![(1, super::measured::MAX_MOVES_PER_HOUR)];
+    env.pins = vec![(2, Tier::Ssd)];
+    let p = env.with(&s, |v| pol.on_tick(v, None).0);
+    assert_eq!(moves(&p), vec![(3, Move::Demote)]);
+    assert_eq!(
+        p.skipped,
+        vec![
+            (1, NotMoved::Damped { moves: super::measured::MAX_MOVES_PER_HOUR }),
+            (2, NotMoved::Pinned { tier: Tier::Ssd })
+        ]
+    );
+    // δ: with δ = 3 a 3-times cheaper tier is not enough.
+    env.params.delta = 300;
+    env.moved.clear();
+    env.pins.clear();
+    assert!(env.with(&s, |v| pol.on_tick(v, None).0).is_empty());
+}
+
+#[test]
+fn measured_leaves_files_not_used_lately_and_sieves_promotions() {
+    let pol = PolicyKind::Measured.policy();
+    let mut s = used(&[(1, Residence::Hdd, 10, 0, 50), (2, Residence::Hdd, 10, 0, 40)]);
+    s.insert(
+        7,
+        FileStats {
+            residence: Residence::Hdd,
+            size: 4096,
+            reads: 10,
+            last_access: 100,
+            counter: 90,
+            seq: 9,
+            ..FileStats::default()
+        },
+    );
+    let mut big = *s.get(2).unwrap();
+    big.size = 2 << 20;
+    s.insert(2, big);
+    let mut env = Env::new(0, 1 << 30);
+    env.speeds = speeds((0.1, 0.1), (10.0, 10.0));
+    env.tokens = 10;
+    let p = env.with(&s, |v| pol.on_tick(v, None).0);
+    assert_eq!(moves(&p), vec![(1, Move::Promote)], "7 was last used 900 s ago; 2 is past the sieve");
+    assert_eq!(p.skipped, vec![(2, NotMoved::Sieved { size: 2 << 20, sieve: 1 << 20 })]);
 }

@@ -48,6 +48,12 @@ impl Emulation {
         self.enabled.store(on, Ordering::Release);
     }
 
+    /// Changes the device's profile (it slows down or recovers); its cache,
+    /// queue and counters stay.
+    pub fn set_profile(&self, p: Profile) {
+        self.device.lock().profile = p;
+    }
+
     /// The profile's name, busy time and device requests so far.
     pub fn usage(&self) -> (String, Duration, u64) {
         let d = self.device.lock();

@@ -7,6 +7,7 @@
 
 pub mod dir;
 pub mod emulated;
+pub mod measured;
 pub mod mem;
 
 use std::ffi::{OsStr, OsString};

@@ -105,6 +105,8 @@ pub(crate) enum Attempt<T> {
     NoRoom(u64),
     /// The SSD file system itself is full.
     Full(u64),
+    /// The SSD's write budget is spent: the file leaves the SSD first.
+    OverBudget,
 }
 
 /// Bytes a change that makes a file end at `end` instead of `cur` may
@@ -486,6 +488,9 @@ impl<S: Store> Volume<S> {
             return err(libc::EBADF);
         }
         if let Some(shadow) = self.split_shadow(&h.oi)? {
+            if !force && !hooks.ssd_write_ok(h.ino, len) {
+                return Ok(Attempt::OverBudget);
+            }
             return self.split_write(h, &primary, &shadow, off, data);
         }
         let copy = self.live_copy(&h.oi, &io).cloned();
@@ -506,6 +511,11 @@ impl<S: Store> Volume<S> {
         // Holes inside a file are rare; the account is trued up from the
         // file itself right after.
         let want = if ssd { alloc_growth(cur, end) } else { 0 };
+        // The last try writes wherever the file is: a write never fails
+        // for the budget's sake.
+        if ssd && !force && !hooks.ssd_write_ok(h.ino, len) {
+            return Ok(Attempt::OverBudget);
+        }
         if !self.take_room(h.ino, want, force) {
             return Ok(Attempt::NoRoom(want));
         }
@@ -645,6 +655,9 @@ impl<S: Store> Volume<S> {
                     if !hooks.wait_for_room(ino, bytes, true) {
                         self.evacuate(ino);
                     }
+                }
+                Attempt::OverBudget => {
+                    self.evacuate(ino);
                 }
             }
         }

@@ -159,6 +159,13 @@ pub trait Hooks: Send + Sync {
     fn evacuate(&self, _ino: Ino) -> Option<bool> {
         None
     }
+    /// May a write of `bytes` to data of `ino` that is on the SSD go
+    /// there? False when the SSD's write budget is spent: the file then
+    /// leaves the SSD (see [`Hooks::evacuate`]) and the write goes to the
+    /// HDD. Never waits.
+    fn ssd_write_ok(&self, _ino: Ino, _bytes: u64) -> bool {
+        true
+    }
     /// May a writable open of this SSD-resident file use passthrough (no
     /// per-write space checks)? Default: yes.
     fn passthrough_write_ok(&self, _ino: Ino) -> bool {

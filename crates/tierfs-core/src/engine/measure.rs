@@ -1,0 +1,279 @@
+//! The engine's side of measurement-driven migration (Wu-Reddy §III) and
+//! of the SSD write regulator (HybridStore §IV-C).
+//!
+//! Deciding is pure and lives elsewhere: the averages are kept by the
+//! tiers' [`Meter`](crate::store::measured::Meter)s, the cost test by
+//! [`crate::policy::measured`], the budget by [`crate::regulator`]. Here
+//! they meet the engine: each `measured` group's token bucket, the moves of
+//! each file in the last hour (the bound on oscillation), probes that keep
+//! a tier's averages current when no request reaches it, and the
+//! regulator's inputs (the SSD meter's byte count), decisions, and state in
+//! the state database.
+
+use super::Engine;
+use crate::clock::Timestamp;
+use crate::policy::PolicyKind;
+use crate::regulator::{Regulator, RegulatorReport};
+use crate::report::{MeasureReport, TierSpeed};
+use crate::state::ns::Ino;
+use crate::state::{Op, TreeId};
+use crate::stats::Group;
+use crate::store::measured::{Meter, Speed};
+use crate::store::{read_full, write_full, Store};
+use crate::tier::Tier;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::rate::Tokens;
+
+/// A tier whose averages of one kind got no sample for this long is probed.
+pub const PROBE_IDLE: Duration = Duration::from_secs(1);
+
+/// A probe counts as this many samples: it stands for the requests the
+/// idle tier did not serve, so that its average follows a recovered (or
+/// slowed) device within some twenty probes instead of two hundred.
+pub const PROBE_WEIGHT: u32 = 10;
+
+/// Size of a probe request, and of the probe file it lands in.
+const PROBE_IO: usize = 4096;
+const PROBE_FILE: u64 = 1 << 20;
+
+/// The window of [`crate::policy::measured::MAX_MOVES_PER_HOUR`].
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// Key of the regulator's state in the statistics tree.
+const REGULATOR_KEY: &[u8] = b"\xffregulator";
+
+/// Tokens saved up at most, in seconds of the rate.
+const TOKEN_BURST_SECS: f64 = 10.0;
+
+/// What the engine keeps for `measured` (a leaf lock: nothing else is
+/// taken while it is held).
+#[derive(Debug, Default)]
+pub(super) struct Measure {
+    tokens: HashMap<Group, Tokens>,
+    /// Moves of each file in the last hour, oldest first.
+    moved: HashMap<Ino, VecDeque<Timestamp>>,
+    /// Sample counts (SSD, HDD) at the last probe check, and its time.
+    seen: [(u64, u64); 2],
+    last_check: Option<Timestamp>,
+    probes: u64,
+    pos: u64,
+}
+
+impl Measure {
+    fn prune(&mut self, now: Timestamp) {
+        self.moved.retain(|_, q| {
+            while q.front().is_some_and(|t| now.since(*t) >= HOUR) {
+                q.pop_front();
+            }
+            !q.is_empty()
+        });
+    }
+}
+
+impl<S: Store> Engine<S> {
+    /// The measured speeds of both tiers (none without meters).
+    pub(super) fn speeds(&self) -> [Speed; 2] {
+        match &self.cfg.meters {
+            Some(m) => [m[0].speed(), m[1].speed()],
+            None => [Speed::default(); 2],
+        }
+    }
+
+    /// Moves group `g` may plan now (its token bucket).
+    pub(super) fn tokens(&self, g: Group, now: Timestamp) -> u32 {
+        let rate = self.cfg.measured_rate;
+        let mut m = self.measure.lock();
+        m.tokens.entry(g).or_insert_with(|| Tokens::new(rate, (rate * TOKEN_BURST_SECS).max(1.0))).available(now)
+    }
+
+    /// Spends `n` of group `g`'s tokens.
+    pub(super) fn spend_tokens(&self, g: Group, n: u32) {
+        if let Some(t) = self.measure.lock().tokens.get_mut(&g) {
+            t.spend(n);
+        }
+    }
+
+    /// Moves of `ino` in the last hour.
+    pub(super) fn moves_of(&self, ino: Ino, now: Timestamp) -> u32 {
+        let m = self.measure.lock();
+        m.moved.get(&ino).map_or(0, |q| q.iter().filter(|t| now.since(**t) < HOUR).count() as u32)
+    }
+
+    /// Records a move of `ino` that was carried out.
+    pub(super) fn moved(&self, ino: Ino) {
+        let now = self.clock.now();
+        let mut m = self.measure.lock();
+        let q = m.moved.entry(ino).or_default();
+        while q.front().is_some_and(|t| now.since(*t) >= HOUR) {
+            q.pop_front();
+        }
+        q.push_back(now);
+        if m.moved.len() > 100_000 {
+            m.prune(now);
+        }
+    }
+
+    /// True if some group runs `measured` (only then are tiers probed).
+    fn any_measured(&self) -> bool {
+        let groups = self.groups.lock().all();
+        groups.into_iter().any(|(g, _)| self.setting(g).0 == PolicyKind::Measured)
+    }
+
+    /// Probes each tier whose read or write averages got no sample for
+    /// [`PROBE_IDLE`]: without it a tier no request reaches (every
+    /// write-heavy file left the slow SSD) would keep its old average
+    /// forever, and files would never come back when it recovers. One
+    /// 4-KiB request at a scattered offset of `.tierfs/probe/probe`,
+    /// weighing [`PROBE_WEIGHT`] samples. At most 4 KiB a second is
+    /// written to an idle tier (about 350 MB a day, counted by the write
+    /// regulator). Only while some directory uses `measured`. Called by the
+    /// engine thread holding no lock.
+    pub(super) fn probe_tiers(&self, now: Timestamp) {
+        let Some(meters) = &self.cfg.meters else { return };
+        let due = {
+            let mut m = self.measure.lock();
+            if m.last_check.is_some_and(|t| now.since(t) < PROBE_IDLE) {
+                return;
+            }
+            m.last_check = Some(now);
+            let cur = [meters[0].samples(), meters[1].samples()];
+            let due = [0, 1].map(|i| (cur[i].0 == m.seen[i].0, cur[i].1 == m.seen[i].1));
+            m.seen = cur;
+            m.pos = m.pos.wrapping_add(1);
+            due
+        };
+        if !self.any_measured() {
+            return;
+        }
+        let pos = self.measure.lock().pos;
+        for t in Tier::ALL {
+            let (read, write) = due[t.idx()];
+            if !(read || write) {
+                continue;
+            }
+            if let Err(e) = self.probe(t, read, write, pos, &meters[t.idx()]) {
+                tracing::debug!(tier = %t, error = %e, "probe failed");
+            }
+        }
+        let seen = [meters[0].samples(), meters[1].samples()];
+        let mut m = self.measure.lock();
+        m.seen = seen;
+        m.probes += 1;
+    }
+
+    fn probe(&self, t: Tier, read: bool, write: bool, pos: u64, meter: &Meter) -> crate::Result<()> {
+        let s = self.vol.tiers.store(t);
+        let dir = self.vol.tiers.reserved(t, "probe")?;
+        let f = s.open(&dir, "probe".as_ref(), libc::O_RDWR | libc::O_CREAT, 0o600)?;
+        if s.fstat(&f)?.size < PROBE_FILE {
+            s.set_len(&f, PROBE_FILE)?;
+        }
+        // Scattered: a probe pays the access time, as a random request does.
+        let slots = PROBE_FILE / PROBE_IO as u64;
+        let off = (pos.wrapping_mul(7919) % slots) * PROBE_IO as u64;
+        let mut buf = vec![0u8; PROBE_IO];
+        // The store's meter takes one sample of each; the rest of the
+        // probe's weight is added here.
+        if read {
+            let t0 = Instant::now();
+            read_full(s, &f, &mut buf, off)?;
+            meter.weigh(false, t0.elapsed(), PROBE_WEIGHT - 1);
+        }
+        if write {
+            let t0 = Instant::now();
+            write_full(s, &f, &buf, (off + PROBE_FILE / 2) % PROBE_FILE)?;
+            meter.weigh(true, t0.elapsed(), PROBE_WEIGHT - 1);
+        }
+        Ok(())
+    }
+
+    /// The regulator, told the SSD's bytes written so far.
+    fn regulator(&self, now: Timestamp) -> parking_lot::MutexGuard<'_, Regulator> {
+        let mut r = self.regulator.lock();
+        if let Some(m) = &self.cfg.meters {
+            r.observe(now, m[0].written());
+        }
+        r
+    }
+
+    /// May a write that could go to the HDD instead (a new file, a
+    /// promotion or copy, a buffered write, a chunk) put `bytes` on the
+    /// SSD? False: it goes to the HDD (counted as diverted).
+    pub(super) fn admit_ssd(&self, bytes: u64) -> bool {
+        let now = self.clock.now();
+        self.regulator(now).admit(now, bytes)
+    }
+
+    /// May a write of `bytes` to data already on the SSD go there? False:
+    /// the file leaves the SSD first.
+    pub(super) fn required_ssd(&self, bytes: u64) -> bool {
+        let now = self.clock.now();
+        self.regulator(now).required(now, bytes)
+    }
+
+    /// True if a write budget is set (every SSD write must then be seen).
+    pub(super) fn regulated(&self) -> bool {
+        self.cfg.budget.is_some()
+    }
+
+    /// Reads the regulator's state (at mount).
+    pub(super) fn load_regulator(&self) {
+        match self.kv.get(TreeId::Stats, REGULATOR_KEY) {
+            Ok(Some(b)) => {
+                if !self.regulator.lock().restore(&b) {
+                    tracing::warn!("the SSD write regulator's state could not be read; today starts at zero");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot read the SSD write regulator's state"),
+        }
+    }
+
+    /// Writes the regulator's state (with the statistics, and at shutdown).
+    pub(super) fn save_regulator(&self) {
+        let now = self.clock.now();
+        let b = self.regulator(now).encode();
+        if let Err(e) = self.kv.apply(TreeId::Stats, vec![Op::Put(REGULATOR_KEY.to_vec(), b)]) {
+            tracing::warn!(error = %e, "cannot store the SSD write regulator's state");
+        }
+    }
+
+    /// The regulator's figures now.
+    pub(super) fn regulator_report(&self) -> RegulatorReport {
+        let now = self.clock.now();
+        self.regulator(now).report(now)
+    }
+
+    /// The measured speeds and probes, for `tierfs stats`.
+    pub(super) fn measure_report(&self) -> Option<MeasureReport> {
+        let meters = self.cfg.meters.as_ref()?;
+        let tiers = Tier::ALL
+            .iter()
+            .map(|t| {
+                let m = &meters[t.idx()];
+                let sp = m.speed();
+                let (reads, writes) = m.samples();
+                TierSpeed {
+                    tier: t.name().into(),
+                    read_us: sp.read.map(|s| s * 1e6),
+                    write_us: sp.write.map(|s| s * 1e6),
+                    reads,
+                    writes,
+                    read_bytes: m.read_bytes(),
+                    written_bytes: m.written(),
+                }
+            })
+            .collect();
+        let probes = self.measure.lock().probes;
+        Some(MeasureReport { tiers, probes, token_rate: self.cfg.measured_rate })
+    }
+
+    /// Counts a divertible write the regulator sent to the HDD.
+    pub(super) fn diverted_note(&self, ino: Ino, what: &str) {
+        self.counters.diverted.fetch_add(1, Ordering::Relaxed);
+        self.note(ino, format!("{what} not done: the SSD write budget is spent for now (write regulator)"));
+    }
+}

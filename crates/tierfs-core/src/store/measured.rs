@@ -1,0 +1,353 @@
+//! [`Measured`]: a store wrapper that times every data request of a tier
+//! and keeps Wu-Reddy's exponential averages of its read and write response
+//! times (§III: `avg = 0.99 avg + 0.01 sample`, every request size
+//! counted), and the bytes written to it (for the SSD write regulator).
+//!
+//! The policies never measure: the engine reads a [`Meter`] and hands the
+//! averages to them as values. What is measured is what a request of
+//! tierfs waits for at the backing store: on emulated tiers the device
+//! model, on real ones the backing file system, page cache included.
+//! Requests the kernel serves itself (FUSE passthrough) are not seen.
+
+use super::{DirEntry, FsStats, SetTime, Stat, Store, Target};
+use serde::{Deserialize, Serialize};
+use std::ffi::{OsStr, OsString};
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Weight of the old average (Wu-Reddy §III).
+pub const KEEP: f64 = 0.99;
+
+/// One step of the exponential average: the first sample is the average.
+pub fn fold(avg: Option<f64>, sample: f64) -> f64 {
+    match avg {
+        None => sample,
+        Some(a) => KEEP * a + (1.0 - KEEP) * sample,
+    }
+}
+
+/// No sample yet.
+const NONE: u64 = u64::MAX;
+
+/// An exponential average of seconds, updated without a lock.
+#[derive(Debug)]
+struct Average {
+    bits: AtomicU64,
+    samples: AtomicU64,
+}
+
+impl Default for Average {
+    fn default() -> Self {
+        Average { bits: AtomicU64::new(NONE), samples: AtomicU64::new(0) }
+    }
+}
+
+impl Average {
+    fn get(&self) -> Option<f64> {
+        match self.bits.load(Ordering::Acquire) {
+            NONE => None,
+            b => Some(f64::from_bits(b)),
+        }
+    }
+
+    fn add(&self, sample: f64) {
+        let mut old = self.bits.load(Ordering::Acquire);
+        loop {
+            let avg = (old != NONE).then(|| f64::from_bits(old));
+            let new = fold(avg, sample).to_bits();
+            match self.bits.compare_exchange_weak(old, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(cur) => old = cur,
+            }
+        }
+        self.samples.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Response times of one tier, as the policies see them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Speed {
+    /// Average read response time, seconds (None: nothing read yet).
+    pub read: Option<f64>,
+    /// Average write response time, seconds.
+    pub write: Option<f64>,
+}
+
+/// What one tier's requests took, shared by its store and the engine.
+#[derive(Debug, Default)]
+pub struct Meter {
+    read: Average,
+    write: Average,
+    read_bytes: AtomicU64,
+    written: AtomicU64,
+}
+
+impl Meter {
+    /// A meter with no samples.
+    pub fn new() -> Arc<Meter> {
+        Arc::new(Meter::default())
+    }
+
+    /// The averages now.
+    pub fn speed(&self) -> Speed {
+        Speed { read: self.read.get(), write: self.write.get() }
+    }
+
+    /// Samples taken so far (reads, writes): the engine probes a tier
+    /// whose count stood still (see `engine::measure`).
+    pub fn samples(&self) -> (u64, u64) {
+        (self.read.samples.load(Ordering::Relaxed), self.write.samples.load(Ordering::Relaxed))
+    }
+
+    /// Bytes written to the tier since the meter was made.
+    pub fn written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
+    }
+
+    /// Bytes read from the tier since the meter was made.
+    pub fn read_bytes(&self) -> u64 {
+        self.read_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Takes one read sample.
+    pub fn read_took(&self, d: Duration, bytes: u64) {
+        self.read.add(d.as_secs_f64());
+        self.read_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Folds `n` more samples of `d` (a probe of an idle tier stands for
+    /// the requests it did not serve meanwhile).
+    pub fn weigh(&self, write: bool, d: Duration, n: u32) {
+        let avg = if write { &self.write } else { &self.read };
+        for _ in 0..n {
+            avg.add(d.as_secs_f64());
+        }
+    }
+
+    /// Takes one write sample.
+    pub fn write_took(&self, d: Duration, bytes: u64) {
+        self.write.add(d.as_secs_f64());
+        self.written.fetch_add(bytes, Ordering::Relaxed);
+    }
+}
+
+/// A store whose data requests feed a [`Meter`]. Directories and files
+/// are the inner store's own.
+#[derive(Debug)]
+pub struct Measured<S: Store> {
+    inner: S,
+    meter: Arc<Meter>,
+}
+
+impl<S: Store> Measured<S> {
+    /// `inner`, measured into `meter`.
+    pub fn new(inner: S, meter: Arc<Meter>) -> Self {
+        Measured { inner, meter }
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// Its meter.
+    pub fn meter(&self) -> &Arc<Meter> {
+        &self.meter
+    }
+}
+
+impl<S: Store> Store for Measured<S> {
+    type Dir = S::Dir;
+    type File = S::File;
+
+    fn healthy(&self) -> bool {
+        self.inner.healthy()
+    }
+    fn root(&self) -> io::Result<Self::Dir> {
+        self.inner.root()
+    }
+    fn open_dir(&self, parent: &Self::Dir, name: &OsStr) -> io::Result<Self::Dir> {
+        self.inner.open_dir(parent, name)
+    }
+    fn stat(&self, t: Target<'_, Self::Dir>) -> io::Result<Stat> {
+        self.inner.stat(t)
+    }
+    fn list(&self, dir: &Self::Dir) -> io::Result<Vec<DirEntry>> {
+        self.inner.list(dir)
+    }
+    fn sync_dir(&self, dir: &Self::Dir) -> io::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+    fn mkdir(&self, parent: &Self::Dir, name: &OsStr, mode: u32) -> io::Result<()> {
+        self.inner.mkdir(parent, name, mode)
+    }
+    fn mknod(&self, parent: &Self::Dir, name: &OsStr, mode: u32, rdev: u64) -> io::Result<()> {
+        self.inner.mknod(parent, name, mode, rdev)
+    }
+    fn symlink(&self, target: &OsStr, parent: &Self::Dir, name: &OsStr) -> io::Result<()> {
+        self.inner.symlink(target, parent, name)
+    }
+    fn readlink(&self, parent: &Self::Dir, name: &OsStr) -> io::Result<OsString> {
+        self.inner.readlink(parent, name)
+    }
+    fn link(&self, op: &Self::Dir, on: &OsStr, np: &Self::Dir, nn: &OsStr) -> io::Result<()> {
+        self.inner.link(op, on, np, nn)
+    }
+    fn unlink(&self, parent: &Self::Dir, name: &OsStr) -> io::Result<()> {
+        self.inner.unlink(parent, name)
+    }
+    fn rmdir(&self, parent: &Self::Dir, name: &OsStr) -> io::Result<()> {
+        self.inner.rmdir(parent, name)
+    }
+    fn rename(&self, op: &Self::Dir, on: &OsStr, np: &Self::Dir, nn: &OsStr, flags: u32) -> io::Result<()> {
+        self.inner.rename(op, on, np, nn, flags)
+    }
+    fn chmod(&self, t: Target<'_, Self::Dir>, mode: u32) -> io::Result<()> {
+        self.inner.chmod(t, mode)
+    }
+    fn chown(&self, t: Target<'_, Self::Dir>, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+        self.inner.chown(t, uid, gid)
+    }
+    fn utimens(&self, t: Target<'_, Self::Dir>, atime: SetTime, mtime: SetTime) -> io::Result<()> {
+        self.inner.utimens(t, atime, mtime)
+    }
+    fn getxattr(&self, t: Target<'_, Self::Dir>, name: &OsStr) -> io::Result<Vec<u8>> {
+        self.inner.getxattr(t, name)
+    }
+    fn setxattr(&self, t: Target<'_, Self::Dir>, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
+        self.inner.setxattr(t, name, value, flags)
+    }
+    fn listxattr(&self, t: Target<'_, Self::Dir>) -> io::Result<Vec<u8>> {
+        self.inner.listxattr(t)
+    }
+    fn removexattr(&self, t: Target<'_, Self::Dir>, name: &OsStr) -> io::Result<()> {
+        self.inner.removexattr(t, name)
+    }
+    fn statfs(&self) -> io::Result<FsStats> {
+        self.inner.statfs()
+    }
+    fn open(&self, parent: &Self::Dir, name: &OsStr, flags: i32, mode: u32) -> io::Result<Self::File> {
+        self.inner.open(parent, name, flags, mode)
+    }
+
+    fn read_at(&self, f: &Self::File, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        let t = Instant::now();
+        let n = self.inner.read_at(f, buf, off)?;
+        self.meter.read_took(t.elapsed(), n as u64);
+        Ok(n)
+    }
+
+    fn write_at(&self, f: &Self::File, data: &[u8], off: u64) -> io::Result<usize> {
+        let t = Instant::now();
+        let n = self.inner.write_at(f, data, off)?;
+        self.meter.write_took(t.elapsed(), n as u64);
+        Ok(n)
+    }
+
+    fn fstat(&self, f: &Self::File) -> io::Result<Stat> {
+        self.inner.fstat(f)
+    }
+    fn fsync(&self, f: &Self::File, datasync: bool) -> io::Result<()> {
+        self.inner.fsync(f, datasync)
+    }
+    fn set_len(&self, f: &Self::File, size: u64) -> io::Result<()> {
+        self.inner.set_len(f, size)
+    }
+    fn fallocate(&self, f: &Self::File, mode: i32, off: u64, len: u64) -> io::Result<()> {
+        self.inner.fallocate(f, mode, off, len)
+    }
+    fn seek(&self, f: &Self::File, off: i64, whence: i32) -> io::Result<i64> {
+        self.inner.seek(f, off, whence)
+    }
+
+    fn copy_range(&self, src: &Self::File, so: u64, dst: &Self::File, d_o: u64, len: u64) -> io::Result<usize> {
+        // A copy inside the tier is a read and a write of the device; it is
+        // counted in the bytes written, and not averaged (one request of
+        // two kinds).
+        let n = self.inner.copy_range(src, so, dst, d_o, len)?;
+        self.meter.written.fetch_add(n as u64, Ordering::Relaxed);
+        self.meter.read_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    fn file_chmod(&self, f: &Self::File, mode: u32) -> io::Result<()> {
+        self.inner.file_chmod(f, mode)
+    }
+    fn file_getxattr(&self, f: &Self::File, name: &OsStr) -> io::Result<Vec<u8>> {
+        self.inner.file_getxattr(f, name)
+    }
+    fn file_setxattr(&self, f: &Self::File, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
+        self.inner.file_setxattr(f, name, value, flags)
+    }
+    fn file_listxattr(&self, f: &Self::File) -> io::Result<Vec<u8>> {
+        self.inner.file_listxattr(f)
+    }
+    fn file_chown(&self, f: &Self::File, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+        self.inner.file_chown(f, uid, gid)
+    }
+    fn file_utimens(&self, f: &Self::File, atime: SetTime, mtime: SetTime) -> io::Result<()> {
+        self.inner.file_utimens(f, atime, mtime)
+    }
+    fn raw_fd<'a>(&self, f: &'a Self::File) -> Option<BorrowedFd<'a>> {
+        self.inner.raw_fd(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::device::Profile;
+    use crate::store::emulated::{Emulated, Emulation};
+    use crate::store::mem::MemStore;
+
+    #[test]
+    fn the_average_keeps_ninety_nine_hundredths_of_itself() {
+        assert_eq!(fold(None, 5.0), 5.0, "the first sample is the average");
+        assert!((fold(Some(1.0), 2.0) - 1.01).abs() < 1e-12);
+        // A step from 1 to 2 is half way after ln 2 / ln(1/0.99) = 69 samples.
+        let mut a = 1.0;
+        for _ in 0..69 {
+            a = fold(Some(a), 2.0);
+        }
+        assert!((a - 1.5).abs() < 0.01, "{a}");
+        // A single spike barely moves it.
+        assert!(fold(Some(1.0), 101.0) < 2.01);
+    }
+
+    #[test]
+    fn a_measured_store_averages_what_its_requests_took_per_kind() {
+        let read = Duration::from_millis(4);
+        let write = Duration::from_millis(12);
+        let p = Profile::from_access("t", 1000.0, 1000.0, read, write);
+        let em = Emulation::new(p, 0, Arc::new(SystemClock));
+        let meter = Meter::new();
+        let s = Measured::new(Emulated::new(MemStore::new(), Some(em)), meter.clone());
+        assert_eq!(meter.speed(), Speed::default(), "nothing measured yet");
+        let root = s.root().unwrap();
+        let f = s.open(&root, OsStr::new("f"), libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+        for i in 0..5u64 {
+            // Different files' offsets: every request pays its access time.
+            s.write_at(&f, &[7u8; 4096], i * 1_000_000).unwrap();
+        }
+        let mut b = [0u8; 4096];
+        for i in (0..5u64).rev() {
+            s.read_at(&f, &mut b, i * 1_000_000).unwrap();
+        }
+        let sp = meter.speed();
+        let (r, w) = (sp.read.unwrap(), sp.write.unwrap());
+        assert!((0.004..0.010).contains(&r), "read {r}");
+        assert!((0.012..0.020).contains(&w), "write {w}");
+        assert_eq!(meter.samples(), (5, 5));
+        assert_eq!(meter.written(), 5 * 4096);
+        assert_eq!(meter.read_bytes(), 5 * 4096);
+        // A copy counts its bytes, not a sample.
+        let g = s.open(&root, OsStr::new("g"), libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+        let n = s.copy_range(&f, 0, &g, 0, 4096).unwrap() as u64;
+        assert_eq!(meter.written(), 5 * 4096 + n);
+        assert_eq!(meter.samples(), (5, 5));
+    }
+}
