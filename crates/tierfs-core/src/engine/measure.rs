@@ -182,7 +182,8 @@ impl<S: Store> Engine<S> {
             read_full(s, &f, &mut buf, off)?;
             meter.weigh(false, t0.elapsed(), PROBE_WEIGHT - 1);
         }
-        if write {
+        // A write probe of the SSD counts against its budget like any write.
+        if write && (t != Tier::Ssd || self.admit_ssd(PROBE_IO as u64)) {
             let t0 = Instant::now();
             write_full(s, &f, &buf, (off + PROBE_FILE / 2) % PROBE_FILE)?;
             meter.weigh(true, t0.elapsed(), PROBE_WEIGHT - 1);

@@ -1104,6 +1104,8 @@ impl<S: Store> Engine<S> {
                 stuck.push(h.thread().name().unwrap_or("?").to_string());
             }
         }
+        // After the executors stopped: their last writes are counted.
+        self.save_regulator();
         if stuck.is_empty() {
             return true;
         }

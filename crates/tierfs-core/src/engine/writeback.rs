@@ -95,6 +95,10 @@ impl<S: Store> Engine<S> {
         if area.reserve(bytes) {
             return true;
         }
+        drop(wb);
+        // Admitted by the budget, refused by the area: the room goes back.
+        self.regulator.lock().release(bytes);
+        let mut wb = self.wb.lock();
         wb.diverted += 1;
         let note = wb.last_note.is_none_or(|t| now.since(t) >= BACKLOG_NOTE_EVERY);
         if note {
