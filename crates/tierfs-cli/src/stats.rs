@@ -161,21 +161,22 @@ fn render_status(r: &StatusReport) -> String {
     }
     if let Some(m) = &r.measured {
         let us = |x: Option<f64>| x.map(|v| format!("{v:.0} µs")).unwrap_or_else(|| "-".into());
-        o += "\nmeasured response times (exponential averages):";
-        for t in &m.tiers {
-            o += &format!(
-                "  {} read {} write {} ({} reads, {} writes, {} written)",
-                t.tier,
-                us(t.read_us),
-                us(t.write_us),
-                t.reads,
-                t.writes,
-                format_size(t.written_bytes)
-            );
-            o += ";";
-        }
-        o.pop();
-        o += "\n";
+        let tiers: Vec<String> = m
+            .tiers
+            .iter()
+            .map(|t| {
+                format!(
+                    "{} read {} write {} ({} reads, {} writes, {} written)",
+                    t.tier,
+                    us(t.read_us),
+                    us(t.write_us),
+                    t.reads,
+                    t.writes,
+                    format_size(t.written_bytes)
+                )
+            })
+            .collect();
+        o += &format!("\nmeasured response times (exponential averages):  {}\n", tiers.join(";  "));
     }
     if let Some(g) = &r.regulator {
         let rate = format_size(g.rate_bytes_per_day as u64);

@@ -62,12 +62,17 @@ pub(super) struct Measure {
     pos: u64,
 }
 
+/// Forgets the moves of a file that are an hour old or older.
+fn forget_old(q: &mut VecDeque<Timestamp>, now: Timestamp) {
+    while q.front().is_some_and(|t| now.since(*t) >= HOUR) {
+        q.pop_front();
+    }
+}
+
 impl Measure {
     fn prune(&mut self, now: Timestamp) {
         self.moved.retain(|_, q| {
-            while q.front().is_some_and(|t| now.since(*t) >= HOUR) {
-                q.pop_front();
-            }
+            forget_old(q, now);
             !q.is_empty()
         });
     }
@@ -107,9 +112,7 @@ impl<S: Store> Engine<S> {
         let now = self.clock.now();
         let mut m = self.measure.lock();
         let q = m.moved.entry(ino).or_default();
-        while q.front().is_some_and(|t| now.since(*t) >= HOUR) {
-            q.pop_front();
-        }
+        forget_old(q, now);
         q.push_back(now);
         if m.moved.len() > 100_000 {
             m.prune(now);

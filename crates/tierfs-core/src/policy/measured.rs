@@ -14,7 +14,7 @@
 //! The SSD is not assumed faster: while it is slowed by write load, the
 //! write-heavy files leave it, and they come back when it recovers.
 
-use super::{sieve_on_growth, NotMoved, Plan, Policy, PolicyKind, Reason, View};
+use super::{never_fits, sieve_on_growth, NotMoved, Plan, Policy, PolicyKind, Reason, View};
 use crate::clock::Timestamp;
 use crate::event::EventKind;
 use crate::migrate::Move;
@@ -128,14 +128,8 @@ pub fn measured_run(v: &View<'_>) -> Plan {
             continue;
         }
         if to == Tier::Ssd {
-            if f.size > v.params.sieve {
-                p.skip(ino, NotMoved::Sieved { size: f.size, sieve: v.params.sieve });
-                continue;
-            }
-            // Room is made by the cleaner, coldest first, as for every
-            // promotion; only a file larger than the SSD never fits.
-            if f.size > v.space.limit {
-                p.skip(ino, NotMoved::NoRoom);
+            if let Some(why) = never_fits(v, f) {
+                p.skip(ino, why);
                 continue;
             }
             p.push(ino, Move::Promote, reason(c_here, c_there), f.size);

@@ -526,6 +526,19 @@ pub fn evict_for(v: &View<'_>, need: u64, exclude: &HashSet<Ino>, reason: fn(u32
     (steps, freed)
 }
 
+/// Why a file can never be moved to the SSD whatever is evicted: past the
+/// sieve, or larger than the SSD itself (room short of that is made by the
+/// cleaner, coldest first).
+pub fn never_fits(v: &View<'_>, f: &FileStats) -> Option<NotMoved> {
+    if f.size > v.params.sieve {
+        Some(NotMoved::Sieved { size: f.size, sieve: v.params.sieve })
+    } else if f.size > v.space.limit {
+        Some(NotMoved::NoRoom)
+    } else {
+        None
+    }
+}
+
 /// The interval run shared by interval hot-DST and interval caching (Loris
 /// §IV-A2): the hottest HDD files of the group move up (or get copies), in
 /// order, until there are none left or the next is not hotter than the
@@ -549,12 +562,8 @@ pub fn interval_run(v: &View<'_>, mv: Move) -> Plan {
             p.skip(ino, NotMoved::Pinned { tier: Tier::Hdd });
             continue;
         }
-        if f.size > v.params.sieve {
-            p.skip(ino, NotMoved::Sieved { size: f.size, sieve: v.params.sieve });
-            continue;
-        }
-        if f.size > v.space.limit {
-            p.skip(ino, NotMoved::NoRoom);
+        if let Some(why) = never_fits(v, f) {
+            p.skip(ino, why);
             continue;
         }
         // Make room, coldest first, while the coldest is colder.
