@@ -181,8 +181,10 @@ fn a_policy_change_moves_files_without_remount_and_pins_win() {
     assert!(ssd.dir.join("d/f0").exists());
     setx(&m.p("d/keep"), "user.tierfs.pin", "ssd").unwrap();
     tierfs(&["policy", "set", m.p("d").to_str().unwrap(), "hdd-only"]);
-    assert!(wait_for(10, || (0..5).all(|i| area.hdd().join(format!("d/f{i}")).exists())), "the files moved to the HDD");
-    assert!((0..5).all(|i| !ssd.dir.join(format!("d/f{i}")).exists()));
+    // A move makes the HDD copy before it removes the SSD one: wait for both.
+    let on_hdd_only =
+        |i: usize| area.hdd().join(format!("d/f{i}")).exists() && !ssd.dir.join(format!("d/f{i}")).exists();
+    assert!(wait_for(10, || (0..5).all(on_hdd_only)), "the files moved to the HDD");
     assert!(ssd.dir.join("d/keep").exists(), "a file pinned to the SSD stays");
     assert_eq!(getx(&m.p("d/keep"), "user.tierfs.pin").unwrap(), "ssd");
     assert_eq!(getx(&m.p("d/f0"), "user.tierfs.pin"), Err(libc::ENODATA));

@@ -82,8 +82,13 @@ fn a_full_ssd_makes_the_coldest_file_leave_first() {
     // The SSD holds three 40K files; d gets hottest and needs room.
     read_n(&m.p("d"), 8);
     assert!(wait_for(5, || status(&m)["migrations"]["promotions"] == 4), "d promoted: {}", status(&m));
-    assert!(on(&ssd.dir, "d") && on(&area.hdd(), "c") && !on(&ssd.dir, "c"), "c, the coldest, was evicted");
-    assert!(on(&ssd.dir, "a") && on(&ssd.dir, "b"));
+    let where_ = |m: &Mounted| format!("{}\n{}", status(m), m.log_text());
+    assert!(
+        on(&ssd.dir, "d") && on(&area.hdd(), "c") && !on(&ssd.dir, "c"),
+        "c, the coldest, was evicted: {}",
+        where_(&m)
+    );
+    assert!(on(&ssd.dir, "a") && on(&ssd.dir, "b"), "a and b stay: {}", where_(&m));
     let v = status(&m);
     assert_eq!(v["migrations"]["evictions"], 1, "{v}");
     assert!(v["admission_threshold"].as_u64().unwrap() > 0, "the eviction raised the admission threshold: {v}");

@@ -4,8 +4,8 @@
 use crate::errno::errno;
 use crate::passthrough::Backings;
 use fuser::{
-    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    AccessFlags, BackingId, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tierfs_core::store::{FileKind, SetTime, Store, TimeSpec};
-use tierfs_core::vfs::{Attr, Ctx, IoMode, SetAttr, Volume};
+use tierfs_core::vfs::{Attr, Ctx, IoMode, Opened, SetAttr, Volume};
 use tierfs_core::Result;
 
 /// How long the kernel may cache names and attributes.
@@ -106,6 +106,26 @@ fn ctx(req: &Request) -> Ctx {
 }
 
 impl<S: Store> TierFs<S> {
+    /// The kernel's backing id for a new handle and the open flags to go
+    /// with it, or `None` (the handle then counts as userspace) if the
+    /// handle has no backing file or the kernel refused it.
+    fn backing_id(
+        &self,
+        ino: u64,
+        opened: &Opened<S>,
+        open_backing: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> std::io::Result<BackingId>,
+    ) -> Option<(FopenFlags, Arc<BackingId>)> {
+        let (t, f) = opened.backing.as_ref()?;
+        let flags = if opened.direct { USERSPACE_FLAGS } else { FopenFlags::empty() };
+        match self.vol.tiers.store(*t).raw_fd(f).map(|fd| self.backings.get(ino, opened.fh, || open_backing(fd))) {
+            Some(Ok(id)) => return Some((flags, id)),
+            Some(Err(e)) => tracing::warn!(error = %e, "passthrough refused by the kernel; using userspace I/O"),
+            None => {}
+        }
+        self.vol.unpassthrough(opened.fh);
+        None
+    }
+
     /// The single exit for errors: a vanished tier turns ENOENT into EIO.
     fn fail(&self, e: tierfs_core::Error) -> Errno {
         errno(&self.vol.vanished(e))
@@ -258,16 +278,8 @@ impl<S: Store> Filesystem for TierFs<S> {
             Ok(o) => o,
             Err(e) => return reply.error(self.fail(e)),
         };
-        if let Some((t, f)) = &opened.backing {
-            let fd = self.vol.tiers.store(*t).raw_fd(f);
-            match fd.map(|fd| self.backings.get(ino.0, opened.fh, || reply.open_backing(fd))) {
-                Some(Ok(id)) => return reply.opened_passthrough(FileHandle(opened.fh), FopenFlags::empty(), &id),
-                Some(Err(e)) => {
-                    tracing::warn!(error = %e, "passthrough refused by the kernel; using userspace I/O");
-                    self.vol.unpassthrough(opened.fh);
-                }
-                None => self.vol.unpassthrough(opened.fh),
-            }
+        if let Some((flags, id)) = self.backing_id(ino.0, &opened, |fd| reply.open_backing(fd)) {
+            return reply.opened_passthrough(FileHandle(opened.fh), flags, &id);
         }
         reply.opened(FileHandle(opened.fh), USERSPACE_FLAGS);
     }
@@ -451,25 +463,8 @@ impl<S: Store> Filesystem for TierFs<S> {
             Err(e) => return reply.error(self.fail(e)),
         };
         let fa = fuse_attr(&attr);
-        if let Some((t, f)) = &opened.backing {
-            let fd = self.vol.tiers.store(*t).raw_fd(f);
-            match fd.map(|fd| self.backings.get(attr.ino, opened.fh, || reply.open_backing(fd))) {
-                Some(Ok(id)) => {
-                    return reply.created_passthrough(
-                        &TTL,
-                        &fa,
-                        Generation(0),
-                        FileHandle(opened.fh),
-                        FopenFlags::empty(),
-                        &id,
-                    )
-                }
-                Some(Err(e)) => {
-                    tracing::warn!(error = %e, "passthrough refused by the kernel; using userspace I/O");
-                    self.vol.unpassthrough(opened.fh);
-                }
-                None => self.vol.unpassthrough(opened.fh),
-            }
+        if let Some((flags, id)) = self.backing_id(attr.ino, &opened, |fd| reply.open_backing(fd)) {
+            return reply.created_passthrough(&TTL, &fa, Generation(0), FileHandle(opened.fh), flags, &id);
         }
         reply.created(&TTL, &fa, Generation(0), FileHandle(opened.fh), USERSPACE_FLAGS);
     }

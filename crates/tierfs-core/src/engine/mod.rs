@@ -850,7 +850,7 @@ impl<S: Store> Engine<S> {
     /// watermark, and takes files off the SSD on demand ([`Engine::evacuate`]).
     fn cleaner(&self) {
         loop {
-            let (need, pressure, keep, for_watermark) = {
+            let (short, pressure, keep, for_watermark) = {
                 let mut c = self.cleaning.lock();
                 loop {
                     if self.stop.load(Ordering::Acquire) {
@@ -868,18 +868,34 @@ impl<S: Store> Engine<S> {
                     }
                     let quiet = c.quiet_until.is_some_and(|t| std::time::Instant::now() < t);
                     let over = if quiet { 0 } else { self.watermark_need() };
-                    if c.demand > 0 || c.pressure > 0 || over > 0 {
+                    // What is short is judged now, under the cleaning lock: a
+                    // waiter takes its demand back under this lock before it
+                    // takes the room, so free bytes seen here with its demand
+                    // are still there for it (judged later, after it took
+                    // them, they would look short and a second file would
+                    // go for the same room).
+                    let (limit, free) = {
+                        let a = self.account.lock();
+                        (a.limit(), a.free())
+                    };
+                    // No request can be met past the capacity.
+                    let short = c.demand.max(over).min(limit).saturating_sub(free);
+                    if short > 0 || c.pressure > 0 {
                         c.started += 1;
                         let keep: HashSet<Ino> = c.waiting.keys().copied().collect();
                         let for_watermark = c.demand == 0 && c.pressure == 0;
-                        // No request can be met past the capacity.
-                        let limit = self.account.lock().limit();
-                        break (c.demand.max(over).min(limit), std::mem::take(&mut c.pressure), keep, for_watermark);
+                        break (short, std::mem::take(&mut c.pressure), keep, for_watermark);
+                    }
+                    // Nothing to do, or the room is there (made by a pass,
+                    // or by a truncate, an unlink or a demotion) and the
+                    // waiters, woken, take it: wait for news rather than spin.
+                    if c.demand > 0 {
+                        self.room_cv.notify_all();
                     }
                     self.clean_cv.wait_for(&mut c, self.cfg.tick);
                 }
             };
-            let freed = self.evict(need, pressure, &keep);
+            let freed = self.evict(short, pressure, &keep);
             let mut c = self.cleaning.lock();
             c.passes = c.started;
             c.freed_last = freed;
@@ -887,6 +903,11 @@ impl<S: Store> Engine<S> {
                 c.quiet_until = Some(std::time::Instant::now() + Duration::from_secs(1));
             }
             self.room_cv.notify_all();
+            if freed == 0 {
+                // Nothing could go: not again before a new request (which
+                // wakes this) or a tick, while the waiters give up.
+                self.clean_cv.wait_for(&mut c, self.cfg.tick);
+            }
             drop(c);
             self.doing("cleaner", "idle");
         }
@@ -902,12 +923,12 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    /// Evicts the coldest SSD files until `need` bytes are free under the
-    /// capacity, and `pressure` more whatever the account says, never the
-    /// files in `keep` (their writers wait for this room) nor those whose
-    /// eviction failed a moment ago. Writes waiting for their file to leave
+    /// Evicts the coldest SSD files until `short` more bytes than now are
+    /// free under the capacity (or `pressure` more, whatever the account
+    /// says, if that is more), never the files in `keep` (their writers
+    /// wait for this room) nor those whose eviction failed a moment ago. Writes waiting for their file to leave
     /// the SSD are served between evictions. Returns the bytes freed.
-    fn evict(&self, need: u64, pressure: u64, keep: &HashSet<Ino>) -> u64 {
+    fn evict(&self, short: u64, pressure: u64, keep: &HashSet<Ino>) -> u64 {
         // The choice must see the latest accesses and files.
         self.sync_events();
         let mut skip = keep.clone();
@@ -920,7 +941,7 @@ impl<S: Store> Engine<S> {
         let steps = {
             let st = self.stats.lock();
             self.with_view(&st, 0, true, |v| {
-                let target = need.max(v.space.free().saturating_add(pressure));
+                let target = v.space.free().saturating_add(short.max(pressure));
                 evict_for(v, target, &skip, |counter| Reason::Evict { counter }).0
             })
         };

@@ -573,7 +573,7 @@ impl<S: Store> Volume<S> {
             },
         };
         if let Some(io) = &io {
-            if io.passthrough > 0 {
+            if io.backed > 0 {
                 return Ok(Some(Outcome::Skipped(Skip::Deferred)));
             }
         }
@@ -851,7 +851,7 @@ impl<S: Store> Volume<S> {
                     None => return Ok(Outcome::Skipped(Skip::Busy)),
                 },
             };
-            if io.as_ref().is_some_and(|io| io.passthrough > 0) {
+            if io.as_ref().is_some_and(|io| io.backed > 0) {
                 return Ok(Outcome::Skipped(Skip::Deferred));
             }
             let copy = match links.first() {

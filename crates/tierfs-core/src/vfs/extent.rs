@@ -230,7 +230,7 @@ impl<S: Store> Volume<S> {
                     // this lock) what happens to the chunks.
                     return Ok(Outcome::Skipped(Skip::Busy));
                 }
-                if io.passthrough > 0 {
+                if io.backed > 0 {
                     // The kernel reads and writes its HDD file directly.
                     return Ok(Outcome::Skipped(Skip::Deferred));
                 }
@@ -331,7 +331,7 @@ impl<S: Store> Volume<S> {
         let Some(_only) = self.exclusive(h.ino) else { return Ok(None) };
         let _il = self.ilocks.get(h.ino).write();
         let io = h.oi.io.write();
-        if io.retired || io.passthrough > 0 || io.placement != Placement::On(Tier::Hdd) || !io.writable() {
+        if io.retired || io.backed > 0 || io.placement != Placement::On(Tier::Hdd) || !io.writable() {
             return Ok(None);
         }
         let home = self.primary_of(h.ino, &io)?;

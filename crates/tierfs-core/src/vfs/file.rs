@@ -44,7 +44,10 @@ pub(crate) struct Handle<S: Store> {
     pub write: bool,
     pub append: bool,
     pub sync: bool,
-    pub passthrough: bool,
+    /// The kernel holds the inode's backing file for this handle: it reads
+    /// and writes it itself, or (opened `direct` beside such handles: see
+    /// `register`) only maps it.
+    pub backed: bool,
     /// End and length of the previous request, to recognise split ones.
     pub last: Mutex<(u64, u64)>,
 }
@@ -76,11 +79,16 @@ pub struct Opened<S: Store> {
     pub fh: u64,
     /// For passthrough: the backing file the kernel should use, and its tier.
     pub backing: Option<(Tier, Arc<S::File>)>,
+    /// With a backing: the kernel must still send reads and writes to the
+    /// daemon (FOPEN_DIRECT_IO beside FOPEN_PASSTHROUGH), because other
+    /// handles of the inode hold the kernel's backing file and this one
+    /// needs the userspace path.
+    pub direct: bool,
 }
 
 impl<S: Store> std::fmt::Debug for Opened<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Opened(fh={}, passthrough={})", self.fh, self.backing.is_some())
+        write!(f, "Opened(fh={}, backing={}, direct={})", self.fh, self.backing.is_some(), self.direct)
     }
 }
 
@@ -253,7 +261,15 @@ impl<S: Store> Volume<S> {
         }
         let oi = Arc::new(OpenInode {
             ino,
-            io: RwLock::new(IoState { placement, primary: cell, copy, handles: 0, passthrough: 0, retired: false }),
+            io: RwLock::new(IoState {
+                placement,
+                primary: cell,
+                copy,
+                handles: 0,
+                backed: 0,
+                kernel_file: None,
+                retired: false,
+            }),
             order: Mutex::new(()),
             size: AtomicU64::new(size),
             passthrough: std::sync::atomic::AtomicU32::new(0),
@@ -289,58 +305,43 @@ impl<S: Store> Volume<S> {
     }
 
     /// Registers a handle on an acquired inode and decides passthrough.
+    ///
+    /// The kernel keeps one backing file per inode while any handle holds
+    /// it, and fails with EIO an open answered without FOPEN_PASSTHROUGH
+    /// while it does (or with another backing file). So the handles of an
+    /// inode agree: while some hold the backing file, every new one gets it
+    /// too, with FOPEN_DIRECT_IO when its I/O must go through the daemon
+    /// (or the file it would pass through is another one); while handles
+    /// without it are open, new ones do without too, because the kernel may
+    /// finish their opens in any order.
     fn register(&self, ctx: &Ctx, ino: Ino, oi: Arc<OpenInode<S>>, flags: i32) -> Opened<S> {
         let acc = flags & libc::O_ACCMODE;
         let write = acc != libc::O_RDONLY;
-        let mut backing = None;
-        let (read_tier, size) = {
+        let (read_tier, size, backing, direct) = {
             let mut io = oi.io.write();
-            // A split file's bytes are on two tiers: only the daemon can
-            // assemble them.
-            // Writes that may use a write-back area must reach the daemon.
-            let wb = write && oi.wb.max_write > 0;
-            if self.io_mode() == IoMode::Passthrough && !oi.split.load(Ordering::Acquire) && !wb {
-                backing = if !write {
-                    match self.live_copy(&oi, &io) {
-                        Some(c) => Some((Tier::Ssd, c.clone())),
-                        None => io.primary_open().map(|p| (io.placement.primary(), p.clone())),
-                    }
-                } else {
-                    // Writes by the kernel to the backing file run with the
-                    // daemon's credentials and would keep set-ID bits that a
-                    // local file system clears: such files take the
-                    // userspace path, which clears them.
-                    let setid =
-                        self.io_stat(&oi, &io).map(|st| st.mode & (libc::S_ISUID | libc::S_ISGID) != 0).unwrap_or(true);
-                    match (io.placement, io.primary_open()) {
-                        (Placement::On(t), Some(p))
-                            if io.writable()
-                                && !setid
-                                && (t == Tier::Hdd || self.hooks().passthrough_write_ok(ino)) =>
-                        {
-                            Some((t, p.clone()))
-                        }
-                        _ => None,
-                    }
-                };
-                if let Some((t, f)) = &backing {
-                    if self.tiers.store(*t).raw_fd(f).is_none() {
-                        backing = None;
-                    }
-                }
-                if backing.is_some() {
-                    io.passthrough += 1;
-                    oi.passthrough.store(io.passthrough, Ordering::Release);
-                    if write {
-                        // The kernel writes this file without telling us: a
-                        // migration copying it must not take it for one that
-                        // only grew (see `change_gen`). Again at the close.
-                        self.note_change(ino);
-                    }
+            let wanted = self.passthrough_for(ino, &oi, &io, write);
+            let (backing, direct) = match (&io.kernel_file, wanted) {
+                (Some(k), Some(w)) if k.0 == w.0 && Arc::ptr_eq(&k.1, &w.1) => (Some(w), false),
+                (Some(k), _) => (Some(k.clone()), true),
+                // `acquire` counted this handle already.
+                (None, _) if io.handles > io.backed + 1 => (None, false),
+                (None, w) => (w, false),
+            };
+            if let Some(b) = &backing {
+                io.backed += 1;
+                io.kernel_file.get_or_insert_with(|| b.clone());
+                oi.passthrough.store(io.backed, Ordering::Release);
+                if write {
+                    // The kernel writes this file without telling us (a
+                    // `direct` handle too, through a shared mapping): a
+                    // migration copying it must not take it for one that
+                    // only grew (see `change_gen`). Again at the close.
+                    self.note_change(ino);
                 }
             }
-            (io.placement.read_tier(), oi.size.load(Ordering::Acquire))
+            (io.placement.read_tier(), oi.size.load(Ordering::Acquire), backing, direct)
         };
+        let passthrough = backing.is_some() && !direct;
         let h = Handle {
             ino,
             caller: *ctx,
@@ -348,25 +349,74 @@ impl<S: Store> Volume<S> {
             write,
             append: flags & libc::O_APPEND != 0,
             sync: flags & (libc::O_SYNC | libc::O_DSYNC) != 0,
-            passthrough: backing.is_some(),
+            backed: backing.is_some(),
             last: Mutex::new((u64::MAX, 0)),
         };
         let fh = self.new_fh();
         self.handles.write().insert(fh, Arc::new(h));
-        self.emit(ino, EventKind::Open { write, tier: read_tier, size, passthrough: backing.is_some() });
-        Opened { fh, backing }
+        self.emit(ino, EventKind::Open { write, tier: read_tier, size, passthrough });
+        Opened { fh, backing, direct }
+    }
+
+    /// The file the kernel could read and write for a new handle by
+    /// itself, if this handle may bypass the daemon.
+    fn passthrough_for(
+        &self,
+        ino: Ino,
+        oi: &OpenInode<S>,
+        io: &super::IoState<S>,
+        write: bool,
+    ) -> Option<(Tier, Arc<S::File>)> {
+        // A split file's bytes are on two tiers: only the daemon can
+        // assemble them. Writes that may use a write-back area must reach
+        // the daemon.
+        let wb = write && oi.wb.max_write > 0;
+        if self.io_mode() != IoMode::Passthrough || oi.split.load(Ordering::Acquire) || wb {
+            return None;
+        }
+        let file = if !write {
+            match self.live_copy(oi, io) {
+                Some(c) => Some((Tier::Ssd, c.clone())),
+                None => io.primary_open().map(|p| (io.placement.primary(), p.clone())),
+            }
+        } else {
+            // Writes by the kernel to the backing file run with the
+            // daemon's credentials and would keep set-ID bits that a
+            // local file system clears: such files take the userspace
+            // path, which clears them.
+            let setid = self.io_stat(oi, io).map(|st| st.mode & (libc::S_ISUID | libc::S_ISGID) != 0).unwrap_or(true);
+            match (io.placement, io.primary_open()) {
+                (Placement::On(t), Some(p))
+                    if io.writable() && !setid && (t == Tier::Hdd || self.hooks().passthrough_write_ok(ino)) =>
+                {
+                    Some((t, p.clone()))
+                }
+                _ => None,
+            }
+        };
+        file.filter(|(t, f)| self.tiers.store(*t).raw_fd(f).is_some())
+    }
+
+    /// A handle let go of the inode's kernel backing file.
+    fn unback(&self, oi: &OpenInode<S>) {
+        Self::unback_locked(oi, &mut oi.io.write());
+    }
+
+    /// [`Self::unback`] under the I/O lock.
+    fn unback_locked(oi: &OpenInode<S>, io: &mut super::IoState<S>) {
+        io.backed = io.backed.saturating_sub(1);
+        if io.backed == 0 {
+            io.kernel_file = None;
+        }
+        oi.passthrough.store(io.backed, Ordering::Release);
     }
 
     /// The kernel refused passthrough for a handle: count it as userspace.
     pub fn unpassthrough(&self, fh: u64) {
         // The handles map is not held while the I/O lock is waited for.
         let Some(h) = self.handles.read().get(&fh).cloned() else { return };
-        if h.passthrough {
-            {
-                let mut io = h.oi.io.write();
-                io.passthrough = io.passthrough.saturating_sub(1);
-                h.oi.passthrough.store(io.passthrough, Ordering::Release);
-            }
+        if h.backed {
+            self.unback(&h.oi);
             {
                 let nh = Handle {
                     ino: h.ino,
@@ -375,7 +425,7 @@ impl<S: Store> Volume<S> {
                     write: h.write,
                     append: h.append,
                     sync: h.sync,
-                    passthrough: false,
+                    backed: false,
                     last: Mutex::new((u64::MAX, 0)),
                 };
                 self.handles.write().insert(fh, Arc::new(nh));
@@ -739,13 +789,12 @@ impl<S: Store> Volume<S> {
         let (last, size) = {
             let mut io = h.oi.io.write();
             io.handles = io.handles.saturating_sub(1);
-            if h.passthrough {
-                io.passthrough = io.passthrough.saturating_sub(1);
-                h.oi.passthrough.store(io.passthrough, Ordering::Release);
+            if h.backed {
+                Self::unback_locked(&h.oi, &mut io);
             }
             let last = io.handles == 0;
             let mut size = None;
-            if last || h.passthrough {
+            if last || (h.backed && h.write) {
                 // The account is settled before the state retires, under
                 // its write lock: a switch-over either waits for this or,
                 // once the state is retired and gone from the map, runs
@@ -774,7 +823,7 @@ impl<S: Store> Volume<S> {
             }
         }
         let Some(size) = size else { return Ok(()) };
-        if h.passthrough && h.write {
+        if h.backed && h.write {
             h.oi.size.store(size, Ordering::Release);
             self.note_change(h.ino);
         }

@@ -237,8 +237,8 @@ pub struct OpenInode<S: Store> {
     order: Mutex<()>,
     /// Size as last known through tierfs (writes, truncates, opens).
     pub size: AtomicU64,
-    /// Handles using passthrough (a copy of `IoState::passthrough` that can
-    /// be read without the I/O lock).
+    /// Handles holding the kernel's backing file (a copy of
+    /// `IoState::backed` that can be read without the I/O lock).
     passthrough: std::sync::atomic::AtomicU32,
     /// A write-through to the cached copy failed: it must not be read.
     copy_stale: std::sync::atomic::AtomicBool,
@@ -259,7 +259,13 @@ pub(crate) struct IoState<S: Store> {
     pub primary: std::sync::OnceLock<(Arc<S::File>, bool)>,
     pub copy: Option<Arc<S::File>>,
     pub handles: u32,
-    pub passthrough: u32,
+    /// Handles holding the kernel's backing file of the inode (those using
+    /// passthrough, and those opened beside them: see `Volume::register`).
+    /// While there are any the file stays where it is and whole.
+    pub backed: u32,
+    /// The file the kernel holds as the inode's backing file while
+    /// `backed > 0`.
+    pub kernel_file: Option<(Tier, Arc<S::File>)>,
     /// The last handle closed: this state is leaving the open map, and an
     /// open that finds it there must make a new one.
     pub retired: bool,
@@ -281,12 +287,12 @@ impl<S: Store> OpenInode<S> {
     pub fn placement(&self) -> Placement {
         self.io.read().placement
     }
-    /// Open handles and how many use passthrough.
+    /// Open handles and how many hold the kernel's backing file.
     pub fn handle_counts(&self) -> (u32, u32) {
         let s = self.io.read();
-        (s.handles, s.passthrough)
+        (s.handles, s.backed)
     }
-    /// True if some handle uses passthrough; takes no lock.
+    /// True if some handle holds the kernel's backing file; takes no lock.
     pub fn has_passthrough(&self) -> bool {
         self.passthrough.load(Ordering::Acquire) > 0
     }
