@@ -32,7 +32,6 @@ fn ssd_in_gc() -> Profile {
 }
 
 #[test]
-#[ignore = "flaky: files can bounce after recovery (23 moves each way in one CI run), because probes of an idle tier are served by caches; see issue 12's note. Run with --ignored."]
 fn measured_moves_write_heavy_files_off_a_slow_ssd_and_back_when_it_recovers() {
     let area = Area::new();
     let m = Mounted::new(

@@ -168,6 +168,18 @@ pub enum Req {
         /// Length.
         len: u64,
     },
+    /// A read or write that bypasses the RAM cache (`O_DIRECT`): the device
+    /// serves it whatever is cached, and a write is not absorbed.
+    Direct {
+        /// Object identity.
+        file: u64,
+        /// Offset.
+        off: u64,
+        /// Length.
+        len: u64,
+        /// A write.
+        write: bool,
+    },
     /// A metadata lookup (stat, open, readdir) of entry `key`.
     MetaRead {
         /// Entry identity.
@@ -375,6 +387,8 @@ impl Device {
                     }
                 }
             }
+            Req::Direct { len: 0, .. } => now,
+            Req::Direct { file, off, len, write } => self.serve(now, file, off, len, write),
             Req::MetaRead { key } => {
                 if let Some(c) = &mut self.cache {
                     if c.contains((META, key)) {
@@ -485,6 +499,23 @@ mod tests {
         // A cold start forgets it all.
         d.reset(m);
         assert!(d.submit(m, Req::MetaRead { key: 77 }) > m);
+    }
+
+    #[test]
+    fn direct_requests_reach_the_device_whatever_is_cached() {
+        let p = Profile::from_access("t", 100.0, 100.0, ms(10.0), ms(10.0));
+        let mut d = Device::new(p, 16 << 20);
+        let t0 = Timestamp::from_secs(10);
+        let read = Req::Read { file: 1, off: 0, len: 4096 };
+        let first = d.submit(t0, read);
+        assert!(first > t0);
+        assert_eq!(d.submit(first, read), first, "a buffered reread comes from the cache");
+        let direct = d.submit(first, Req::Direct { file: 1, off: 0, len: 4096, write: false });
+        assert!(direct.since(first) >= ms(10.0), "a direct read pays the access time");
+        let w = d.submit(direct, Req::Write { file: 1, off: 0, len: 4096 });
+        assert_eq!(w, direct, "a buffered write is absorbed");
+        let dw = d.submit(w, Req::Direct { file: 1, off: 8192, len: 4096, write: true });
+        assert!(dw.since(w) >= ms(10.0), "a direct write waits for the device");
     }
 
     #[test]

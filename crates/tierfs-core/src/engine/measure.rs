@@ -23,6 +23,7 @@ use crate::store::{read_full, write_full, Store};
 use crate::tier::Tier;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::rate::Tokens;
@@ -60,6 +61,13 @@ pub(super) struct Measure {
     last_check: Option<Timestamp>,
     probes: u64,
     pos: u64,
+}
+
+/// The [`PROBE_IO`] bytes of `raw` (twice that long) that start at a
+/// multiple of [`PROBE_IO`], as direct I/O needs.
+fn aligned(raw: &mut [u8]) -> &mut [u8] {
+    let skip = raw.as_ptr().align_offset(PROBE_IO).min(PROBE_IO);
+    &mut raw[skip..skip + PROBE_IO]
 }
 
 /// Forgets the moves of a file that are an hour old or older.
@@ -169,29 +177,70 @@ impl<S: Store> Engine<S> {
 
     fn probe(&self, t: Tier, read: bool, write: bool, pos: u64, meter: &Meter) -> crate::Result<()> {
         let s = self.vol.tiers.store(t);
-        let dir = self.vol.tiers.reserved(t, "probe")?;
-        let f = s.open(&dir, "probe".as_ref(), libc::O_RDWR | libc::O_CREAT, 0o600)?;
-        if s.fstat(&f)?.size < PROBE_FILE {
-            s.set_len(&f, PROBE_FILE)?;
-        }
+        let f = self.probe_file(t)?;
         // Scattered: a probe pays the access time, as a random request does.
         let slots = PROBE_FILE / PROBE_IO as u64;
         let off = (pos.wrapping_mul(7919) % slots) * PROBE_IO as u64;
-        let mut buf = vec![0u8; PROBE_IO];
+        let mut raw = vec![0u8; 2 * PROBE_IO];
+        let buf = aligned(&mut raw);
         // The store's meter takes one sample of each; the rest of the
         // probe's weight is added here.
-        if read {
-            let t0 = Instant::now();
-            read_full(s, &f, &mut buf, off)?;
-            meter.weigh(false, t0.elapsed(), PROBE_WEIGHT - 1);
+        let r = (|| {
+            if read {
+                let t0 = Instant::now();
+                read_full(s, &f, buf, off)?;
+                meter.weigh(false, t0.elapsed(), PROBE_WEIGHT - 1);
+            }
+            // A write probe of the SSD counts against its budget like any write.
+            if write && (t != Tier::Ssd || self.admit_ssd(PROBE_IO as u64)) {
+                let t0 = Instant::now();
+                write_full(s, &f, buf, (off + PROBE_FILE / 2) % PROBE_FILE)?;
+                meter.weigh(true, t0.elapsed(), PROBE_WEIGHT - 1);
+            }
+            Ok::<_, std::io::Error>(())
+        })();
+        if r.is_err() {
+            // Opened afresh (and checked) next time.
+            self.probe_files.lock()[t.idx()] = None;
         }
-        // A write probe of the SSD counts against its budget like any write.
-        if write && (t != Tier::Ssd || self.admit_ssd(PROBE_IO as u64)) {
-            let t0 = Instant::now();
-            write_full(s, &f, &buf, (off + PROBE_FILE / 2) % PROBE_FILE)?;
-            meter.weigh(true, t0.elapsed(), PROBE_WEIGHT - 1);
+        Ok(r?)
+    }
+
+    /// The probe file of tier `t`, `.tierfs/probe/probe`: opened once, for
+    /// direct I/O where the file system has it (a probe must reach the
+    /// device, not the page cache, or an idle tier would look as fast as
+    /// RAM; an emulated tier's model bypasses its cache likewise), and
+    /// written through once, since holes and unwritten extents are read
+    /// without touching the device.
+    fn probe_file(&self, t: Tier) -> crate::Result<Arc<S::File>> {
+        if let Some(f) = self.probe_files.lock()[t.idx()].clone() {
+            return Ok(f);
         }
-        Ok(())
+        let s = self.vol.tiers.store(t);
+        let dir = self.vol.tiers.reserved(t, "probe")?;
+        let name: &std::ffi::OsStr = "probe".as_ref();
+        let f = match s.open(&dir, name, libc::O_RDWR | libc::O_CREAT | libc::O_DIRECT, 0o600) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                s.open(&dir, name, libc::O_RDWR | libc::O_CREAT, 0o600)?
+            }
+            r => r?,
+        };
+        let st = s.fstat(&f)?;
+        if st.size < PROBE_FILE || st.blocks * 512 < PROBE_FILE {
+            if t == Tier::Ssd && !self.admit_ssd(PROBE_FILE) {
+                return Err(crate::Error::errno(libc::ENOSPC));
+            }
+            let mut raw = vec![0u8; 2 * PROBE_IO];
+            let buf = aligned(&mut raw);
+            buf.fill(0xa5);
+            for off in (0..PROBE_FILE).step_by(PROBE_IO) {
+                write_full(s, &f, buf, off)?;
+            }
+            s.fsync(&f, true)?;
+        }
+        let f = Arc::new(f);
+        self.probe_files.lock()[t.idx()] = Some(f.clone());
+        Ok(f)
     }
 
     /// The regulator, told the SSD's bytes written so far.
@@ -279,5 +328,20 @@ impl<S: Store> Engine<S> {
     pub(super) fn diverted_note(&self, ino: Ino, what: &str) {
         self.counters.diverted.fetch_add(1, Ordering::Relaxed);
         self.note(ino, format!("{what} not done: the SSD write budget is spent for now (write regulator)"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_buffers_are_aligned_for_direct_io() {
+        for _ in 0..8 {
+            let mut raw = vec![0u8; 2 * PROBE_IO];
+            let b = aligned(&mut raw);
+            assert_eq!(b.len(), PROBE_IO);
+            assert_eq!(b.as_ptr() as usize % PROBE_IO, 0);
+        }
     }
 }

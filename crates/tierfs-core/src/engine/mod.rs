@@ -303,6 +303,8 @@ pub struct Engine<S: Store> {
     kv: Arc<dyn Kv>,
     /// `measured`'s tokens, the moves of each file, probes (a leaf).
     measure: Mutex<measure::Measure>,
+    /// Each tier's probe file, kept open (a leaf; the engine thread only).
+    probe_files: Mutex<[Option<Arc<S::File>>; 2]>,
     /// The SSD write regulator (a leaf).
     regulator: Mutex<crate::regulator::Regulator>,
 }
@@ -416,6 +418,7 @@ impl<S: Store> Engine<S> {
             store: StatsStore::new(kv.clone()),
             kv,
             measure: Mutex::new(measure::Measure::default()),
+            probe_files: Mutex::new([None, None]),
             regulator: Mutex::new(regulator),
             clock,
             cfg,
