@@ -41,16 +41,28 @@
 //! The input is the SSD store's running total of bytes written, which lags
 //! the decisions: [`Regulator::admit`] and [`Regulator::required`] count the
 //! bytes they allow as pending until [`Regulator::observe`] sees the total
-//! grow by them, so two quick admissions cannot both use the same room.
-//! Pending bytes are dropped at a new day (so that room admitted for a write
-//! that never happened is lost for a day at most): the promise that a day's
-//! total stays within `B` holds when the caller observes before it asks, as
-//! the engine does; otherwise a day may go over by what was admitted before
-//! midnight and written after it.
+//! grow by them (the oldest first), so two quick admissions cannot both use
+//! the same room. Pending bytes expire after [`PENDING_TTL`] and at a new
+//! day, so room allowed for a write that never happened (and a path that
+//! forgot to [`release`](Regulator::release) it) holds room for half a
+//! minute at most, not for the rest of the day; a copy slower than that
+//! loses its hold on what it has not yet written, and may then share that
+//! room with another admission until the total catches up.
+//!
+//! What the budget bounds is the writes the regulator is asked about. The
+//! day's total also counts what it is not asked about (a write that must
+//! land on the SSD after the file could not leave it, `--placement ssd`,
+//! metadata and journal writes of the SSD file system's own are not seen
+//! at all), so a day may pass `B` by those; the report shows it.
 
 use crate::clock::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
+
+/// How long bytes allowed stay pending at most: room allowed for a write
+/// that never came (a copy that was skipped, a write that failed, the holes
+/// of a sparse file) is free again after this, whichever path forgot it.
+pub const PENDING_TTL: Duration = Duration::from_secs(30);
 
 /// Nanoseconds in a day.
 const DAY_NS: u64 = 86_400 * 1_000_000_000;
@@ -135,8 +147,10 @@ pub struct Regulator {
     day: u64,
     /// Bytes observed written on `day`.
     today: u64,
-    /// Bytes allowed but not yet observed.
-    pending: u64,
+    /// Bytes allowed but not yet observed, oldest first, with when they
+    /// were allowed; and their sum.
+    pending: std::collections::VecDeque<(Timestamp, u64)>,
+    pending_sum: u64,
     /// The last running total observed (this mount's store counts from 0).
     last_total: u64,
     /// Bytes observed over the SSD's life (across remounts).
@@ -157,7 +171,8 @@ impl Regulator {
             endurance,
             day: 0,
             today: 0,
-            pending: 0,
+            pending: std::collections::VecDeque::new(),
+            pending_sum: 0,
             last_total: 0,
             lifetime: 0,
             diverted_today_bytes: 0,
@@ -175,7 +190,8 @@ impl Regulator {
         if day > self.day {
             self.day = day;
             self.today = 0;
-            self.pending = 0;
+            self.pending.clear();
+            self.pending_sum = 0;
             self.diverted_today_bytes = 0;
             self.diverted_today_writes = 0;
         }
@@ -201,7 +217,48 @@ impl Regulator {
         self.last_total = total_written;
         self.today = self.today.saturating_add(increase);
         self.lifetime = self.lifetime.saturating_add(increase);
-        self.pending = self.pending.saturating_sub(increase);
+        self.expire(now);
+        self.take_pending(increase, false);
+    }
+
+    /// Drops pending bytes allowed [`PENDING_TTL`] ago or earlier.
+    fn expire(&mut self, now: Timestamp) {
+        while let Some(&(t, b)) = self.pending.front() {
+            if now.since(t) < PENDING_TTL {
+                break;
+            }
+            self.pending.pop_front();
+            self.pending_sum -= b;
+        }
+    }
+
+    /// Takes `bytes` off the pending ones, the oldest first (`newest`: the
+    /// newest first).
+    fn take_pending(&mut self, mut bytes: u64, newest: bool) {
+        while bytes > 0 {
+            let e = if newest { self.pending.back_mut() } else { self.pending.front_mut() };
+            let Some(e) = e else { break };
+            let n = e.1.min(bytes);
+            e.1 -= n;
+            bytes -= n;
+            self.pending_sum -= n;
+            if e.1 == 0 {
+                if newest {
+                    self.pending.pop_back();
+                } else {
+                    self.pending.pop_front();
+                }
+            }
+        }
+    }
+
+    /// Holds `bytes` as pending from `now`.
+    fn hold(&mut self, now: Timestamp, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        self.pending.push_back((now, bytes));
+        self.pending_sum += bytes;
     }
 
     /// May a write of `bytes` that could go to the HDD instead (a new file, a
@@ -211,10 +268,11 @@ impl Regulator {
     /// divert it (counted as diverted). Always true without a budget.
     pub fn admit(&mut self, now: Timestamp, bytes: u64) -> bool {
         self.roll(now);
+        self.expire(now);
         let Some(budget) = &self.budget else { return true };
         let pace = budget.pace(now.0 % DAY_NS);
-        if self.today.saturating_add(self.pending).saturating_add(bytes) <= pace {
-            self.pending = self.pending.saturating_add(bytes);
+        if self.today.saturating_add(self.pending_sum).saturating_add(bytes) <= pace {
+            self.hold(now, bytes);
             true
         } else {
             self.divert(bytes)
@@ -228,9 +286,10 @@ impl Regulator {
     /// without a budget.
     pub fn required(&mut self, now: Timestamp, bytes: u64) -> bool {
         self.roll(now);
+        self.expire(now);
         let Some(budget) = &self.budget else { return true };
-        if self.today.saturating_add(self.pending).saturating_add(bytes) <= budget.bytes_per_day {
-            self.pending = self.pending.saturating_add(bytes);
+        if self.today.saturating_add(self.pending_sum).saturating_add(bytes) <= budget.bytes_per_day {
+            self.hold(now, bytes);
             true
         } else {
             self.divert(bytes)
@@ -241,7 +300,7 @@ impl Regulator {
     /// [`required`](Self::required) that will not be written after all (a
     /// copy that failed or was cancelled), so that they stop holding room.
     pub fn release(&mut self, bytes: u64) {
-        self.pending = self.pending.saturating_sub(bytes);
+        self.take_pending(bytes, true);
     }
 
     /// Report for `tierfs stats`, as of `now` (a later day shows that day's
@@ -259,7 +318,7 @@ impl Regulator {
         RegulatorReport {
             budget_bytes_per_day: s.budget.as_ref().map(|b| b.bytes_per_day),
             today_bytes: s.today,
-            pending_bytes: s.pending,
+            pending_bytes: s.pending_sum,
             allowed_now_bytes: s.budget.as_ref().map(|b| b.pace(into_day)),
             diverted_today_bytes: s.diverted_today_bytes,
             diverted_today_writes: s.diverted_today_writes,
@@ -433,6 +492,44 @@ mod tests {
         assert_eq!(refused_required[..6], [0; 6]);
         assert!(refused_required[6] > 0);
         assert!(written_by_day[6] >= budget * 99 / 100);
+    }
+
+    /// Review finding on issue 12: room admitted for writes that never
+    /// came (skipped chunk copies, sparse promotions, failures a path did
+    /// not release) held the budget for the rest of the day.
+    #[test]
+    fn admitted_room_never_written_is_free_again_after_the_pending_ttl() {
+        let mut r = regulator();
+        let t = at(0, 12 * 3600);
+        let pace = B / 2 + B / 24;
+        assert!(r.admit(t, pace));
+        assert!(!r.admit(t, MB), "all of the pace is pending");
+        let later = Timestamp(t.0 + PENDING_TTL.as_nanos() as u64);
+        assert_eq!(r.report(later).pending_bytes, pace, "the report does not expire anything");
+        assert!(r.admit(later, MB), "the forgotten room is free again");
+        assert_eq!(r.report(later).pending_bytes, MB);
+    }
+
+    #[test]
+    fn observed_writes_settle_the_oldest_pending_bytes_and_release_the_newest() {
+        let mut r = regulator();
+        let t = at(0, 12 * 3600);
+        assert!(r.admit(t, 3 * MB));
+        let t2 = Timestamp(t.0 + 20_000_000_000);
+        assert!(r.admit(t2, 5 * MB));
+        r.observe(t2, 4 * MB);
+        assert_eq!(r.report(t2).pending_bytes, 4 * MB);
+        // The first admission is settled: only the second's rest expires,
+        // 30 s after it was made.
+        let t3 = Timestamp(t.0 + PENDING_TTL.as_nanos() as u64);
+        r.observe(t3, 4 * MB);
+        assert_eq!(r.report(t3).pending_bytes, 4 * MB);
+        r.release(MB);
+        assert_eq!(r.report(t3).pending_bytes, 3 * MB);
+        let t4 = Timestamp(t2.0 + PENDING_TTL.as_nanos() as u64);
+        r.observe(t4, 4 * MB);
+        assert_eq!(r.report(t4).pending_bytes, 0);
+        assert_eq!(r.report(t4).today_bytes, 4 * MB);
     }
 
     #[test]

@@ -525,11 +525,11 @@ impl<S: Store> Volume<S> {
         if let Some(n) = self.buffer_write(&h, off, data, &mut |_| Ok(()))? {
             return Ok(n);
         }
-        self.with_room(h.ino, |force| self.write_once(&h, off, data, force))
+        self.with_room(h.ino, |force, budget| self.write_once(&h, off, data, force, budget))
     }
 
     /// One try of a write (see [`Volume::with_room`]).
-    fn write_once(&self, h: &Handle<S>, off: u64, data: &[u8], force: bool) -> Result<Attempt<u32>> {
+    fn write_once(&self, h: &Handle<S>, off: u64, data: &[u8], force: bool, budget: bool) -> Result<Attempt<u32>> {
         let hooks = self.hooks();
         let len = data.len() as u64;
         let io = h.oi.io.read();
@@ -538,7 +538,7 @@ impl<S: Store> Volume<S> {
             return err(libc::EBADF);
         }
         if let Some(shadow) = self.split_shadow(&h.oi)? {
-            if !force && !hooks.ssd_write_ok(h.ino, len) {
+            if budget && !hooks.ssd_write_ok(h.ino, len) {
                 return Ok(Attempt::OverBudget);
             }
             return self.split_write(h, &primary, &shadow, off, data);
@@ -561,9 +561,9 @@ impl<S: Store> Volume<S> {
         // Holes inside a file are rare; the account is trued up from the
         // file itself right after.
         let want = if ssd { alloc_growth(cur, end) } else { 0 };
-        // The last try writes wherever the file is: a write never fails
-        // for the budget's sake.
-        if ssd && !force && !hooks.ssd_write_ok(h.ino, len) {
+        // Once the file could not leave the SSD, the write goes where the
+        // file is: a write never fails for the budget's sake.
+        if ssd && budget && !hooks.ssd_write_ok(h.ino, len) {
             return Ok(Attempt::OverBudget);
         }
         if !self.take_room(h.ino, want, force) {
@@ -690,11 +690,17 @@ impl<S: Store> Volume<S> {
     /// on the HDD). The last try may go past the configured capacity (`op`
     /// is told to force its reservation): better over the limit than a
     /// failed write while the SSD itself has room.
-    pub(crate) fn with_room<T>(&self, ino: Ino, mut op: impl FnMut(bool) -> Result<Attempt<T>>) -> Result<T> {
+    pub(crate) fn with_room<T>(&self, ino: Ino, mut op: impl FnMut(bool, bool) -> Result<Attempt<T>>) -> Result<T> {
         let hooks = self.hooks();
-        for round in 0..ROOM_ROUNDS {
+        // Whether the write still asks the SSD write budget: once the file
+        // could not be taken off the SSD for it, it no longer does, and
+        // tries again at once (one diversion and one evacuation wait per
+        // write; the rounds stay for the room a full SSD needs).
+        let mut budget = true;
+        let mut round = 0;
+        while round < ROOM_ROUNDS {
             let force = round + 1 == ROOM_ROUNDS;
-            match op(force)? {
+            match op(force, budget && !force)? {
                 Attempt::Done(t) => return Ok(t),
                 Attempt::NoRoom(bytes) => {
                     if !hooks.wait_for_room(ino, bytes, false) {
@@ -707,9 +713,15 @@ impl<S: Store> Volume<S> {
                     }
                 }
                 Attempt::OverBudget => {
-                    self.evacuate(ino);
+                    budget = self.evacuate(ino);
+                    if !budget {
+                        // Asked without the budget, a try cannot come back
+                        // OverBudget: this repeats once at most.
+                        continue;
+                    }
                 }
             }
+            round += 1;
         }
         err(libc::ENOSPC)
     }
@@ -844,7 +856,7 @@ impl<S: Store> Volume<S> {
             // leave the SSD first (in the background executor).
             self.evacuate(h.ino);
         }
-        self.with_room(h.ino, |force| self.fallocate_once(&h, off, len, mode, force))
+        self.with_room(h.ino, |force, _| self.fallocate_once(&h, off, len, mode, force))
     }
 
     fn fallocate_once(&self, h: &Handle<S>, off: u64, len: u64, mode: i32, force: bool) -> Result<Attempt<()>> {
