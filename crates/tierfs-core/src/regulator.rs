@@ -258,7 +258,7 @@ impl Regulator {
             return;
         }
         self.pending.push_back((now, bytes));
-        self.pending_sum += bytes;
+        self.pending_sum = self.pending_sum.saturating_add(bytes);
     }
 
     /// May a write of `bytes` that could go to the HDD instead (a new file, a
@@ -296,11 +296,19 @@ impl Regulator {
         }
     }
 
-    /// Gives back `bytes` allowed by [`admit`](Self::admit) or
+    /// Gives back `bytes` allowed at `at` by [`admit`](Self::admit) or
     /// [`required`](Self::required) that will not be written after all (a
     /// copy that failed or was cancelled), so that they stop holding room.
-    pub fn release(&mut self, bytes: u64) {
-        self.take_pending(bytes, true);
+    /// Only what is still pending from `at` goes: room held by other
+    /// admissions stays held, even when this one already expired.
+    pub fn release(&mut self, at: Timestamp, mut bytes: u64) {
+        for e in self.pending.iter_mut().rev().filter(|e| e.0 == at) {
+            let n = e.1.min(bytes);
+            e.1 -= n;
+            bytes -= n;
+            self.pending_sum -= n;
+        }
+        self.pending.retain(|e| e.1 > 0);
     }
 
     /// Report for `tierfs stats`, as of `now` (a later day shows that day's
@@ -308,6 +316,7 @@ impl Regulator {
     pub fn report(&self, now: Timestamp) -> RegulatorReport {
         let mut s = self.clone();
         s.roll(now);
+        s.expire(now);
         let into_day = now.0 % DAY_NS;
         let elapsed = into_day.max(HOUR_NS);
         let rate = s.today as f64 * DAY_NS as f64 / elapsed as f64;
@@ -505,7 +514,7 @@ mod tests {
         assert!(r.admit(t, pace));
         assert!(!r.admit(t, MB), "all of the pace is pending");
         let later = Timestamp(t.0 + PENDING_TTL.as_nanos() as u64);
-        assert_eq!(r.report(later).pending_bytes, pace, "the report does not expire anything");
+        assert_eq!(r.report(later).pending_bytes, 0, "expired");
         assert!(r.admit(later, MB), "the forgotten room is free again");
         assert_eq!(r.report(later).pending_bytes, MB);
     }
@@ -524,7 +533,7 @@ mod tests {
         let t3 = Timestamp(t.0 + PENDING_TTL.as_nanos() as u64);
         r.observe(t3, 4 * MB);
         assert_eq!(r.report(t3).pending_bytes, 4 * MB);
-        r.release(MB);
+        r.release(t2, MB);
         assert_eq!(r.report(t3).pending_bytes, 3 * MB);
         let t4 = Timestamp(t2.0 + PENDING_TTL.as_nanos() as u64);
         r.observe(t4, 4 * MB);
@@ -597,13 +606,26 @@ mod tests {
         assert!(!r.admit(early, 1), "required writes count against the pace");
     }
 
+    /// Review finding: releasing an admission that already expired took
+    /// room that later admissions held.
+    #[test]
+    fn releasing_an_expired_admission_leaves_the_others_held() {
+        let mut r = regulator();
+        let t = at(0, 12 * 3600);
+        assert!(r.admit(t, MB));
+        let later = Timestamp(t.0 + PENDING_TTL.as_nanos() as u64);
+        assert!(r.admit(later, 2 * MB));
+        r.release(t, MB);
+        assert_eq!(r.report(later).pending_bytes, 2 * MB);
+    }
+
     #[test]
     fn released_room_can_be_admitted_again() {
         let mut r = regulator();
         let now = at(0, 0);
         assert!(r.admit(now, B / 24));
         assert!(!r.admit(now, 1));
-        r.release(B / 24);
+        r.release(now, B / 24);
         assert!(r.admit(now, B / 24));
     }
 

@@ -256,8 +256,14 @@ impl<S: Store> Engine<S> {
     /// promotion or copy, a buffered write, a chunk) put `bytes` on the
     /// SSD? False: it goes to the HDD (counted as diverted).
     pub(super) fn admit_ssd(&self, bytes: u64) -> bool {
+        self.admit_ssd_at(bytes).is_some()
+    }
+
+    /// [`Self::admit_ssd`], telling when the bytes were allowed (what
+    /// [`Regulator::release`] needs).
+    pub(super) fn admit_ssd_at(&self, bytes: u64) -> Option<Timestamp> {
         let now = self.clock.now();
-        self.regulator(now).admit(now, bytes)
+        self.regulator(now).admit(now, bytes).then_some(now)
     }
 
     /// May a write of `bytes` to data already on the SSD go there? False:

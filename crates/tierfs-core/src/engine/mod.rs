@@ -782,18 +782,24 @@ impl<S: Store> Engine<S> {
     /// Carries out one move and records its outcome. With `may_wait`, a
     /// move to the SSD that finds no room waits for the cleaner once.
     fn execute(&self, step: Step, ctl: &dyn Control, may_wait: bool) -> bool {
-        if matches!(step.mv, Move::Promote | Move::Copy) && !self.admit_ssd(step.size) {
-            self.diverted_note(step.ino, &format!("{:?}", step.mv));
-            return false;
-        }
+        let admitted = match step.mv {
+            Move::Promote | Move::Copy => match self.admit_ssd_at(step.size) {
+                Some(t) => Some(t),
+                None => {
+                    self.diverted_note(step.ino, &format!("{:?}", step.mv));
+                    return false;
+                }
+            },
+            Move::Demote | Move::DropCopy => None,
+        };
         let counter = self.stats.lock().get(step.ino).map(|f| f.counter).unwrap_or(0);
         let mut r = self.vol.migrate(step.ino, step.mv, ctl);
         if may_wait && matches!(r, Ok(Outcome::Skipped(Skip::NoSpace))) && self.wait_room(step.ino, step.size, false) {
             r = self.vol.migrate(step.ino, step.mv, ctl);
         }
-        if matches!(step.mv, Move::Promote | Move::Copy) && !matches!(r, Ok(Outcome::Done(_))) {
+        if let Some(at) = admitted.filter(|_| !matches!(r, Ok(Outcome::Done(_)))) {
             // Admitted, not written: the room goes back to the budget.
-            self.regulator.lock().release(step.size);
+            self.regulator.lock().release(at, step.size);
         }
         match r {
             Ok(Outcome::Done(bytes)) => {

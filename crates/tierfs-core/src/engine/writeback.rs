@@ -82,11 +82,11 @@ impl<S: Store> Engine<S> {
     }
 
     pub(super) fn wb_reserve(&self, g: Group, bytes: u64) -> bool {
-        if !self.admit_ssd(bytes) {
+        let Some(admitted) = self.admit_ssd_at(bytes) else {
             // The SSD write budget is spent for now: to the HDD.
             self.counters.diverted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return false;
-        }
+        };
         let quota = self.wb_quota(g);
         let now = self.clock.now();
         let mut wb = self.wb.lock();
@@ -97,7 +97,7 @@ impl<S: Store> Engine<S> {
         }
         drop(wb);
         // Admitted by the budget, refused by the area: the room goes back.
-        self.regulator.lock().release(bytes);
+        self.regulator.lock().release(admitted, bytes);
         let mut wb = self.wb.lock();
         wb.diverted += 1;
         let note = wb.last_note.is_none_or(|t| now.since(t) >= BACKLOG_NOTE_EVERY);

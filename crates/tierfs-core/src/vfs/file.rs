@@ -702,12 +702,16 @@ impl<S: Store> Volume<S> {
             let force = round + 1 == ROOM_ROUNDS;
             match op(force, budget && !force)? {
                 Attempt::Done(t) => return Ok(t),
+                // The budget allowed this write already (when it was asked):
+                // another round must not count it again.
                 Attempt::NoRoom(bytes) => {
+                    budget = false;
                     if !hooks.wait_for_room(ino, bytes, false) {
                         self.evacuate(ino);
                     }
                 }
                 Attempt::Full(bytes) => {
+                    budget = false;
                     if !hooks.wait_for_room(ino, bytes, true) {
                         self.evacuate(ino);
                     }
