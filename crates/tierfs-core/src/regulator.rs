@@ -218,7 +218,7 @@ impl Regulator {
         self.today = self.today.saturating_add(increase);
         self.lifetime = self.lifetime.saturating_add(increase);
         self.expire(now);
-        self.take_pending(increase, false);
+        self.take_pending(increase);
     }
 
     /// Drops pending bytes allowed [`PENDING_TTL`] ago or earlier.
@@ -232,22 +232,16 @@ impl Regulator {
         }
     }
 
-    /// Takes `bytes` off the pending ones, the oldest first (`newest`: the
-    /// newest first).
-    fn take_pending(&mut self, mut bytes: u64, newest: bool) {
+    /// Takes `bytes` off the pending ones, the oldest first.
+    fn take_pending(&mut self, mut bytes: u64) {
         while bytes > 0 {
-            let e = if newest { self.pending.back_mut() } else { self.pending.front_mut() };
-            let Some(e) = e else { break };
+            let Some(e) = self.pending.front_mut() else { break };
             let n = e.1.min(bytes);
             e.1 -= n;
             bytes -= n;
             self.pending_sum -= n;
             if e.1 == 0 {
-                if newest {
-                    self.pending.pop_back();
-                } else {
-                    self.pending.pop_front();
-                }
+                self.pending.pop_front();
             }
         }
     }
