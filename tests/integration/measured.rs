@@ -32,7 +32,6 @@ fn ssd_in_gc() -> Profile {
 }
 
 #[test]
-#[ignore = "flaky under the full parallel suite: files bounce after recovery (23 moves each way in a CI run on 718bdb4, with probes that reach the device; 5 of 5 passed alone); cause not found, see issue 12's note. Run with --ignored."]
 fn measured_moves_write_heavy_files_off_a_slow_ssd_and_back_when_it_recovers() {
     let area = Area::new();
     let m = Mounted::new(
@@ -77,7 +76,18 @@ fn measured_moves_write_heavy_files_off_a_slow_ssd_and_back_when_it_recovers() {
     let seen_slow = stats_json(&m.mnt);
     // It recovers: the write-heavy files come back.
     set_profile(&m.mnt, "ssd", Profile::named("ssd-sata").unwrap());
-    let all_back = || writers.iter().chain(&readers).all(|f| placement(&m, f) == "ssd");
+    // All of them, the small new files too: they are written only, so they
+    // left the slow SSD as well, and the check that nothing moves after
+    // the return must not start while they are still on their way back.
+    let news: Vec<String> = (0..20).map(|k| format!("new{k}")).collect();
+    let all_back = || {
+        writers
+            .iter()
+            .chain(&readers)
+            .map(|f| f.to_string())
+            .chain(news.iter().cloned())
+            .all(|f| placement(&m, &f) == "ssd")
+    };
     let back = off && wait_for(90, all_back);
     // A while longer: nothing moves back and forth.
     let moves = |v: &serde_json::Value| {
@@ -98,12 +108,18 @@ fn measured_moves_write_heavy_files_off_a_slow_ssd_and_back_when_it_recovers() {
         seen_slow["migrations"], seen_slow["hottest"]
     );
     assert!(back, "the files did not come back to the recovered SSD; {}\n{log}", v["measured"]);
-    assert!(stayed && moves(&v) == settled, "files kept moving after the SSD recovered: {}", v["migrations"]);
-    // Bounded: no file moves more than the policy's hourly bound (here the
-    // write-heavy ones once each way; read-heavy ones whose reads queued
-    // behind the slow writes may have gone and come back too).
+    assert!(
+        stayed && moves(&v) == settled,
+        "files kept moving after the SSD recovered: {} {}\n{log}",
+        v["migrations"],
+        v["measured"]
+    );
+    // Bounded, and well under the policy's hourly bound of four moves a
+    // file: the 23 write-heavy files went and came back once each; the
+    // read-heavy ones, whose reads queued behind the slow writes, may have
+    // gone and come back too, once.
     assert!(v["migrations"]["demotions"].as_u64().unwrap() >= 3, "{}", v["migrations"]);
-    assert!(moves(&v) <= 4 * 26, "{}", v["migrations"]);
+    assert!(moves(&v) <= 2 * 26, "{}", v["migrations"]);
     // The averages are in the statistics, the SSD's write time was the
     // slower one while it collected garbage.
     let w = |i: usize| seen_slow["measured"]["tiers"][i]["write_us"].as_f64().unwrap();

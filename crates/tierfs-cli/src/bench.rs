@@ -94,7 +94,7 @@ fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta,
     };
     let charts: String = report::tables(rows).iter().map(|t| format!("![{0}](chart-{0}.svg)\n", t.workload)).collect();
     let readme = format!(
-        "# tierfs sweep: preset {}\n\nProduced by `{}` in {:.1} minutes; tables re-rendered from `rows.json` by `tierfs bench report <this folder>` (which merges `notes.md`).\n\n- machine: {}\n- tierfs commit: {}\n- devices: SSD `{}`, HDD `{}`, modelled RAM cache of {} per device\n- workloads at scale {} (mail {}), seed {}, {} s per time-bounded run after a {} s warm-up with the device models paused\n- SSD sizes: {:?} % of the working set measured by the HDD-only run\n- {hit}\n\nFiles: `results.csv` (every run), `table.md` (normalised to HDD-only and SSD-only), `chart-*.svg`, `findings.md`, `rows.json`, `meta.json`, `notes.md`.\n\n## Expected findings\n\n{fm}\n## Charts\n\n{charts}\n## Tables\n\n{table}",
+        "# tierfs sweep: preset {}\n\nProduced by `{}` in {:.1} minutes; tables re-rendered from `rows.json` by `tierfs bench report <this folder>` (which merges `notes.md`).\n\n- machine: {}\n- tierfs commit: {}\n- devices: SSD `{}`, HDD `{}`, modelled RAM cache of {} per device\n- workloads at scale {} (mail {}), seed {}, {} s per time-bounded run after a {} s warm-up with the device models {}\n- SSD sizes: {:?} % of the working set measured by the HDD-only run\n- {hit}\n\nFiles: `results.csv` (every run), `table.md` (normalised to HDD-only and SSD-only), `chart-*.svg`, `findings.md`, `rows.json`, `meta.json`, `notes.md`.\n\n## Expected findings\n\n{fm}\n## Charts\n\n{charts}\n## Tables\n\n{table}",
         p.name,
         meta.command,
         meta.minutes,
@@ -108,6 +108,7 @@ fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta,
         p.params.seed,
         p.params.duration.as_secs(),
         p.warmup.as_secs(),
+        if p.warmup_emulated { "on" } else { "paused" },
         p.sizes
     );
     std::fs::write(out.join("README.md"), readme)?;

@@ -255,6 +255,9 @@ struct ProfileSpec {
     degrade_factor: Option<f64>,
     /// ... on reads' access times (>= 1; default 1).
     degrade_read_factor: Option<f64>,
+    /// ... and the backlog at or below which it is fast again, MB (at most
+    /// the threshold; default the threshold).
+    degrade_recover_mb: Option<f64>,
 }
 
 fn load_profiles(path: &Path) -> Result<Vec<Profile>> {
@@ -296,7 +299,14 @@ fn parse_profiles(text: &str, path: &Path) -> Result<Vec<Profile>> {
                 if !(read_factor.is_finite() && read_factor >= 1.0) {
                     bail!("profile {name}: degrade_read_factor must be at least 1");
                 }
-                Some(Degrade { write_rate: rate * 1e6, threshold: threshold * 1e6, factor, read_factor })
+                let recover = match s.degrade_recover_mb {
+                    None => None,
+                    Some(r) if r.is_finite() && (0.0..=threshold).contains(&r) => Some(r * 1e6),
+                    Some(_) => {
+                        bail!("profile {name}: degrade_recover_mb must be at least 0 and at most degrade_threshold_mb")
+                    }
+                };
+                Some(Degrade { write_rate: rate * 1e6, threshold: threshold * 1e6, factor, read_factor, recover })
             }
             _ => bail!(
                 "profile {name}: give all three of degrade_write_mbps, degrade_threshold_mb and degrade_factor, or none"
@@ -448,7 +458,14 @@ mod tests {
         assert_eq!(plain[0].degrade, None);
         let text = format!("[gc]\n{base}degrade_write_mbps = 4\ndegrade_threshold_mb = 8\ndegrade_factor = 200\n");
         let gc = parse_profiles(&text, path).unwrap();
-        assert_eq!(gc[0].degrade, Some(Degrade { write_rate: 4e6, threshold: 8e6, factor: 200.0, read_factor: 1.0 }));
+        assert_eq!(
+            gc[0].degrade,
+            Some(Degrade { write_rate: 4e6, threshold: 8e6, factor: 200.0, read_factor: 1.0, recover: None })
+        );
+        let marked = parse_profiles(&format!("{text}degrade_recover_mb = 2\n"), path).unwrap();
+        assert_eq!(marked[0].degrade.as_ref().unwrap().recover, Some(2e6));
+        let err = parse_profiles(&format!("{text}degrade_recover_mb = 9\n"), path).unwrap_err();
+        assert!(err.to_string().contains("at most degrade_threshold_mb"), "{err}");
         assert_eq!(gc[0].write_access, std::time::Duration::from_micros(20));
         for (extra, want) in [
             ("degrade_write_mbps = 4\n", "all three"),

@@ -261,16 +261,23 @@ impl Regulator {
     /// `bytes` stays within the pace (the bytes are then pending); false:
     /// divert it (counted as diverted). Always true without a budget.
     pub fn admit(&mut self, now: Timestamp, bytes: u64) -> bool {
+        if !self.would_admit(now, bytes) {
+            return self.divert(bytes);
+        }
+        if self.budget.is_some() {
+            self.hold(now, bytes);
+        }
+        true
+    }
+
+    /// Would [`admit`](Self::admit) let `bytes` go to the SSD now? Only
+    /// asks: nothing is held or counted as diverted (a policy planning
+    /// promotions it must not spend its moves on).
+    pub fn would_admit(&mut self, now: Timestamp, bytes: u64) -> bool {
         self.roll(now);
         self.expire(now);
         let Some(budget) = &self.budget else { return true };
-        let pace = budget.pace(now.0 % DAY_NS);
-        if self.today.saturating_add(self.pending_sum).saturating_add(bytes) <= pace {
-            self.hold(now, bytes);
-            true
-        } else {
-            self.divert(bytes)
-        }
+        self.today.saturating_add(self.pending_sum).saturating_add(bytes) <= budget.pace(now.0 % DAY_NS)
     }
 
     /// May a write of `bytes` to data that is already on the SSD go there?
@@ -421,6 +428,26 @@ mod tests {
         fn below(&mut self, n: u64) -> u64 {
             self.next() % n
         }
+    }
+
+    #[test]
+    fn would_admit_only_asks_and_agrees_with_admit() {
+        let mut r = regulator();
+        // An hour into the day the pace allows an hour's worth and more.
+        let now = at(0, 3600);
+        let fits = B / 24;
+        assert!(r.would_admit(now, fits));
+        assert!(r.would_admit(now, fits), "asking holds nothing");
+        let rep = r.report(now);
+        assert_eq!((rep.diverted_today_bytes, rep.diverted_today_writes), (0, 0), "nor diverts");
+        assert!(!r.would_admit(now, B));
+        assert_eq!(r.report(now).diverted_today_writes, 0);
+        // admit answers the same, and then holds the bytes.
+        assert!(r.admit(now, fits));
+        assert!(!r.would_admit(now, B - fits + 1));
+        assert!(!r.admit(now, B - fits + 1));
+        assert_eq!(r.report(now).diverted_today_writes, 1);
+        assert!(Regulator::new(None, None).would_admit(now, u64::MAX), "no budget");
     }
 
     #[test]

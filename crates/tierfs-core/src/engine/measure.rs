@@ -141,7 +141,7 @@ impl<S: Store> Engine<S> {
     /// weighing [`PROBE_WEIGHT`] samples. At most 4 KiB a second is
     /// written to an idle tier (about 350 MB a day, counted by the write
     /// regulator). Only while some directory uses `measured`. Called by the
-    /// engine thread holding no lock.
+    /// prober thread holding no lock.
     pub(super) fn probe_tiers(&self, now: Timestamp) {
         let Some(meters) = &self.cfg.meters else { return };
         let due = {
@@ -173,6 +173,18 @@ impl<S: Store> Engine<S> {
         let mut m = self.measure.lock();
         m.seen = seen;
         m.probes += 1;
+    }
+
+    /// The prober thread: every tick, the tiers that are due get a probe
+    /// ([`Engine::probe_tiers`]), until the engine stops.
+    pub(super) fn prober(&self) {
+        while !self.stop.load(Ordering::Acquire) {
+            std::thread::sleep(self.cfg.tick);
+            if self.stop.load(Ordering::Acquire) {
+                return;
+            }
+            self.probe_tiers(self.clock.now());
+        }
     }
 
     fn probe(&self, t: Tier, read: bool, write: bool, pos: u64, meter: &Meter) -> crate::Result<()> {

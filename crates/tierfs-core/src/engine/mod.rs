@@ -303,7 +303,7 @@ pub struct Engine<S: Store> {
     kv: Arc<dyn Kv>,
     /// `measured`'s tokens, the moves of each file, probes (a leaf).
     measure: Mutex<measure::Measure>,
-    /// Each tier's probe file, kept open (a leaf; the engine thread only).
+    /// Each tier's probe file, kept open (a leaf; the prober thread only).
     probe_files: Mutex<[Option<Arc<S::File>>; 2]>,
     /// The SSD write regulator (a leaf).
     regulator: Mutex<crate::regulator::Regulator>,
@@ -515,6 +515,8 @@ impl<S: Store> Engine<S> {
         let pin = |i: Ino| self.pin(i, st.get(i).map(|f| f.group));
         let busy = |i: Ino| self.is_busy(i, open);
         let moves = |i: Ino| self.moves_of(i, now);
+        // The regulator is a leaf lock: taken and dropped inside the call.
+        let ssd_admits = |bytes: u64| self.regulator.lock().would_admit(now, bytes);
         let v = View {
             stats: st,
             now,
@@ -527,6 +529,7 @@ impl<S: Store> Engine<S> {
             speeds: self.speeds(),
             tokens,
             moves: &moves,
+            ssd_admits: &ssd_admits,
         };
         f(&v)
     }
@@ -705,6 +708,16 @@ impl<S: Store> Engine<S> {
             .spawn(move || me.scrubber())
             .expect("spawn scrubber thread");
         self.threads.lock().extend([a, b, c, d]);
+        if self.cfg.meters.is_some() {
+            // Probes wait for the devices (tens of milliseconds on a slow
+            // one): on a thread of their own, not the engine's.
+            let me = self.clone();
+            let e = std::thread::Builder::new()
+                .name("tierfs-prober".into())
+                .spawn(move || me.prober())
+                .expect("spawn prober thread");
+            self.threads.lock().push(e);
+        }
     }
 
     /// Takes every queued event into the statistics now. The engine thread
@@ -741,7 +754,6 @@ impl<S: Store> Engine<S> {
             if stopping {
                 break;
             }
-            self.probe_tiers(self.clock.now());
         }
         self.maintain(self.clock.now(), &mut last_flush, true);
     }

@@ -9,7 +9,8 @@
 //! the most frequently, then most recently, used candidates first; a file
 //! that already moved [`MAX_MOVES_PER_HOUR`] times in the last hour stays
 //! where it is (the dampening the paper gets from δ and a conservative
-//! token rate, made a bound).
+//! token rate, made a bound), and no token goes to a promotion the SSD
+//! write regulator would divert.
 //!
 //! The SSD is not assumed faster: while it is slowed by write load, the
 //! write-heavy files leave it, and they come back when it recovers.
@@ -28,9 +29,15 @@ use std::time::Duration;
 /// "currently being read or written").
 pub const RECENT: Duration = Duration::from_secs(60);
 
-/// Candidates looked at per tier and tick, hottest first: a bound on the
-/// work of one tick whatever the number of files.
+/// Candidates (files used lately) taken per tier and tick, hottest first.
 pub const SCAN: usize = 512;
+
+/// Files looked at per tier and tick to find them, hottest first: a bound
+/// on the work of one tick whatever the number of files. Counters age
+/// slowly (halved every ten minutes), so the hottest files of a tier may
+/// not have been used lately; looking past them lets recently used files
+/// with lower counters be candidates too.
+pub const SCAN_LIMIT: usize = 8 * SCAN;
 
 /// The most moves of one file the policy makes in an hour.
 pub const MAX_MOVES_PER_HOUR: u32 = 4;
@@ -87,10 +94,15 @@ pub fn measured_run(v: &View<'_>) -> Plan {
     if v.tokens == 0 {
         return p;
     }
+    // Bytes of the promotions planned so far: the regulator is asked for
+    // them all, so that no token goes to a promotion it would divert.
+    let mut promoting = 0u64;
     let since = v.now.secs().saturating_sub(RECENT.as_secs());
     let recent = |f: &FileStats| f.last_access as u64 >= since;
-    let mut ssd = v.stats.hottest(v.group, Residence::Ssd).take(SCAN).filter(|(_, f)| recent(f)).peekable();
-    let mut hdd = v.stats.hottest(v.group, Residence::Hdd).take(SCAN).filter(|(_, f)| recent(f)).peekable();
+    let candidates =
+        |r: Residence| v.stats.hottest(v.group, r).take(SCAN_LIMIT).filter(move |(_, f)| recent(f)).take(SCAN);
+    let mut ssd = candidates(Residence::Ssd).peekable();
+    let mut hdd = candidates(Residence::Hdd).peekable();
     loop {
         if p.steps.len() >= v.tokens as usize {
             break;
@@ -132,6 +144,11 @@ pub fn measured_run(v: &View<'_>) -> Plan {
                 p.skip(ino, why);
                 continue;
             }
+            if !(v.ssd_admits)(promoting.saturating_add(f.size)) {
+                p.skip(ino, NotMoved::OverBudget);
+                continue;
+            }
+            promoting = promoting.saturating_add(f.size);
             p.push(ino, Move::Promote, reason(c_here, c_there), f.size);
         } else {
             p.push(ino, Move::Demote, reason(c_here, c_there), f.size);

@@ -377,6 +377,9 @@ pub struct View<'a> {
     pub tokens: u32,
     /// How often a file was moved in the last hour.
     pub moves: &'a dyn Fn(Ino) -> u32,
+    /// Would the write regulator let this many bytes go to the SSD now?
+    /// (Asks only; true without a budget.)
+    pub ssd_admits: &'a dyn Fn(u64) -> bool,
 }
 
 /// An architecture. See the module documentation.

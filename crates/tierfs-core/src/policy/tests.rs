@@ -32,6 +32,8 @@ struct Env {
     speeds: [Speed; 2],
     tokens: u32,
     moved: Vec<(Ino, u32)>,
+    /// Bytes the write regulator would still let go to the SSD (None: no budget).
+    budget_left: Option<u64>,
 }
 
 impl Env {
@@ -46,12 +48,14 @@ impl Env {
             speeds: [Speed::default(); 2],
             tokens: 0,
             moved: vec![],
+            budget_left: None,
         }
     }
     fn with<R>(&self, s: &Stats, f: impl FnOnce(&View<'_>) -> R) -> R {
         let pin = |i: Ino| self.pins.iter().find(|p| p.0 == i).map(|p| p.1);
         let busy = |i: Ino| self.busy.contains(&i);
         let moves = |i: Ino| self.moved.iter().find(|m| m.0 == i).map_or(0, |m| m.1);
+        let ssd_admits = |b: u64| self.budget_left.is_none_or(|left| b <= left);
         let v = View {
             stats: s,
             now: self.clock.now(),
@@ -64,6 +68,7 @@ impl Env {
             speeds: self.speeds,
             tokens: self.tokens,
             moves: &moves,
+            ssd_admits: &ssd_admits,
         };
         f(&v)
     }
@@ -383,4 +388,64 @@ fn measured_leaves_files_not_used_lately_and_sieves_promotions() {
     let p = env.with(&s, |v| pol.on_tick(v, None).0);
     assert_eq!(moves(&p), vec![(1, Move::Promote)], "7 was last used 900 s ago; 2 is past the sieve");
     assert_eq!(p.skipped, vec![(2, NotMoved::Sieved { size: 2 << 20, sieve: 1 << 20 })]);
+}
+
+#[test]
+fn measured_spends_no_token_on_a_promotion_the_regulator_would_divert() {
+    let pol = PolicyKind::Measured.policy();
+    // Three read-heavy 4-KiB files on the HDD, the SSD faster for reads.
+    let s = used(&[(1, Residence::Hdd, 10, 0, 50), (2, Residence::Hdd, 10, 0, 40), (3, Residence::Hdd, 10, 0, 30)]);
+    let mut env = Env::new(0, 1 << 30);
+    env.speeds = speeds((0.1, 0.1), (10.0, 10.0));
+    env.tokens = 2;
+    // Room in the budget for one file: the second token is kept.
+    env.budget_left = Some(4096 + 100);
+    let p = env.with(&s, |v| pol.on_tick(v, None).0);
+    assert_eq!(moves(&p), vec![(1, Move::Promote)]);
+    assert_eq!(p.skipped, vec![(2, NotMoved::OverBudget), (3, NotMoved::OverBudget)]);
+    // A demotion costs the SSD no writes: it is planned whatever the budget.
+    let s = used(&[(4, Residence::Ssd, 0, 10, 50)]);
+    env.speeds = speeds((0.1, 30.0), (10.0, 10.0));
+    env.budget_left = Some(0);
+    assert_eq!(moves(&env.with(&s, |v| pol.on_tick(v, None).0)), vec![(4, Move::Demote)]);
+}
+
+#[test]
+fn measured_finds_recently_used_files_below_many_hotter_idle_ones() {
+    use super::measured::SCAN;
+    let pol = PolicyKind::Measured.policy();
+    // SCAN + 10 files on the SSD, hot but last used 900 s ago, and one
+    // write-heavy file used now with a lower counter.
+    let mut s = Stats::new(DEFAULT_AGING);
+    for i in 0..SCAN as u64 + 10 {
+        s.insert(
+            100 + i,
+            FileStats {
+                residence: Residence::Ssd,
+                size: 4096,
+                writes: 50,
+                last_access: 100,
+                counter: 1000 + i as u32,
+                seq: i + 1,
+                ..FileStats::default()
+            },
+        );
+    }
+    s.insert(
+        7,
+        FileStats {
+            residence: Residence::Ssd,
+            size: 4096,
+            writes: 50,
+            last_access: 1000,
+            counter: 10,
+            seq: 10_000,
+            ..FileStats::default()
+        },
+    );
+    let mut env = Env::new(0, 1 << 30);
+    env.speeds = speeds((0.1, 30.0), (10.0, 10.0));
+    env.tokens = 10;
+    let p = env.with(&s, |v| pol.on_tick(v, None).0);
+    assert_eq!(moves(&p), vec![(7, Move::Demote)]);
 }
