@@ -552,20 +552,21 @@ pub fn parse_notes(text: &str) -> BTreeMap<u32, String> {
         .collect()
 }
 
-/// The findings as a Markdown table, with the note on each one that does
-/// not hold.
+/// The findings as a Markdown table, with the note on each: why one does
+/// not hold (asked for when missing), and how one that holds was set up.
 pub fn findings_markdown(f: &[Finding], notes: &BTreeMap<u32, String>) -> String {
-    let mut o = String::from("| # | expected finding | verdict | measured | why not |\n|---|---|---|---|---|\n");
+    let mut o =
+        String::from("| # | expected finding | verdict | measured | note (why not, or how) |\n|---|---|---|---|---|\n");
     for x in f {
         let v = match x.verdict {
             Verdict::Holds => "**holds**",
             Verdict::DoesNotHold => "does not hold",
             Verdict::NotMeasured => "not measured",
         };
-        let why = if x.verdict == Verdict::Holds {
-            ""
-        } else {
-            notes.get(&x.n).map(String::as_str).unwrap_or("(no note yet)")
+        let why = match notes.get(&x.n) {
+            Some(n) => n.as_str(),
+            None if x.verdict == Verdict::Holds => "",
+            None => "(no note yet)",
         };
         let _ = writeln!(o, "| {} | {} | {v} | {} | {why} |", x.n, x.claim, x.evidence);
     }
@@ -637,5 +638,16 @@ mod tests {
         let chart = svg(t);
         assert!(chart.starts_with("<svg") && chart.contains("HDD-only") && chart.contains("dynamic-hot-dst"));
         assert!(csv(&rows).lines().count() == rows.len() + 1);
+    }
+
+    #[test]
+    fn findings_show_their_notes_whether_they_hold_or_not() {
+        let f = |n, verdict| Finding { n, claim: "c", verdict, evidence: "e".into() };
+        let notes = parse_notes("1: how it was set up\n");
+        let md = findings_markdown(&[f(1, Verdict::Holds), f(2, Verdict::DoesNotHold), f(3, Verdict::Holds)], &notes);
+        let rows: Vec<&str> = md.lines().skip(2).collect();
+        assert!(rows[0].ends_with("| how it was set up |"), "{}", rows[0]);
+        assert!(rows[1].ends_with("| (no note yet) |"), "{}", rows[1]);
+        assert!(rows[2].ends_with("|  |"), "{}", rows[2]);
     }
 }
