@@ -114,12 +114,11 @@ fn measured_moves_write_heavy_files_off_a_slow_ssd_and_back_when_it_recovers() {
         v["migrations"],
         v["measured"]
     );
-    // Bounded, and well under the policy's hourly bound of four moves a
-    // file: the 23 write-heavy files went and came back once each; the
-    // read-heavy ones, whose reads queued behind the slow writes, may have
-    // gone and come back too, once.
+    // Bounded by the policy's four moves a file an hour (here the 23
+    // write-heavy files go and come back once each; read-heavy ones whose
+    // reads queued behind the slow writes may move too).
     assert!(v["migrations"]["demotions"].as_u64().unwrap() >= 3, "{}", v["migrations"]);
-    assert!(moves(&v) <= 2 * 26, "{}", v["migrations"]);
+    assert!(moves(&v) <= 4 * 26, "{}", v["migrations"]);
     // The averages are in the statistics, the SSD's write time was the
     // slower one while it collected garbage.
     let w = |i: usize| seen_slow["measured"]["tiers"][i]["write_us"].as_f64().unwrap();

@@ -315,11 +315,18 @@ impl Device {
     /// Drains the debt for the time since the last request, adds
     /// `random_write` bytes and returns whether the device is degraded now.
     fn account_debt(&mut self, now: Timestamp, random_write: u64) -> bool {
-        let Some(g) = &self.profile.degrade else { return false };
+        let Some(g) = &self.profile.degrade else {
+            // A profile without the model (perhaps just swapped in): not
+            // degraded, and a later degrading profile starts from that.
+            self.degraded = false;
+            return false;
+        };
         let elapsed = now.since(self.debt_at).as_secs_f64();
         self.debt_at = self.debt_at.max(now);
         self.debt = (self.debt - g.write_rate * elapsed).max(0.0) + random_write as f64;
-        let limit = if self.degraded { g.recover.unwrap_or(g.threshold) } else { g.threshold };
+        // A mark above the threshold (a profile sent over the socket is
+        // not checked) counts as the threshold.
+        let limit = if self.degraded { g.recover.unwrap_or(g.threshold).min(g.threshold) } else { g.threshold };
         self.degraded = self.debt > limit;
         self.degraded
     }

@@ -165,9 +165,11 @@ impl<S: Store> Engine<S> {
             if !(read || write) {
                 continue;
             }
+            self.doing("prober", format!("a probe of the {t}"));
             if let Err(e) = self.probe(t, read, write, pos, &meters[t.idx()]) {
                 tracing::debug!(tier = %t, error = %e, "probe failed");
             }
+            self.doing("prober", "idle");
         }
         let seen = [meters[0].samples(), meters[1].samples()];
         let mut m = self.measure.lock();
@@ -246,6 +248,9 @@ impl<S: Store> Engine<S> {
             let buf = aligned(&mut raw);
             buf.fill(0xa5);
             for off in (0..PROBE_FILE).step_by(PROBE_IO) {
+                if self.stop.load(Ordering::Acquire) {
+                    return Err(crate::Error::errno(libc::ESHUTDOWN));
+                }
                 write_full(s, &f, buf, off)?;
             }
             s.fsync(&f, true)?;
@@ -256,7 +261,7 @@ impl<S: Store> Engine<S> {
     }
 
     /// The regulator, told the SSD's bytes written so far.
-    fn regulator(&self, now: Timestamp) -> parking_lot::MutexGuard<'_, Regulator> {
+    pub(super) fn regulator(&self, now: Timestamp) -> parking_lot::MutexGuard<'_, Regulator> {
         let mut r = self.regulator.lock();
         if let Some(m) = &self.cfg.meters {
             r.observe(now, m[0].written());

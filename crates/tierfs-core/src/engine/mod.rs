@@ -495,6 +495,13 @@ impl<S: Store> Engine<S> {
         deferred || (open && self.vol.open_inode(ino).is_some_and(|o| o.has_passthrough()))
     }
 
+    /// True if `ino` is pinned to the SSD (its own pin or its group's).
+    fn pinned_to_ssd(&self, ino: Ino) -> bool {
+        // Bound in a statement of its own: `pin` locks the groups.
+        let group = self.stats.lock().get(ino).map(|f| f.group);
+        self.pin(ino, group) == Some(Tier::Ssd)
+    }
+
     /// A file's pin: its own, else its group's.
     fn pin(&self, ino: Ino, group: Option<Group>) -> Option<Tier> {
         if let Some(t) = self.groups.lock().file_pin(ino) {
@@ -515,8 +522,9 @@ impl<S: Store> Engine<S> {
         let pin = |i: Ino| self.pin(i, st.get(i).map(|f| f.group));
         let busy = |i: Ino| self.is_busy(i, open);
         let moves = |i: Ino| self.moves_of(i, now);
-        // The regulator is a leaf lock: taken and dropped inside the call.
-        let ssd_admits = |bytes: u64| self.regulator.lock().would_admit(now, bytes);
+        // The regulator is a leaf lock: taken (after it saw the meter's
+        // count, as for `admit`) and dropped inside the call.
+        let ssd_admits = |bytes: u64| self.regulator(now).would_admit(now, bytes);
         let v = View {
             stats: st,
             now,
@@ -1607,12 +1615,14 @@ struct EngineHooks<S: Store>(Weak<Engine<S>>);
 impl<S: Store> Hooks for EngineHooks<S> {
     fn initial_tier(&self, parent: Ino) -> Option<Tier> {
         let e = self.0.upgrade()?;
-        if let Some(t) = e.cfg.placement {
-            return Some(t);
-        }
-        let (kind, _) = e.setting(e.group_of(parent));
-        match kind.policy().initial_tier() {
-            // A new file is a write that can go elsewhere.
+        let tier = match e.cfg.placement {
+            Some(t) => t,
+            None => e.setting(e.group_of(parent)).0.policy().initial_tier(),
+        };
+        match tier {
+            // A new file is a write that can go elsewhere, with
+            // `--placement ssd` too: the placement says where new files
+            // go, the budget how much the SSD takes.
             Tier::Ssd if !e.admit_ssd(0) => {
                 e.counters.diverted.fetch_add(1, Ordering::Relaxed);
                 Some(Tier::Hdd)
@@ -1621,8 +1631,15 @@ impl<S: Store> Hooks for EngineHooks<S> {
         }
     }
 
-    fn ssd_write_ok(&self, _ino: Ino, bytes: u64) -> bool {
-        self.0.upgrade().is_none_or(|e| e.required_ssd(bytes))
+    // A file pinned to the SSD is not taken off it for the budget's sake
+    // (the policy would bring it back, writing the SSD again): its writes
+    // go there, and the meter counts them.
+    fn ssd_write_ok(&self, ino: Ino, bytes: u64) -> bool {
+        self.0.upgrade().is_none_or(|e| e.pinned_to_ssd(ino) || e.required_ssd(bytes))
+    }
+
+    fn ssd_growth_ok(&self, ino: Ino, bytes: u64) -> bool {
+        self.0.upgrade().is_none_or(|e| e.pinned_to_ssd(ino) || e.admit_ssd(bytes))
     }
 
     fn reserve_ssd(&self, ino: Ino, bytes: u64) -> bool {

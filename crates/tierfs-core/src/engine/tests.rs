@@ -361,3 +361,43 @@ fn after_a_crash_the_dirty_chunks_of_the_area_are_found_and_written_back() {
     assert_eq!(r.vol.split_info(ino).map(|i| i.dirty), Some(0));
     assert_eq!(&hdd_bytes(&r, 5, 12), b"acknowledged");
 }
+
+/// Review finding 9 of issue 12: `--placement ssd` put new files on the
+/// SSD past the write budget, and a write over the budget took a file
+/// pinned to the SSD off it (for the policy to bring it back).
+#[test]
+fn past_the_budget_placement_ssd_sends_new_files_to_the_hdd_and_a_pinned_file_stays() {
+    use crate::store::measured::Meter;
+    let ssd_meter = Meter::new();
+    let r = rig_with(EngineConfig {
+        policy: PolicyKind::DynamicColdDst,
+        placement: Some(Tier::Ssd),
+        budget: Some(crate::regulator::Budget { bytes_per_day: 24 << 20 }),
+        meters: Some([ssd_meter.clone(), Meter::new()]),
+        ..EngineConfig::default()
+    });
+    let on = |name: &str, t: Tier| r.vol.stat_on(ROOT_INO, OsStr::new(name), t).is_ok();
+    let p = file(&r.vol, "p", b"pinned");
+    assert!(on("p", Tier::Ssd), "within the budget new files go where the placement says");
+    r.engine.groups.lock().set_file_pin(p, Some(Tier::Ssd));
+    // The meter sees the day's SSD writes pass the budget.
+    ssd_meter.write_took(Duration::from_micros(10), 25 << 20);
+    let vol = r.vol.clone();
+    // Without the fixes the writes wait for an evacuation no cleaner runs.
+    within(10, "writes past the budget", move || {
+        file(&vol, "n", b"new");
+        let o = vol.open(p, libc::O_RDWR).unwrap();
+        vol.write(o.fh, 0, &[5u8; 64 << 10]).unwrap();
+        vol.write(o.fh, 100, b"over").unwrap();
+        vol.release(o.fh).unwrap();
+    });
+    assert!(on("n", Tier::Hdd) && !on("n", Tier::Ssd), "past the budget a new file goes to the HDD");
+    assert!(on("p", Tier::Ssd) && !on("p", Tier::Hdd), "the pinned file grew and was written on the SSD");
+    let mut want = vec![5u8; 64 << 10];
+    want[100..104].copy_from_slice(b"over");
+    let o = r.vol.open(p, libc::O_RDONLY).unwrap();
+    assert_eq!(r.vol.read(o.fh, 0, 1 << 20).unwrap(), want);
+    r.vol.release(o.fh).unwrap();
+    assert!(r.engine.regulator_report().diverted_today_writes >= 1, "the new file was diverted");
+    assert_eq!(r.engine.counters.evacuations.load(Ordering::Relaxed), 0, "nothing was taken off the SSD");
+}

@@ -97,6 +97,7 @@ pub fn measured_run(v: &View<'_>) -> Plan {
     // Bytes of the promotions planned so far: the regulator is asked for
     // them all, so that no token goes to a promotion it would divert.
     let mut promoting = 0u64;
+    let mut over_budget = false;
     let since = v.now.secs().saturating_sub(RECENT.as_secs());
     let recent = |f: &FileStats| f.last_access as u64 >= since;
     let candidates =
@@ -145,7 +146,12 @@ pub fn measured_run(v: &View<'_>) -> Plan {
                 continue;
             }
             if !(v.ssd_admits)(promoting.saturating_add(f.size)) {
-                p.skip(ino, NotMoved::OverBudget);
+                // Noted once a run: with the budget spent every candidate
+                // of the HDD would be, ten times a second.
+                if !over_budget {
+                    p.skip(ino, NotMoved::OverBudget);
+                    over_budget = true;
+                }
                 continue;
             }
             promoting = promoting.saturating_add(f.size);

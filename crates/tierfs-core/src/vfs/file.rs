@@ -538,7 +538,14 @@ impl<S: Store> Volume<S> {
             return err(libc::EBADF);
         }
         if let Some(shadow) = self.split_shadow(&h.oi)? {
-            if budget && !hooks.ssd_write_ok(h.ino, len) {
+            // Only the bytes that land on the file's SSD chunks write the
+            // SSD: a write to its HDD chunks asks no budget and never takes
+            // the file's chunks off the SSD. (An append is judged at the
+            // size now; split_write serialises and places it.)
+            let at = if h.append { h.oi.size.load(Ordering::Acquire) } else { off };
+            let on_ssd: u64 =
+                self.extents.lock().split(h.ino, at, len).iter().filter(|p| p.tier == Tier::Ssd).map(|p| p.len).sum();
+            if budget && on_ssd > 0 && !hooks.ssd_write_ok(h.ino, on_ssd) {
                 return Ok(Attempt::OverBudget);
             }
             return self.split_write(h, &primary, &shadow, off, data);
@@ -561,10 +568,15 @@ impl<S: Store> Volume<S> {
         // Holes inside a file are rare; the account is trued up from the
         // file itself right after.
         let want = if ssd { alloc_growth(cur, end) } else { 0 };
-        // Once the file could not leave the SSD, the write goes where the
-        // file is: a write never fails for the budget's sake.
-        if ssd && budget && !hooks.ssd_write_ok(h.ino, len) {
-            return Ok(Attempt::OverBudget);
+        // Growth could go elsewhere (a new file's data is growth): it is
+        // paced like new files; an overwrite is held to the day's budget
+        // only. Once the file could not leave the SSD, the write goes where
+        // the file is: a write never fails for the budget's sake.
+        if ssd && budget {
+            let ok = if want > 0 { hooks.ssd_growth_ok(h.ino, len) } else { hooks.ssd_write_ok(h.ino, len) };
+            if !ok {
+                return Ok(Attempt::OverBudget);
+            }
         }
         if !self.take_room(h.ino, want, force) {
             return Ok(Attempt::NoRoom(want));

@@ -166,6 +166,13 @@ pub trait Hooks: Send + Sync {
     fn ssd_write_ok(&self, _ino: Ino, _bytes: u64) -> bool {
         true
     }
+    /// May a write that grows `ino`, which is on the SSD, put `bytes`
+    /// there? Growth can go elsewhere (the file leaves the SSD first), so
+    /// it is paced like a new file's data, where [`Hooks::ssd_write_ok`]
+    /// holds an overwrite to the day's budget only. Never waits.
+    fn ssd_growth_ok(&self, _ino: Ino, _bytes: u64) -> bool {
+        true
+    }
     /// May a writable open of this SSD-resident file use passthrough (no
     /// per-write space checks)? Default: yes.
     fn passthrough_write_ok(&self, _ino: Ino) -> bool {

@@ -316,3 +316,56 @@ fn a_file_demoted_as_soon_as_it_is_created_keeps_what_its_creator_writes() {
         t.join().unwrap();
     }
 }
+
+/// Hooks that put new files on the SSD, allow overwrites of SSD data and
+/// refuse growth (the day's pace is spent), recording what was asked.
+#[derive(Default)]
+struct PaceSpent {
+    asked: parking_lot::Mutex<Vec<(&'static str, u64)>>,
+}
+
+impl Hooks for PaceSpent {
+    fn initial_tier(&self, _parent: Ino) -> Option<Tier> {
+        Some(Tier::Ssd)
+    }
+    fn ssd_write_ok(&self, _ino: Ino, bytes: u64) -> bool {
+        self.asked.lock().push(("write", bytes));
+        true
+    }
+    fn ssd_growth_ok(&self, _ino: Ino, bytes: u64) -> bool {
+        self.asked.lock().push(("growth", bytes));
+        false
+    }
+}
+
+/// Review finding 4 of issue 12: a new file on the SSD was asked nothing
+/// for its data, so new files' bytes were held to the day's budget only,
+/// not to its pace. Growth is now paced: refused, the file leaves the SSD
+/// and the write lands on the HDD; an overwrite of SSD data is not.
+#[test]
+fn growing_a_file_on_the_ssd_is_paced_like_a_new_file() {
+    let v = volume();
+    let hooks = Arc::new(PaceSpent::default());
+    v.set_hooks(hooks.clone());
+    let (a, o) = v.create(&CTX, ROOT_INO, OsStr::new("f"), 0o644, 0, libc::O_RDWR).unwrap();
+    assert!(on(&v, ROOT_INO, "f", Tier::Ssd), "new files start on the SSD");
+    assert_eq!(v.write(o.fh, 0, &[7u8; 5000]).unwrap(), 5000);
+    assert_eq!(*hooks.asked.lock(), vec![("growth", 5000)]);
+    assert!(on(&v, ROOT_INO, "f", Tier::Hdd) && !on(&v, ROOT_INO, "f", Tier::Ssd), "it left the SSD");
+    v.release(o.fh).unwrap();
+    assert_eq!(read(&v, a.ino), vec![7u8; 5000]);
+    // A file on the SSD: an overwrite asks the day's budget, not the
+    // pace, and the file stays.
+    let b = file(&v, ROOT_INO, "g", &[1u8; 8192]);
+    assert!(matches!(v.migrate(b, Move::Promote, &NoCrash).unwrap(), crate::migrate::Outcome::Done(_)));
+    assert!(on(&v, ROOT_INO, "g", Tier::Ssd));
+    hooks.asked.lock().clear();
+    let o = v.open(b, libc::O_RDWR).unwrap();
+    assert_eq!(v.write(o.fh, 100, &[2u8; 1000]).unwrap(), 1000);
+    v.release(o.fh).unwrap();
+    assert_eq!(*hooks.asked.lock(), vec![("write", 1000)]);
+    assert!(on(&v, ROOT_INO, "g", Tier::Ssd));
+    let mut want = vec![1u8; 8192];
+    want[100..1100].fill(2);
+    assert_eq!(read(&v, b), want);
+}

@@ -90,14 +90,21 @@ fn shadow_exists(rig: &Rig, ino: Ino) -> bool {
     rig.ssd.stat(crate::store::Target::Entry(&d, OsString::from(ino.to_string()).as_os_str())).is_ok()
 }
 
-#[test]
-fn a_split_file_serves_its_chunks_from_the_ssd_and_its_home_keeps_the_rest() {
-    let rig = Rig::new();
-    let v = mount(&rig);
-    let mut model = pattern(1, 5 * C as usize);
+/// A mounted volume with file "f" of five chunks, chunks 1 and 3 on the
+/// SSD; its content.
+fn five_chunks_two_on_the_ssd(rig: &Rig) -> (Arc<Volume<MemStore>>, Vec<u8>, Ino) {
+    let v = mount(rig);
+    let model = pattern(1, 5 * C as usize);
     let ino = make(&v, "f", &model);
     add(&v, ino, 1);
     add(&v, ino, 3);
+    (v, model, ino)
+}
+
+#[test]
+fn a_split_file_serves_its_chunks_from_the_ssd_and_its_home_keeps_the_rest() {
+    let rig = Rig::new();
+    let (v, mut model, ino) = five_chunks_two_on_the_ssd(&rig);
     assert!(v.is_split(ino) && shadow_exists(&rig, ino));
     let o = v.open(ino, libc::O_RDWR).unwrap();
     assert!(o.backing.is_none(), "no passthrough for a split file");
@@ -439,6 +446,51 @@ fn the_chunk_mover_beside_readers_and_writers_loses_no_write() {
         v.chunk_op(ino, ChunkOp::Unsplit, &NoCrash, &mut never).unwrap();
         same(&home(&rig, "f"), &model, "content");
     });
+}
+
+/// Hooks whose SSD write budget is spent: they record what each write
+/// asked for and refuse it.
+#[derive(Default)]
+struct BudgetSpent(parking_lot::Mutex<Vec<u64>>);
+
+impl crate::vfs::Hooks for BudgetSpent {
+    fn ssd_write_ok(&self, _ino: Ino, bytes: u64) -> bool {
+        self.0.lock().push(bytes);
+        false
+    }
+}
+
+/// Review finding 2 of issue 12: every write to a split file asked the
+/// budget for all its bytes, and with the budget spent the file lost its
+/// SSD chunks even when the write touched only HDD chunks.
+#[test]
+fn a_write_to_the_hdd_chunks_of_a_split_file_asks_no_ssd_budget() {
+    let rig = Rig::new();
+    let (v, mut model, ino) = five_chunks_two_on_the_ssd(&rig);
+    let hooks = Arc::new(BudgetSpent::default());
+    v.set_hooks(hooks.clone());
+    let o = v.open(ino, libc::O_RDWR).unwrap();
+    // Chunks 0, 2 and 4 are on the HDD: nothing asked, the file stays split.
+    for index in [0, 2, 4] {
+        let data = pattern(index as u8 + 5, 1000);
+        let at = index * C + 10;
+        assert_eq!(v.write(o.fh, at, &data).unwrap(), 1000);
+        model[at as usize..at as usize + 1000].copy_from_slice(&data);
+    }
+    assert_eq!(*hooks.0.lock(), Vec::<u64>::new());
+    assert!(v.is_split(ino));
+    assert_eq!(v.split_info(ino).unwrap().chunks, 2);
+    // A write across chunks 0 and 1 asks for its bytes on chunk 1 only;
+    // refused, the file leaves the SSD and the write lands on the HDD.
+    let data = pattern(42, 1000);
+    let at = C - 300;
+    assert_eq!(v.write(o.fh, at, &data).unwrap(), 1000);
+    model[at as usize..at as usize + 1000].copy_from_slice(&data);
+    assert_eq!(*hooks.0.lock(), vec![700]);
+    assert!(!v.is_split(ino), "unsplit for the budget");
+    v.release(o.fh).unwrap();
+    same(&read_all(&v, ino), &model, "content");
+    same(&home(&rig, "f"), &model, "home");
 }
 
 /// Hooks that give every file a write-back area with room to spare.
