@@ -14,3 +14,5 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 # The daemon the integration tests mount is built with deadlock detection.
 cargo test --workspace --all-targets --features tierfs/lock-check
+# A real Prometheus server scrapes a mount's --metrics endpoint.
+bash scripts/prometheus.sh target/debug/tierfs

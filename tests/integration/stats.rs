@@ -58,12 +58,23 @@ fn small_random_reads_rank_hotter_and_counters_survive_remount() {
     let hdd_requests = v["tiers"][1]["requests"].as_u64().unwrap();
     // 16 + 1 reads of the small file, 8 + 1 of the large one, 2 writes.
     assert_eq!(hdd_requests, 17 + 9 + 2, "{v}");
+    // The last five minutes, hour and day saw all of it.
+    let h = v["history"].as_array().unwrap();
+    assert_eq!(h.iter().map(|w| w["span_secs"].as_u64().unwrap()).collect::<Vec<_>>(), [300, 3600, 86_400]);
+    for w in h {
+        assert_eq!(w["totals"]["reqs"][1].as_u64(), Some(hdd_requests), "{w}");
+        assert_eq!(w["ssd_hit_ratio"].as_f64(), Some(0.0), "{w}");
+    }
     let ino = std::fs::metadata(m.p("small")).unwrap().ino();
     m.unmount();
 
     let m = Mounted::new(&area, &STILL);
     let v = status(&m);
     assert_eq!(counter_of(&v, "/small"), small, "counters survive a remount");
+    // The requests before the remount are not this mount's last five minutes.
+    assert_eq!(v["history"][0]["totals"]["reqs"][1].as_u64(), Some(0), "{v}");
+    let text = String::from_utf8(tierfs(&["stats", m.mnt.to_str().unwrap()]).stdout).unwrap();
+    assert!(text.contains("last 5 min") && text.contains("last day"), "{text}");
     assert_eq!(counter_of(&v, "/large"), large);
     let o = tierfs(&["stats", "--file", m.p("small").to_str().unwrap(), "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -116,4 +127,104 @@ fn statistics_can_be_switched_off() {
     assert_eq!(v["stats_enabled"], false);
     assert_eq!(v["tracked_files"], 0);
     m.unmount();
+}
+
+/// A free TCP port on the loopback (another process could take it before
+/// the mount does; the mount then fails with a clear message).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// `GET path` on 127.0.0.1:`port`: (status line, body).
+fn http_get(port: u16, path: &str) -> (String, String) {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (head.lines().next().unwrap_or("").to_string(), body.to_string())
+}
+
+#[test]
+fn metrics_are_served_for_prometheus_and_pass_promtool() {
+    let area = Area::new();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let m = Mounted::new(&area, &["--io-mode", "userspace", "--metrics", &addr]);
+    std::fs::write(m.p("f"), vec![3u8; 64 << 10]).unwrap();
+    read_in(&m.p("f"), 4096);
+    settle();
+    let (status, body) = http_get(port, "/metrics");
+    let (missing, _) = http_get(port, "/nothing");
+    m.unmount();
+    assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
+    assert!(missing.contains("404"), "{missing}");
+    let value = |name: &str| -> f64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.parse().ok()))
+            .unwrap_or_else(|| panic!("no {name} in\n{body}"))
+    };
+    let requests = value("tierfs_requests_total{tier=\"ssd\"}") + value("tierfs_requests_total{tier=\"hdd\"}");
+    assert!(requests >= 17.0, "16 reads of the file and its write at least: {requests}\n{body}");
+    let ratio = value("tierfs_ssd_hit_ratio");
+    assert!((0.0..=1.0).contains(&ratio));
+    // Debian's promtool (scripts/setup.sh installs it) lints the exposition.
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (from the prometheus package; run scripts/setup.sh)");
+    {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_bad_metrics_address_is_a_clear_error() {
+    let area = Area::new();
+    let o = tierfs(&[
+        "mount",
+        area.ssd().to_str().unwrap(),
+        area.hdd().to_str().unwrap(),
+        area.mnt().to_str().unwrap(),
+        "--metrics",
+        "localhost",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--metrics") && err.contains("127.0.0.1:9877"), "{err}");
+}
+
+#[test]
+fn a_taken_metrics_port_fails_the_mount_before_it_starts() {
+    let area = Area::new();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let o = tierfs(&[
+        "mount",
+        area.ssd().to_str().unwrap(),
+        area.hdd().to_str().unwrap(),
+        area.mnt().to_str().unwrap(),
+        "--metrics",
+        &addr,
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("cannot serve metrics") && err.contains(&addr), "{err}");
+    assert!(
+        !std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(area.mnt().to_str().unwrap()),
+        "nothing mounted"
+    );
 }

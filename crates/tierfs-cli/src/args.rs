@@ -124,6 +124,10 @@ pub struct MountArgs {
     /// How long the SSD must last (e.g. 5y); with --ssd-endurance.
     #[arg(long, value_name = "DURATION")]
     pub ssd_lifetime: Option<String>,
+    /// Serve Prometheus metrics on GET http://ADDR:PORT/metrics (e.g.
+    /// 127.0.0.1:9877; off by default).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<String>,
     /// Most bytes per second background migrations copy (0: unlimited).
     #[arg(long, default_value = "64M", value_name = "SIZE")]
     pub migrate_rate: String,

@@ -161,6 +161,15 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
             a.measured_rate
         },
         budget: parse_budget(a)?,
+        metrics: a
+            .metrics
+            .as_deref()
+            .map(|s| {
+                s.parse::<std::net::SocketAddr>().map_err(|e| {
+                    anyhow::anyhow!("--metrics {s:?}: {e} (give an address and port, e.g. 127.0.0.1:9877)")
+                })
+            })
+            .transpose()?,
         endurance: a
             .ssd_endurance
             .as_deref()

@@ -82,6 +82,7 @@ fn render_status(r: &StatusReport) -> String {
     }
     let total: u64 = r.tiers.iter().map(|t| t.requests).sum();
     o += &format!("\nSSD hit ratio: {} of {} requests served by the SSD\n", pct(r.ssd_hit_ratio), total);
+    o += &history_lines(&r.history);
     o += &format!(
         "tracked files: {}   admission threshold: {}   aging: halve every {}s{}\n",
         r.tracked_files,
@@ -300,4 +301,30 @@ pub fn run(a: &StatsArgs) -> Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
     }
+}
+
+/// The last five minutes, hour and day, one line each.
+fn history_lines(h: &[tierfs_core::stats::history::WindowReport]) -> String {
+    let mut o = String::new();
+    for w in h {
+        let label = match w.span_secs {
+            300 => "last 5 min".to_string(),
+            3600 => "last hour".to_string(),
+            86_400 => "last day".to_string(),
+            s => format!("last {s} s"),
+        };
+        let t = &w.totals;
+        let observed =
+            if w.covered_secs < w.span_secs { format!(" (mounted {} s ago)", w.covered_secs) } else { String::new() };
+        o += &format!(
+            "  {label:<11} {} of {} requests by the SSD; {} from the SSD, {} from the HDD; {} moves ({}){observed}\n",
+            pct(w.ssd_hit_ratio),
+            t.reqs[0] + t.reqs[1],
+            format_size(t.bytes[0]),
+            format_size(t.bytes[1]),
+            t.moves,
+            format_size(t.bytes_moved),
+        );
+    }
+    o
 }

@@ -252,6 +252,9 @@ pub struct StatusReport {
     /// The SSD write regulator (HybridStore §IV-C).
     #[serde(default)]
     pub regulator: Option<crate::regulator::RegulatorReport>,
+    /// The last five minutes, hour and day: what was served and moved.
+    #[serde(default)]
+    pub history: Vec<crate::stats::history::WindowReport>,
 }
 
 /// The measured response times of one tier.

@@ -3,6 +3,7 @@
 //! runtime on its own thread, so it never competes with file system
 //! requests for their threads.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tierfs_core::report::{Request, Response};
@@ -15,11 +16,101 @@ pub trait Handler: Send + Sync + 'static {
     fn handle(&self, req: Request) -> Response;
 }
 
+/// A listener the server threads accept connections from.
+pub(crate) trait Listener: Send + 'static {
+    /// A connection.
+    type Conn: Send + 'static;
+    /// The next connection.
+    fn next_conn(&self) -> impl Future<Output = std::io::Result<Self::Conn>> + Send + '_;
+}
+
+impl Listener for UnixListener {
+    type Conn = tokio::net::UnixStream;
+    async fn next_conn(&self) -> std::io::Result<Self::Conn> {
+        self.accept().await.map(|(s, _)| s)
+    }
+}
+
+impl Listener for tokio::net::TcpListener {
+    type Conn = tokio::net::TcpStream;
+    async fn next_conn(&self) -> std::io::Result<Self::Conn> {
+        self.accept().await.map(|(s, _)| s)
+    }
+}
+
+/// Connections a server thread serves at once.
+const MAX_CONNECTIONS: usize = 8;
+
+/// The pause after a failed accept.
+const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// A server on a thread of its own, running `rt` (a current-thread
+/// runtime with I/O and time): each connection `listener` accepts is
+/// served by a task of `serve`, until the server is dropped, which stops
+/// and joins it.
+pub(crate) struct ServerThread {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ServerThread {
+    pub(crate) fn spawn<L: Listener, F: Future<Output = ()> + Send + 'static>(
+        name: &str,
+        rt: tokio::runtime::Runtime,
+        listener: L,
+        serve: impl Fn(L::Conn) -> F + Send + 'static,
+    ) -> std::io::Result<Self> {
+        let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        let thread = std::thread::Builder::new().name(name.into()).spawn(move || {
+            rt.block_on(async move {
+                loop {
+                    // At most MAX_CONNECTIONS at once: a flood of clients
+                    // must not take the descriptors the file system needs.
+                    let slot = tokio::select! {
+                        _ = &mut rx => break,
+                        slot = slots.clone().acquire_owned() => slot,
+                    };
+                    let Ok(slot) = slot else { break };
+                    tokio::select! {
+                        _ = &mut rx => break,
+                        acc = listener.next_conn() => match acc {
+                            Ok(conn) => {
+                                let done = serve(conn);
+                                tokio::spawn(async move {
+                                    done.await;
+                                    drop(slot);
+                                });
+                            }
+                            // Out of descriptors, say: not a busy loop.
+                            Err(_) => tokio::time::sleep(ACCEPT_BACKOFF).await,
+                        }
+                    }
+                }
+            });
+            // A status call still running in the blocking pool does not
+            // hold up the unmount.
+            rt.shutdown_timeout(std::time::Duration::from_secs(1));
+        })?;
+        Ok(ServerThread { stop: Some(tx), thread: Some(thread) })
+    }
+}
+
+impl Drop for ServerThread {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// A running control server; stops and removes its socket on drop.
 pub struct ControlServer {
     path: PathBuf,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    server: Option<ServerThread>,
 }
 
 impl ControlServer {
@@ -29,28 +120,14 @@ impl ControlServer {
             std::fs::create_dir_all(d)?;
         }
         let _ = std::fs::remove_file(path);
-        let rt = tokio::runtime::Builder::new_current_thread().enable_io().build()?;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
         let listener = {
             let _g = rt.enter();
             UnixListener::bind(path)?
         };
         std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-        let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new().name("tierfs-control".into()).spawn(move || {
-            rt.block_on(async move {
-                loop {
-                    tokio::select! {
-                        _ = &mut rx => break,
-                        acc = listener.accept() => {
-                            let Ok((stream, _)) = acc else { continue };
-                            let h = handler.clone();
-                            tokio::spawn(serve_conn(stream, h));
-                        }
-                    }
-                }
-            });
-        })?;
-        Ok(ControlServer { path: path.to_path_buf(), stop: Some(tx), thread: Some(thread) })
+        let server = ServerThread::spawn("tierfs-control", rt, listener, move |c| serve_conn(c, handler.clone()))?;
+        Ok(ControlServer { path: path.to_path_buf(), server: Some(server) })
     }
 }
 
@@ -72,12 +149,8 @@ async fn serve_conn(stream: tokio::net::UnixStream, h: Arc<dyn Handler>) {
 
 impl Drop for ControlServer {
     fn drop(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        // Stopped first, then the socket goes.
+        drop(self.server.take());
         let _ = std::fs::remove_file(&self.path);
     }
 }

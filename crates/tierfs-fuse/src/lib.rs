@@ -6,6 +6,7 @@
 pub mod control;
 pub mod errno;
 pub mod fs;
+pub mod metrics;
 pub mod mount;
 pub mod passthrough;
 pub use tierfs_core::runtime;

@@ -3,6 +3,7 @@
 
 use crate::control::{ControlServer, Handler};
 use crate::fs::TierFs;
+use crate::metrics::MetricsServer;
 use crate::runtime;
 use fuser::{Config, MountOption, Session, SessionACL};
 use std::fs::{File, OpenOptions};
@@ -80,6 +81,8 @@ pub struct MountConfig {
     pub budget: Option<tierfs_core::regulator::Budget>,
     /// The SSD's rated bytes written, for the projected lifetime.
     pub endurance: Option<u64>,
+    /// Where to serve Prometheus metrics, if anywhere.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// An exclusive lock on a state directory, held while mounted.
@@ -154,6 +157,12 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     // Test builds abort with backtraces on a deadlock (no-op otherwise).
     tierfs_core::lockcheck::watch();
     let _lock = lock_state(&cfg.state_dir)?;
+    let metrics_listener = match cfg.metrics {
+        Some(addr) => {
+            Some(MetricsServer::bind(addr).map_err(|e| MountError(format!("cannot serve metrics on {addr}: {e}")))?)
+        }
+        None => None,
+    };
     let kv = SledKv::open(&cfg.state_dir)
         .map_err(|e| MountError(format!("cannot open state database in {}: {e}", cfg.state_dir.display())))?;
     let kv: Arc<dyn tierfs_core::state::Kv> = Arc::new(kv);
@@ -209,11 +218,17 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     let sink_for_shutdown = sink.clone();
     let engine = Engine::new(vol.clone(), kv.clone(), clock.clone(), ecfg, Some(sink));
     engine.start(rx);
-    let control = ControlServer::start(
-        &runtime::socket_path(&cfg.mountpoint),
-        Arc::new(Control { engine: engine.clone(), models: models.clone() }),
-    )
-    .map_err(|e| MountError(format!("cannot open control socket: {e}")))?;
+    let handler: Arc<dyn Handler> = Arc::new(Control { engine: engine.clone(), models: models.clone() });
+    let control = ControlServer::start(&runtime::socket_path(&cfg.mountpoint), handler.clone())
+        .map_err(|e| MountError(format!("cannot open control socket: {e}")))?;
+    let metrics = match metrics_listener {
+        Some(l) => {
+            let m = MetricsServer::start(l, handler).map_err(|e| MountError(format!("cannot serve metrics: {e}")))?;
+            tracing::info!(addr = %m.addr(), "Prometheus metrics served at /metrics");
+            Some(m)
+        }
+        None => None,
+    };
     // New files get exactly the mode asked for (the kernel applied the umask).
     // SAFETY: umask has no preconditions.
     unsafe { libc::umask(0) };
@@ -271,6 +286,7 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     tracing::info!(mountpoint = %cfg.mountpoint.display(), "mounted");
     report(Ok(()));
     let r = session.run();
+    drop(metrics);
     drop(control);
     let _ = std::fs::remove_file(&pid_file);
     drop(vol);

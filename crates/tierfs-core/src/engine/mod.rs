@@ -307,6 +307,8 @@ pub struct Engine<S: Store> {
     probe_files: Mutex<[Option<Arc<S::File>>; 2]>,
     /// The SSD write regulator (a leaf).
     regulator: Mutex<crate::regulator::Regulator>,
+    /// What was served and moved by the minute, over a day (a leaf).
+    history: Mutex<crate::stats::history::History>,
 }
 
 /// Notes kept for `tierfs stats --file` (the latest decision per file).
@@ -420,6 +422,7 @@ impl<S: Store> Engine<S> {
             measure: Mutex::new(measure::Measure::default()),
             probe_files: Mutex::new([None, None]),
             regulator: Mutex::new(regulator),
+            history: Mutex::new(crate::stats::history::History::default()),
             clock,
             cfg,
             sink,
@@ -450,6 +453,11 @@ impl<S: Store> Engine<S> {
         e.load_regulator();
         let taken = e.wb_load();
         e.load_resident(&taken);
+        // The history's baseline: what the statistics kept from before the
+        // mount, before any of its requests.
+        let totals = e.history_totals(&e.stats.lock());
+        let now = e.clock.now();
+        e.history.lock().observe(now, totals);
         e.vol.set_hooks(Arc::new(EngineHooks(Arc::downgrade(&e))));
         e
     }
@@ -652,6 +660,8 @@ impl<S: Store> Engine<S> {
             self.enqueue(plan);
         }
         self.chunk_tick(&st, now);
+        let totals = self.history_totals(&st);
+        self.history.lock().observe(now, totals);
         let aged = st.age(now);
         if aged > 0 {
             tracing::debug!(periods = aged, "counters aged");
@@ -1267,6 +1277,9 @@ impl<S: Store> Engine<S> {
             diverted: c.diverted.load(Ordering::Relaxed),
         };
         let io_mode = self.vol.io_mode();
+        // The clock first: nothing is taken while `history` is held.
+        let now = self.clock.now();
+        let history = self.history.lock().report(now);
         StatusReport {
             mountpoint: self.cfg.mountpoint.clone(),
             pid: std::process::id(),
@@ -1294,6 +1307,19 @@ impl<S: Store> Engine<S> {
             write_back: self.wb_report(),
             measured: self.measure_report(),
             regulator: Some(self.regulator_report()),
+            history,
+        }
+    }
+
+    /// The running totals the history keeps by the minute.
+    fn history_totals(&self, st: &Stats) -> crate::stats::history::Totals {
+        let c = &self.counters;
+        let moves = [&c.promotions, &c.demotions, &c.copies, &c.drops].iter().map(|a| a.load(Ordering::Relaxed)).sum();
+        crate::stats::history::Totals {
+            reqs: st.served.reqs,
+            bytes: st.served.bytes,
+            moves,
+            bytes_moved: c.bytes_moved.load(Ordering::Relaxed),
         }
     }
 

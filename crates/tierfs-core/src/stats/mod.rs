@@ -13,6 +13,7 @@
 //! exactly, even within one clock tick); the inode number breaks the rest.
 
 pub mod counter;
+pub mod history;
 mod persist;
 
 pub use persist::{load, StatsStore};
@@ -96,6 +97,16 @@ pub struct FileStats {
     pub hdd_reqs: u32,
 }
 
+/// The SSD's share of requests counted per tier (SSD, HDD); 0 without any.
+pub fn ssd_share(reqs: [u64; 2]) -> f64 {
+    let total = reqs[0] + reqs[1];
+    if total == 0 {
+        0.0
+    } else {
+        reqs[0] as f64 / total as f64
+    }
+}
+
 /// Requests and bytes served per tier.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Served {
@@ -108,12 +119,7 @@ pub struct Served {
 impl Served {
     /// Hystor's hit ratio: the share of requests served by the SSD.
     pub fn ssd_hit_ratio(&self) -> f64 {
-        let total = self.reqs[0] + self.reqs[1];
-        if total == 0 {
-            0.0
-        } else {
-            self.reqs[0] as f64 / total as f64
-        }
+        ssd_share(self.reqs)
     }
     fn add(&mut self, t: Tier, bytes: u64) {
         self.reqs[t.idx()] += 1;

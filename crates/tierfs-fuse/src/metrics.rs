@@ -1,0 +1,338 @@
+//! Metrics for Prometheus: with `--metrics ADDR:PORT` the daemon answers
+//! `GET /metrics` with the status report in the text exposition format
+//! (rendered by the `prometheus` client crate), on a small tokio runtime
+//! of its own thread, as the control socket is served. Names follow the
+//! Prometheus conventions: `tierfs_` prefix, base units (bytes, seconds),
+//! counters end in `_total`.
+
+use prometheus::{GaugeVec, IntCounterVec, Opts, Registry, TextEncoder};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tierfs_core::report::{Request, Response, StatusReport};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::control::{Handler, ServerThread};
+
+/// The longest a scrape waits for the status.
+const STATUS_WAIT: Duration = Duration::from_secs(10);
+
+/// The content type of the text exposition format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// A registry being filled from one report.
+struct Out(Registry);
+
+impl Out {
+    /// A counter family: one sample per label values.
+    fn counter(&self, name: &str, help: &str, labels: &[&str], samples: &[(&[&str], u64)]) -> prometheus::Result<()> {
+        let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+        for (values, v) in samples {
+            c.with_label_values(values).inc_by(*v);
+        }
+        self.0.register(Box::new(c))
+    }
+
+    /// A gauge family: one sample per label values.
+    fn gauge(&self, name: &str, help: &str, labels: &[&str], samples: &[(&[&str], f64)]) -> prometheus::Result<()> {
+        let g = GaugeVec::new(Opts::new(name, help), labels)?;
+        for (values, v) in samples {
+            g.with_label_values(values).set(*v);
+        }
+        self.0.register(Box::new(g))
+    }
+}
+
+/// The report as the text exposition format.
+pub fn render(r: &StatusReport) -> prometheus::Result<String> {
+    let o = Out(Registry::new());
+    let tiers: Vec<&str> = r.tiers.iter().map(|t| t.tier.as_str()).collect();
+    let per_tier = |f: &dyn Fn(&tierfs_core::report::TierReport) -> u64| -> Vec<(&[&str], u64)> {
+        tiers.iter().zip(&r.tiers).map(|(name, t)| (std::slice::from_ref(name), f(t))).collect()
+    };
+    let gauge_per_tier = |f: &dyn Fn(&tierfs_core::report::TierReport) -> u64| -> Vec<(&[&str], f64)> {
+        per_tier(f).into_iter().map(|(l, x)| (l, x as f64)).collect()
+    };
+    let tier = &["tier"];
+    o.counter(
+        "tierfs_requests_total",
+        "Read and write requests served, per tier (opens in passthrough I/O mode).",
+        tier,
+        &per_tier(&|t| t.requests),
+    )?;
+    o.counter(
+        "tierfs_served_bytes_total",
+        "Bytes read and written, per tier (whole files per open in passthrough I/O mode).",
+        tier,
+        &per_tier(&|t| t.bytes_served),
+    )?;
+    o.gauge(
+        "tierfs_tier_capacity_bytes",
+        "Size of the tier's file system.",
+        tier,
+        &gauge_per_tier(&|t| t.capacity_bytes),
+    )?;
+    o.gauge(
+        "tierfs_tier_used_bytes",
+        "Bytes used on the tier's file system.",
+        tier,
+        &gauge_per_tier(&|t| t.used_bytes),
+    )?;
+    o.gauge(
+        "tierfs_tier_free_bytes",
+        "Bytes free on the tier's file system.",
+        tier,
+        &gauge_per_tier(&|t| t.free_bytes),
+    )?;
+    o.gauge("tierfs_tier_files", "Files with data on the tier.", tier, &gauge_per_tier(&|t| t.files))?;
+    o.gauge(
+        "tierfs_tier_file_bytes",
+        "Bytes of the files with data on the tier.",
+        tier,
+        &gauge_per_tier(&|t| t.file_bytes),
+    )?;
+    if let Some(limit) = r.tiers.iter().find_map(|t| t.limit_bytes) {
+        o.gauge(
+            "tierfs_ssd_limit_bytes",
+            "The SSD capacity tierfs may use (--ssd-capacity).",
+            &[],
+            &[(&[], limit as f64)],
+        )?;
+    }
+    o.gauge(
+        "tierfs_ssd_hit_ratio",
+        "Requests served by the SSD over all requests, since the statistics were created.",
+        &[],
+        &[(&[], r.ssd_hit_ratio)],
+    )?;
+    let windows: Vec<(String, f64)> =
+        r.history.iter().map(|w| (window_label(w.span_secs), w.totals.ssd_hit_ratio())).collect();
+    let labels: Vec<[&str; 1]> = windows.iter().map(|(l, _)| [l.as_str()]).collect();
+    let samples: Vec<(&[&str], f64)> = labels.iter().zip(&windows).map(|(l, (_, v))| (&l[..], *v)).collect();
+    o.gauge(
+        "tierfs_recent_ssd_hit_ratio",
+        "Requests served by the SSD over all requests in the last window (5m, 1h, 1d).",
+        &["window"],
+        &samples,
+    )?;
+    let m = &r.migrations;
+    let kinds: [(&[&str], u64); 4] =
+        [(&["promotion"], m.promotions), (&["demotion"], m.demotions), (&["copy"], m.copies), (&["drop"], m.drops)];
+    o.counter(
+        "tierfs_moves_total",
+        "Moves between the tiers, by kind (a drop removes an SSD copy).",
+        &["kind"],
+        &kinds,
+    )?;
+    let one = |v: u64| [(&[][..], v)];
+    o.counter("tierfs_moved_bytes_total", "Bytes moved between the tiers.", &[], &one(m.bytes_moved))?;
+    o.counter("tierfs_evictions_total", "Moves off the SSD made to free room.", &[], &one(m.evictions))?;
+    o.counter("tierfs_evicted_bytes_total", "Bytes evicted from the SSD to free room.", &[], &one(m.evicted_bytes))?;
+    o.counter("tierfs_moves_failed_total", "Moves that failed.", &[], &one(m.failed))?;
+    o.counter("tierfs_room_waits_total", "Writes that waited for SSD room.", &[], &one(m.room_waits))?;
+    o.counter("tierfs_evacuations_total", "Files taken off the SSD for a write.", &[], &one(m.evacuations))?;
+    o.counter(
+        "tierfs_diverted_total",
+        "Writes and moves the SSD write budget sent to the HDD.",
+        &[],
+        &one(m.diverted),
+    )?;
+    o.gauge("tierfs_moves_queued", "Moves waiting in the migrator's queue.", &[], &[(&[], m.queued as f64)])?;
+    o.gauge("tierfs_moves_deferred", "Moves waiting for a file's last close.", &[], &[(&[], m.deferred.len() as f64)])?;
+    o.counter(
+        "tierfs_dropped_events_total",
+        "Statistics events dropped because the engine fell behind.",
+        &[],
+        &one(r.dropped_events),
+    )?;
+    o.gauge("tierfs_tracked_files", "Files with statistics.", &[], &[(&[], r.tracked_files as f64)])?;
+    if let Some(ms) = &r.measured {
+        let mut samples: Vec<([&str; 2], f64)> = Vec::new();
+        for t in &ms.tiers {
+            if let Some(us) = t.read_us {
+                samples.push(([t.tier.as_str(), "read"], us / 1e6));
+            }
+            if let Some(us) = t.write_us {
+                samples.push(([t.tier.as_str(), "write"], us / 1e6));
+            }
+        }
+        let s: Vec<(&[&str], f64)> = samples.iter().map(|(l, v)| (&l[..], *v)).collect();
+        o.gauge(
+            "tierfs_response_seconds",
+            "Averaged response time of the tier's store (avg = 0.99 avg + 0.01 sample), per kind.",
+            &["tier", "op"],
+            &s,
+        )?;
+    }
+    if let Some(reg) = &r.regulator {
+        o.counter(
+            "tierfs_ssd_written_bytes_total",
+            "Bytes written to the SSD, as the write regulator counts them.",
+            &[],
+            &one(reg.total_written_bytes),
+        )?;
+        o.gauge(
+            "tierfs_ssd_written_today_bytes",
+            "Bytes written to the SSD today (UTC).",
+            &[],
+            &[(&[], reg.today_bytes as f64)],
+        )?;
+        if let Some(b) = reg.budget_bytes_per_day {
+            o.gauge("tierfs_ssd_write_budget_bytes", "The SSD write budget per day.", &[], &[(&[], b as f64)])?;
+        }
+    }
+    TextEncoder::new().encode_to_string(&o.0.gather())
+}
+
+/// "5m", "1h", "1d" for the history's windows.
+fn window_label(secs: u64) -> String {
+    match secs {
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+/// A running metrics server; stops on drop.
+pub struct MetricsServer {
+    addr: SocketAddr,
+    _server: ServerThread,
+}
+
+impl MetricsServer {
+    /// Binds `addr` (early, so that a taken port fails the mount before
+    /// anything starts).
+    pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+        let l = std::net::TcpListener::bind(addr)?;
+        l.set_nonblocking(true)?;
+        Ok(l)
+    }
+
+    /// Answers `GET /metrics` on `listener` (from [`MetricsServer::bind`])
+    /// from `handler`'s status.
+    pub fn start(listener: std::net::TcpListener, handler: Arc<dyn Handler>) -> std::io::Result<Self> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
+        let listener = {
+            let _g = rt.enter();
+            TcpListener::from_std(listener)?
+        };
+        let addr = listener.local_addr()?;
+        let server = ServerThread::spawn("tierfs-metrics", rt, listener, move |c| serve_http(c, handler.clone()))?;
+        Ok(MetricsServer { addr, _server: server })
+    }
+
+    /// Where it listens (the port chosen when 0 was asked for).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+/// The request head's first line, read within five seconds and 8 KiB.
+async fn request_line(stream: &mut TcpStream) -> Option<String> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    let read = async {
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+            let n = stream.read(&mut buf).await.ok()?;
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&buf[..n]);
+        }
+        Some(())
+    };
+    tokio::time::timeout(Duration::from_secs(5), read).await.ok()??;
+    let text = String::from_utf8_lossy(&head);
+    text.lines().next().map(str::to_string)
+}
+
+/// One HTTP/1.x exchange, then the connection closes.
+async fn serve_http(mut stream: TcpStream, h: Arc<dyn Handler>) {
+    let Some(line) = request_line(&mut stream).await else { return };
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (status, body) = match (method, path.split('?').next().unwrap_or("")) {
+        ("GET", "/metrics") => {
+            // The status takes engine locks and asks both tiers' file
+            // systems: off this runtime's only thread, and bounded.
+            let status = tokio::task::spawn_blocking(move || h.handle(Request::Status { top: 0 }));
+            match tokio::time::timeout(STATUS_WAIT, status).await {
+                Ok(Ok(Response::Status(r))) => match render(&r) {
+                    Ok(text) => ("200 OK", text),
+                    Err(e) => ("500 Internal Server Error", format!("rendering the metrics: {e}\n")),
+                },
+                Ok(Ok(other)) => ("500 Internal Server Error", format!("status: {other:?}\n")),
+                Ok(Err(e)) => ("500 Internal Server Error", format!("status: {e}\n")),
+                Err(_) => ("503 Service Unavailable", format!("no status within {STATUS_WAIT:?}\n")),
+            }
+        }
+        ("GET", _) => ("404 Not Found", "tierfs serves /metrics only\n".to_string()),
+        _ => ("405 Method Not Allowed", "GET /metrics\n".to_string()),
+    };
+    let kind = if status.starts_with("200") { CONTENT_TYPE } else { "text/plain; charset=utf-8" };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(head.as_bytes()).await;
+    let _ = stream.write_all(body.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tierfs_core::report::TierReport;
+    use tierfs_core::stats::history::{Totals, WindowReport};
+
+    fn report() -> StatusReport {
+        let tier = |name: &str, requests, bytes| TierReport {
+            tier: name.into(),
+            capacity_bytes: 1 << 30,
+            requests,
+            bytes_served: bytes,
+            ..TierReport::default()
+        };
+        let mut r = StatusReport {
+            tiers: vec![tier("ssd", 30, 3 << 20), tier("hdd", 10, 1 << 20)],
+            ssd_hit_ratio: 0.75,
+            ..StatusReport::default()
+        };
+        r.migrations.promotions = 4;
+        r.migrations.bytes_moved = 8192;
+        r.history = vec![WindowReport {
+            span_secs: 300,
+            covered_secs: 300,
+            totals: Totals { reqs: [9, 1], ..Totals::default() },
+            ssd_hit_ratio: 0.9,
+        }];
+        r
+    }
+
+    #[test]
+    fn the_report_renders_as_prometheus_text_with_base_units_and_totals() {
+        let text = render(&report()).unwrap();
+        for line in [
+            "# TYPE tierfs_requests_total counter",
+            "tierfs_requests_total{tier=\"ssd\"} 30",
+            "tierfs_requests_total{tier=\"hdd\"} 10",
+            "tierfs_served_bytes_total{tier=\"ssd\"} 3145728",
+            "tierfs_ssd_hit_ratio 0.75",
+            "tierfs_recent_ssd_hit_ratio{window=\"5m\"} 0.9",
+            "tierfs_moves_total{kind=\"promotion\"} 4",
+            "tierfs_moved_bytes_total 8192",
+            "# TYPE tierfs_tier_capacity_bytes gauge",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no line {line:?} in\n{text}");
+        }
+        // No measured averages and no regulator in this report.
+        assert!(!text.contains("tierfs_response_seconds") && !text.contains("tierfs_ssd_written"));
+    }
+
+    #[test]
+    fn window_labels_are_short() {
+        assert_eq!([300, 3600, 86_400, 90].map(window_label), ["5m", "1h", "1d", "90s"]);
+    }
+}
