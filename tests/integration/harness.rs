@@ -15,8 +15,22 @@ pub fn is_mounted(p: &Path) -> bool {
 }
 
 /// A scratch area with ssd/, hdd/, mnt/ and plain/ (for differential tests).
+/// With `TIERFS_TEST_SSD_ROOT` or `TIERFS_TEST_HDD_ROOT` set (the
+/// file-system matrix, `scripts/fs-matrix.sh`), the tier directories are
+/// made below those instead: another file system, or a mergerfs pool.
 pub struct Area {
     pub dir: tempfile::TempDir,
+    tiers: [Option<tempfile::TempDir>; 2],
+}
+
+/// A tier directory below the root named by `var`, if it is set.
+fn tier_under(var: &str) -> Option<tempfile::TempDir> {
+    let root = std::env::var_os(var)?;
+    let d = tempfile::Builder::new().prefix("tierfs-tier-").tempdir_in(&root).unwrap_or_else(|e| {
+        panic!("{var}={}: {e}", Path::new(&root).display());
+    });
+    Command::new("chmod").arg("755").arg(d.path()).status().unwrap();
+    Some(d)
 }
 
 impl Area {
@@ -27,16 +41,16 @@ impl Area {
         }
         // Let other users reach the test directories (multi-user tests).
         Command::new("chmod").arg("755").arg(dir.path()).status().unwrap();
-        Area { dir }
+        Area { dir, tiers: [tier_under("TIERFS_TEST_SSD_ROOT"), tier_under("TIERFS_TEST_HDD_ROOT")] }
     }
     pub fn path(&self, p: &str) -> PathBuf {
         self.dir.path().join(p)
     }
     pub fn ssd(&self) -> PathBuf {
-        self.path("ssd")
+        self.tiers[0].as_ref().map_or_else(|| self.path("ssd"), |d| d.path().to_path_buf())
     }
     pub fn hdd(&self) -> PathBuf {
-        self.path("hdd")
+        self.tiers[1].as_ref().map_or_else(|| self.path("hdd"), |d| d.path().to_path_buf())
     }
     pub fn mnt(&self) -> PathBuf {
         self.path("mnt")

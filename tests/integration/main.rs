@@ -4,6 +4,7 @@
 mod adopt;
 mod badinput;
 mod bench;
+mod cli;
 mod crash;
 mod extents;
 mod hardening;

@@ -6,8 +6,11 @@ use std::path::PathBuf;
 
 /// tierfs: one namespace over a fast directory and a slow one, keeping each
 /// file on the tier where it pays most.
+/// The version and the commit it was built from (`build.rs`).
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("TIERFS_COMMIT"), ")");
+
 #[derive(Parser, Debug)]
-#[command(name = "tierfs", version, about, long_about = None)]
+#[command(name = "tierfs", version = VERSION, about, long_about = None)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -30,6 +33,24 @@ pub enum Command {
     /// Mount two fresh directories under a demo folder, write and read
     /// files through the mount, show where they are, unmount.
     Demo(DemoArgs),
+    /// Print the shell completion script for SHELL (bash, zsh, fish).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: ShellArg,
+    },
+    /// Print the manual page (roff), for man(1).
+    Manpage,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ShellArg {
+    /// GNU bash.
+    Bash,
+    /// Z shell.
+    Zsh,
+    /// fish.
+    Fish,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -422,7 +443,21 @@ pub fn helper_form(argv: Vec<OsString>) -> Vec<OsString> {
     let prog = argv.first().and_then(|a| std::path::Path::new(a).file_name()).map(|n| n.to_os_string());
     let is_helper_name = prog.as_ref().is_some_and(|p| p.to_string_lossy().starts_with("mount."));
     let first = argv.get(1).map(|a| a.to_string_lossy().into_owned()).unwrap_or_default();
-    let known = ["mount", "umount", "stats", "policy", "bench", "demo", "help", "-h", "--help", "-V", "--version"];
+    let known = [
+        "mount",
+        "umount",
+        "stats",
+        "policy",
+        "bench",
+        "demo",
+        "completions",
+        "manpage",
+        "help",
+        "-h",
+        "--help",
+        "-V",
+        "--version",
+    ];
     if !is_helper_name && (known.contains(&first.as_str()) || !first.contains(':')) {
         return argv;
     }

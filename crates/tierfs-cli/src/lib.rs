@@ -8,6 +8,7 @@ mod demo;
 mod mount_cmd;
 mod mounts;
 mod policy;
+mod shell_help;
 mod stats;
 mod umount;
 
@@ -39,6 +40,8 @@ pub fn main() -> ExitCode {
         args::Command::Policy(p) => policy::run(&p),
         args::Command::Bench(b) => bench::run(&b),
         args::Command::Demo(d) => demo::run(&d),
+        args::Command::Completions { shell } => shell_help::completions(shell),
+        args::Command::Manpage => shell_help::manpage(),
     };
     match r {
         Ok(code) => code,

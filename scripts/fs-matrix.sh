@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Real tiers: the integration suite (all of it but the 1-GiB extents test)
+# with the SSD tier on an ext4, an xfs and a btrfs loop image, and the HDD
+# tier a mergerfs pool of three ext4 loop images (the common home setup:
+# many disks pooled, one SSD in front). One combination at a time; prints
+# a table of passed and failed tests per combination, and the failures.
+#
+#   bash scripts/fs-matrix.sh [SSD file systems...]    # default: ext4 xfs btrfs
+#
+# Needs root (loop devices). Installs xfsprogs and btrfs-progs if missing.
+# Everything it mounts is unmounted on exit, even on failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+[ "$(id -u)" -eq 0 ] || { echo "fs-matrix: needs root for loop devices" >&2; exit 1; }
+need=()
+for p in xfsprogs btrfs-progs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    echo "fs-matrix: installing ${need[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+fss=("$@")
+[ ${#fss[@]} -eq 0 ] && fss=(ext4 xfs btrfs)
+work=$(mktemp -d /tmp/tierfs-matrix.XXXXXX)
+mounts=()
+cleanup() {
+    # Innermost first: the pool, then the images.
+    for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
+        m=${mounts[$i]}
+        if mountpoint -q "$m"; then
+            umount "$m" 2>/dev/null || fusermount3 -u "$m" 2>/dev/null || umount -l "$m" || true
+        fi
+    done
+    for m in "${mounts[@]}"; do
+        if mountpoint -q "$m"; then
+            echo "fs-matrix: $m is still mounted; $work left in place" >&2
+            return
+        fi
+    done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+image() { # image NAME FS SIZE: a loop-mounted file system at $work/NAME
+    local name=$1 fs=$2 size=$3
+    truncate -s "$size" "$work/$name.img"
+    case $fs in
+        ext4) mkfs.ext4 -q -F "$work/$name.img" ;;
+        xfs) mkfs.xfs -q -f "$work/$name.img" ;;
+        btrfs) mkfs.btrfs -q -f "$work/$name.img" >/dev/null ;;
+        *) echo "fs-matrix: unknown file system $fs" >&2; exit 1 ;;
+    esac
+    mkdir -p "$work/$name"
+    mount -o loop "$work/$name.img" "$work/$name"
+    mounts+=("$work/$name")
+    chmod 755 "$work/$name"
+}
+# The HDD pool: three disks behind mergerfs, new files on the one with the
+# most free space.
+for d in disk1 disk2 disk3; do image "$d" ext4 1G; done
+mkdir -p "$work/pool"
+mergerfs -o allow_other,use_ino,category.create=mfs,func.getattr=newest,dropcacheonclose=true,fsname=tierfs-matrix-pool \
+    "$work/disk1:$work/disk2:$work/disk3" "$work/pool"
+mounts+=("$work/pool")
+chmod 755 "$work/pool"
+cargo build --features tierfs/lock-check --tests -q 2>/dev/null || cargo build --features tierfs/lock-check --tests
+results=()
+for fs in "${fss[@]}"; do
+    image "ssd-$fs" "$fs" 2G
+    log="$work/$fs.log"
+    echo "fs-matrix: SSD on $fs, HDD a mergerfs pool of 3 ext4 disks: running the integration suite"
+    set +e
+    TIERFS_TEST_SSD_ROOT="$work/ssd-$fs" TIERFS_TEST_HDD_ROOT="$work/pool" \
+        cargo test -q --features tierfs/lock-check --test integration -- --skip extents:: >"$log" 2>&1
+    set -e
+    passed=$(grep -o '[0-9]* passed' "$log" | tail -1 | cut -d' ' -f1)
+    failed=$(grep -o '[0-9]* failed' "$log" | tail -1 | cut -d' ' -f1)
+    results+=("| $fs | mergerfs pool of 3 × ext4 | ${passed:-?} | ${failed:-?} |")
+    if [ "${failed:-1}" != 0 ]; then
+        echo "fs-matrix: failures on $fs:"
+        sed -n '/^failures:$/,$p' "$log" | grep -E '^    [a-z_]+::' | sed 's/^    /  /' || tail -20 "$log"
+        cp "$log" "/tmp/tierfs-matrix-$fs.log"
+        echo "fs-matrix: full log in /tmp/tierfs-matrix-$fs.log"
+    fi
+    umount "$work/ssd-$fs"
+    unset 'mounts[${#mounts[@]}-1]'
+    rm -f "$work/ssd-$fs.img"
+done
+echo
+echo "| SSD tier | HDD tier | passed | failed |"
+echo "|---|---|---|---|"
+printf '%s\n' "${results[@]}"

@@ -1,0 +1,41 @@
+//! The command itself: its version, shell completions and manual page.
+
+use crate::harness::tierfs;
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn stdout_of(args: &[&str]) -> String {
+    let o = tierfs(args);
+    assert!(o.status.success(), "tierfs {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+#[test]
+fn the_version_names_the_commit() {
+    let v = stdout_of(&["--version"]);
+    assert!(v.starts_with("tierfs ") && v.contains(" (commit "), "{v}");
+    // Built from a git checkout (CI clones one): a real commit, not "unknown".
+    let head = Command::new("git").args(["rev-parse", "--short=10", "HEAD"]).output().unwrap();
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    if !head.is_empty() {
+        assert!(v.contains(&head), "{v} does not name HEAD {head}");
+    }
+}
+
+#[test]
+fn completions_for_each_shell_and_the_manual_page_are_generated() {
+    let bash = stdout_of(&["completions", "bash"]);
+    assert!(bash.contains("complete") && bash.contains("mount") && bash.contains("--ssd-capacity"), "{bash}");
+    // bash parses what it would source.
+    let mut sh = Command::new("bash").arg("-n").stdin(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    sh.stdin.take().unwrap().write_all(bash.as_bytes()).unwrap();
+    let o = sh.wait_with_output().unwrap();
+    assert!(o.status.success(), "bash -n: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout_of(&["completions", "zsh"]).starts_with("#compdef tierfs"));
+    assert!(stdout_of(&["completions", "fish"]).contains("complete -c tierfs"));
+    let man = stdout_of(&["manpage"]);
+    assert!(man.starts_with(".ie") || man.starts_with(".TH"), "{}", &man[..man.len().min(200)]);
+    assert!(man.contains(".TH tierfs 1") && man.contains("mount"), "{}", &man[..man.len().min(400)]);
+    let o = tierfs(&["completions", "tcsh"]);
+    assert!(!o.status.success());
+}
