@@ -39,3 +39,25 @@ fn completions_for_each_shell_and_the_manual_page_are_generated() {
     let o = tierfs(&["completions", "tcsh"]);
     assert!(!o.status.success());
 }
+
+#[test]
+fn where_tells_the_tier_of_each_file_one_line_each() {
+    use crate::harness::{Area, Mounted};
+    let area = Area::new();
+    let m = Mounted::new(&area, &["--policy", "hdd-only"]);
+    std::fs::create_dir(m.p("d")).unwrap();
+    std::fs::write(m.p("d/a"), b"a").unwrap();
+    std::fs::write(m.p("b"), b"b").unwrap();
+    std::os::unix::fs::symlink("b", m.p("link")).unwrap();
+    let listed = stdout_of(&["where", "-r", m.mnt.to_str().unwrap()]);
+    let one = stdout_of(&["where", m.p("b").to_str().unwrap()]);
+    let dir = tierfs(&["where", m.p("d").to_str().unwrap()]);
+    let outside = tierfs(&["where", "/tmp"]);
+    let (b, a) = (m.p("b"), m.p("d/a"));
+    m.unmount();
+    let want = format!("hdd\t{}\nhdd\t{}\n", b.display(), a.display());
+    assert_eq!(listed, want, "files only, sorted, the symbolic link left out");
+    assert_eq!(one, format!("hdd\t{}\n", b.display()));
+    assert!(!dir.status.success() && String::from_utf8_lossy(&dir.stderr).contains("-r"));
+    assert!(!outside.status.success() && String::from_utf8_lossy(&outside.stderr).contains("not on a tierfs mount"));
+}

@@ -33,6 +33,8 @@ pub enum Command {
     /// Mount two fresh directories under a demo folder, write and read
     /// files through the mount, show where they are, unmount.
     Demo(DemoArgs),
+    /// Which tier each file is on: one line per file, TIER<TAB>PATH.
+    Where(WhereArgs),
     /// Print the shell completion script for SHELL (bash, zsh, fish).
     Completions {
         /// The shell.
@@ -41,6 +43,16 @@ pub enum Command {
     },
     /// Print the manual page (roff), for man(1).
     Manpage,
+}
+
+#[derive(Args, Debug)]
+pub struct WhereArgs {
+    /// Files (or, with -r, directories) on a tierfs mount.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// List the files below directories.
+    #[arg(short, long)]
+    pub recursive: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -450,6 +462,7 @@ pub fn helper_form(argv: Vec<OsString>) -> Vec<OsString> {
         "policy",
         "bench",
         "demo",
+        "where",
         "completions",
         "manpage",
         "help",

@@ -11,6 +11,7 @@ mod policy;
 mod shell_help;
 mod stats;
 mod umount;
+mod where_cmd;
 
 use clap::Parser;
 use std::ffi::OsString;
@@ -40,6 +41,7 @@ pub fn main() -> ExitCode {
         args::Command::Policy(p) => policy::run(&p),
         args::Command::Bench(b) => bench::run(&b),
         args::Command::Demo(d) => demo::run(&d),
+        args::Command::Where(w) => where_cmd::run(&w),
         args::Command::Completions { shell } => shell_help::completions(shell),
         args::Command::Manpage => shell_help::manpage(),
     };
