@@ -170,6 +170,10 @@ fn metrics_are_served_for_prometheus_and_pass_promtool() {
     assert!(requests >= 17.0, "16 reads of the file and its write at least: {requests}\n{body}");
     let ratio = value("tierfs_ssd_hit_ratio");
     assert!((0.0..=1.0).contains(&ratio));
+    // The stores' response times, as histograms: the reads were measured.
+    let reads =
+        ["ssd", "hdd"].map(|t| value(&format!("tierfs_request_duration_seconds_count{{op=\"read\",tier=\"{t}\"}}")));
+    assert!(reads[0] + reads[1] >= 1.0, "{body}");
     // Debian's promtool (scripts/setup.sh installs it) lints the exposition.
     let mut child = std::process::Command::new("promtool")
         .args(["check", "metrics"])

@@ -274,6 +274,12 @@ pub struct TierSpeed {
     pub read_bytes: u64,
     /// Bytes written to the tier.
     pub written_bytes: u64,
+    /// Read requests by response time (`store::measured::LATENCY_BOUNDS`).
+    #[serde(default)]
+    pub read_latency: crate::store::measured::Latency,
+    /// Write requests by response time.
+    #[serde(default)]
+    pub write_latency: crate::store::measured::Latency,
 }
 
 /// What the measurement of the tiers sees.

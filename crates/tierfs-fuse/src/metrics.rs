@@ -5,11 +5,13 @@
 //! Prometheus conventions: `tierfs_` prefix, base units (bytes, seconds),
 //! counters end in `_total`.
 
+use prometheus::proto::{Bucket, Histogram, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{GaugeVec, IntCounterVec, Opts, Registry, TextEncoder};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tierfs_core::report::{Request, Response, StatusReport};
+use tierfs_core::store::measured::LATENCY_BOUNDS;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -182,7 +184,55 @@ pub fn render(r: &StatusReport) -> prometheus::Result<String> {
             o.gauge("tierfs_ssd_write_budget_bytes", "The SSD write budget per day.", &[], &[(&[], b as f64)])?;
         }
     }
-    TextEncoder::new().encode_to_string(&o.0.gather())
+    let mut families = o.0.gather();
+    if let Some(ms) = &r.measured {
+        families.push(latency_family(&ms.tiers));
+    }
+    TextEncoder::new().encode_to_string(&families)
+}
+
+/// `tierfs_request_duration_seconds`, a histogram per tier and kind, from
+/// the stores' meters (the client crate's histograms observe one value at
+/// a time; these counts are kept by the meters, so the family is built
+/// from them).
+fn latency_family(tiers: &[tierfs_core::report::TierSpeed]) -> MetricFamily {
+    let mut metrics = Vec::new();
+    for t in tiers {
+        for (op, lat) in [("read", &t.read_latency), ("write", &t.write_latency)] {
+            let mut cumulative = 0;
+            let buckets = LATENCY_BOUNDS
+                .iter()
+                .zip(&lat.counts)
+                .map(|(bound, n)| {
+                    cumulative += n;
+                    let mut b = Bucket::default();
+                    b.set_upper_bound(*bound);
+                    b.set_cumulative_count(cumulative);
+                    b
+                })
+                .collect();
+            let mut h = Histogram::default();
+            h.set_bucket(buckets);
+            h.set_sample_count(lat.count());
+            h.set_sample_sum(lat.sum_secs);
+            let label = |name: &str, value: &str| {
+                let mut l = LabelPair::default();
+                l.set_name(name.into());
+                l.set_value(value.into());
+                l
+            };
+            let mut m = Metric::default();
+            m.set_label(vec![label("op", op), label("tier", &t.tier)]);
+            m.set_histogram(h);
+            metrics.push(m);
+        }
+    }
+    let mut f = MetricFamily::default();
+    f.set_name("tierfs_request_duration_seconds".into());
+    f.set_help("Response times of the tier's store, per kind of request.".into());
+    f.set_field_type(MetricType::HISTOGRAM);
+    f.set_metric(metrics);
+    f
 }
 
 /// "5m", "1h", "1d" for the history's windows.
@@ -329,6 +379,40 @@ mod tests {
         }
         // No measured averages and no regulator in this report.
         assert!(!text.contains("tierfs_response_seconds") && !text.contains("tierfs_ssd_written"));
+    }
+
+    #[test]
+    fn response_times_are_a_histogram_per_tier_and_kind() {
+        use tierfs_core::report::{MeasureReport, TierSpeed};
+        use tierfs_core::store::measured::Latency;
+        let mut counts = vec![0; LATENCY_BOUNDS.len() + 1];
+        counts[0] = 2;
+        counts[5] = 1;
+        counts[LATENCY_BOUNDS.len()] = 1;
+        let speed = TierSpeed {
+            tier: "hdd".into(),
+            read_us: Some(3000.0),
+            read_latency: Latency { counts, sum_secs: 5.003 },
+            ..TierSpeed::default()
+        };
+        let r = StatusReport {
+            measured: Some(MeasureReport { tiers: vec![speed], ..MeasureReport::default() }),
+            ..report()
+        };
+        let text = render(&r).unwrap();
+        for line in [
+            "# TYPE tierfs_request_duration_seconds histogram",
+            "tierfs_request_duration_seconds_bucket{op=\"read\",tier=\"hdd\",le=\"0.00001\"} 2",
+            "tierfs_request_duration_seconds_bucket{op=\"read\",tier=\"hdd\",le=\"0.01024\"} 3",
+            "tierfs_request_duration_seconds_bucket{op=\"read\",tier=\"hdd\",le=\"2.62144\"} 3",
+            "tierfs_request_duration_seconds_bucket{op=\"read\",tier=\"hdd\",le=\"+Inf\"} 4",
+            "tierfs_request_duration_seconds_count{op=\"read\",tier=\"hdd\"} 4",
+            "tierfs_request_duration_seconds_sum{op=\"read\",tier=\"hdd\"} 5.003",
+            "tierfs_request_duration_seconds_count{op=\"write\",tier=\"hdd\"} 0",
+            "tierfs_response_seconds{op=\"read\",tier=\"hdd\"} 0.003",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no line {line:?} in\n{text}");
+        }
     }
 
     #[test]

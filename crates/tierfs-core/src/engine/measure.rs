@@ -332,6 +332,7 @@ impl<S: Store> Engine<S> {
                 let m = &meters[t.idx()];
                 let sp = m.speed();
                 let (reads, writes) = m.samples();
+                let [read_latency, write_latency] = m.latency();
                 TierSpeed {
                     tier: t.name().into(),
                     read_us: sp.read.map(|s| s * 1e6),
@@ -340,6 +341,8 @@ impl<S: Store> Engine<S> {
                     writes,
                     read_bytes: m.read_bytes(),
                     written_bytes: m.written(),
+                    read_latency,
+                    write_latency,
                 }
             })
             .collect();

@@ -76,6 +76,54 @@ pub struct Speed {
     pub write: Option<f64>,
 }
 
+/// Upper bounds of the response-time histogram's buckets, seconds: 10 µs
+/// times powers of 4, up to about 2.6 s (a last bucket takes the rest).
+pub const LATENCY_BOUNDS: [f64; 10] =
+    [10e-6, 40e-6, 160e-6, 640e-6, 2.56e-3, 10.24e-3, 40.96e-3, 163.84e-3, 655.36e-3, 2.621_44];
+
+/// Requests of one kind by response time (lock-free).
+#[derive(Debug, Default)]
+struct Histogram {
+    /// Requests per bucket of [`LATENCY_BOUNDS`], and past the last bound.
+    buckets: [AtomicU64; LATENCY_BOUNDS.len() + 1],
+    /// Their response times summed, nanoseconds.
+    sum_ns: AtomicU64,
+}
+
+impl Histogram {
+    fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = LATENCY_BOUNDS.iter().position(|b| s <= *b).unwrap_or(LATENCY_BOUNDS.len());
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> Latency {
+        Latency {
+            counts: self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect(),
+            sum_secs: self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9,
+        }
+    }
+}
+
+/// A snapshot of one kind's histogram: requests per bucket of
+/// [`LATENCY_BOUNDS`] (not cumulative; one more past the last bound) and
+/// the sum of their response times.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    /// Requests per bucket.
+    pub counts: Vec<u64>,
+    /// Seconds, all of them together.
+    pub sum_secs: f64,
+}
+
+impl Latency {
+    /// Requests in all.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+}
+
 /// What one tier's requests took, shared by its store and the engine.
 #[derive(Debug, Default)]
 pub struct Meter {
@@ -83,6 +131,8 @@ pub struct Meter {
     write: Average,
     read_bytes: AtomicU64,
     written: AtomicU64,
+    read_hist: Histogram,
+    write_hist: Histogram,
 }
 
 impl Meter {
@@ -115,7 +165,14 @@ impl Meter {
     /// Takes one read sample.
     pub fn read_took(&self, d: Duration, bytes: u64) {
         self.read.add(d.as_secs_f64());
+        self.read_hist.observe(d);
         self.read_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// The response-time histograms (reads, writes) of the requests served
+    /// (probes' extra weight not included).
+    pub fn latency(&self) -> [Latency; 2] {
+        [self.read_hist.snapshot(), self.write_hist.snapshot()]
     }
 
     /// Folds `n` more samples of `d` (a probe of an idle tier stands for
@@ -130,6 +187,7 @@ impl Meter {
     /// Takes one write sample.
     pub fn write_took(&self, d: Duration, bytes: u64) {
         self.write.add(d.as_secs_f64());
+        self.write_hist.observe(d);
         self.written.fetch_add(bytes, Ordering::Relaxed);
     }
 }
@@ -349,5 +407,20 @@ mod tests {
         let n = s.copy_range(&f, 0, &g, 0, 4096).unwrap() as u64;
         assert_eq!(meter.written(), 5 * 4096 + n);
         assert_eq!(meter.samples(), (5, 5));
+    }
+
+    #[test]
+    fn response_times_fall_in_their_buckets_and_sum_up() {
+        let m = Meter::new();
+        m.read_took(Duration::from_micros(5), 4096);
+        m.read_took(Duration::from_micros(10), 4096);
+        m.read_took(Duration::from_millis(3), 4096);
+        m.write_took(Duration::from_secs(5), 4096);
+        m.weigh(false, Duration::from_millis(1), 9);
+        let [r, w] = m.latency();
+        assert_eq!(r.counts.len(), LATENCY_BOUNDS.len() + 1);
+        assert_eq!((r.counts[0], r.counts[5], r.count()), (2, 1, 3), "a bound is in its bucket; probes' weight is not");
+        assert!((r.sum_secs - 0.003_015).abs() < 1e-9, "{}", r.sum_secs);
+        assert_eq!((w.counts[LATENCY_BOUNDS.len()], w.count()), (1, 1), "past the last bound");
     }
 }
