@@ -61,3 +61,33 @@ fn where_tells_the_tier_of_each_file_one_line_each() {
     assert!(!dir.status.success() && String::from_utf8_lossy(&dir.stderr).contains("-r"));
     assert!(!outside.status.success() && String::from_utf8_lossy(&outside.stderr).contains("not on a tierfs mount"));
 }
+
+#[test]
+fn migrate_runs_the_policy_once_now_and_dry_run_moves_nothing() {
+    use crate::harness::{xattr, Area, Mounted};
+    let area = Area::new();
+    // An hour's interval: after the run at mount, the policy waits.
+    let m = Mounted::new(&area, &["--policy", "interval-hot-dst", "--interval", "1h", "--io-mode", "userspace"]);
+    // The engine's first run (at its first tick) is over before the files exist.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    std::fs::write(m.p("hot"), vec![1u8; 16 << 10]).unwrap();
+    std::fs::write(m.p("cold"), vec![2u8; 16 << 10]).unwrap();
+    for _ in 0..20 {
+        std::fs::read(m.p("hot")).unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let place = |f: &str| xattr(&m.p(f), "user.tierfs.placement").unwrap_or_default();
+    let mnt = m.mnt.to_str().unwrap().to_string();
+    let dry = stdout_of(&["migrate", &mnt, "--dry-run"]);
+    let hot_dry = place("hot");
+    let json = stdout_of(&["migrate", &mnt, "--dry-run", "--json"]);
+    let done = stdout_of(&["migrate", &mnt]);
+    let moved = crate::harness::wait_for(20, || place("hot") == "ssd");
+    m.unmount();
+    assert!(dry.contains("promote") && dry.contains("/hot") && dry.contains("dry run: nothing moved"), "{dry}");
+    assert_eq!(hot_dry, "hdd", "a dry run moves nothing");
+    let planned: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(planned.as_array().unwrap().iter().any(|p| p["path"] == "/hot" && p["action"] == "promote"), "{json}");
+    assert!(done.contains("queued for the migrator"), "{done}");
+    assert!(moved, "the hot file was promoted: {done}");
+}

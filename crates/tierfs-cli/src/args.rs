@@ -35,6 +35,8 @@ pub enum Command {
     Demo(DemoArgs),
     /// Which tier each file is on: one line per file, TIER<TAB>PATH.
     Where(WhereArgs),
+    /// Run every directory's policy once now and say what moves and why.
+    Migrate(MigrateArgs),
     /// Print the shell completion script for SHELL (bash, zsh, fish).
     Completions {
         /// The shell.
@@ -43,6 +45,18 @@ pub enum Command {
     },
     /// Print the manual page (roff), for man(1).
     Manpage,
+}
+
+#[derive(Args, Debug)]
+pub struct MigrateArgs {
+    /// The mount point [default: the only tierfs mounted].
+    pub mountpoint: Option<PathBuf>,
+    /// Only say what would move.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -463,6 +477,7 @@ pub fn helper_form(argv: Vec<OsString>) -> Vec<OsString> {
         "bench",
         "demo",
         "where",
+        "migrate",
         "completions",
         "manpage",
         "help",

@@ -5,6 +5,7 @@
 mod args;
 mod bench;
 mod demo;
+mod migrate_cmd;
 mod mount_cmd;
 mod mounts;
 mod policy;
@@ -42,6 +43,7 @@ pub fn main() -> ExitCode {
         args::Command::Bench(b) => bench::run(&b),
         args::Command::Demo(d) => demo::run(&d),
         args::Command::Where(w) => where_cmd::run(&w),
+        args::Command::Migrate(m) => migrate_cmd::run(&m),
         args::Command::Completions { shell } => shell_help::completions(shell),
         args::Command::Manpage => shell_help::manpage(),
     };

@@ -24,6 +24,12 @@ pub enum Request {
         /// On or off.
         enabled: bool,
     },
+    /// Run every directory's policy once now (`tierfs migrate`): what it
+    /// would move, queued for the migrator unless `dry_run`.
+    Plan {
+        /// Only say what would move.
+        dry_run: bool,
+    },
     /// Give an emulated tier another device profile (a device that slows
     /// down or recovers), keeping its cache and queue.
     Profile {
@@ -44,10 +50,27 @@ pub enum Response {
     File(Box<FileReport>),
     /// Answer to [`Request::Groups`].
     Groups(Vec<GroupReport>),
+    /// Answer to [`Request::Plan`].
+    Plan(Vec<PlannedMove>),
     /// A request that returns nothing was carried out.
     Done,
     /// The request failed.
     Error(String),
+}
+
+/// One move a policy plans (`tierfs migrate`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PlannedMove {
+    /// Inode number.
+    pub ino: u64,
+    /// A path of the file on the mount, if it has one.
+    pub path: Option<String>,
+    /// "promote", "demote", "copy" or "drop-copy".
+    pub action: String,
+    /// Why, as the policy says it.
+    pub reason: String,
+    /// The file's size.
+    pub bytes: u64,
 }
 
 /// One emulated device.

@@ -677,6 +677,56 @@ impl<S: Store> Engine<S> {
         }
     }
 
+    /// Runs every group's policy once now, as `tierfs migrate` asks: the
+    /// moves that bring files where their policy and pins want them, and
+    /// the policy's periodic plan as if its interval had come. Queued for
+    /// the migrator unless `dry_run`; returned either way (one move a file).
+    pub fn plan_now(&self, dry_run: bool) -> Vec<crate::report::PlannedMove> {
+        self.sync_events();
+        let now = self.clock.now();
+        let groups: Vec<Group> = self.groups.lock().all().into_iter().map(|(g, _)| g).collect();
+        let mut plan = Plan::default();
+        {
+            let st = self.stats.lock();
+            for g in groups {
+                let (kind, _) = self.setting(g);
+                let tokens = if kind == PolicyKind::Measured { self.tokens(g, now) } else { 0 };
+                let p = self.with_view_tokens(&st, g, false, tokens, |v| {
+                    let mut p = kind.policy().conform(v);
+                    p.extend(kind.policy().on_tick(v, None).0);
+                    p
+                });
+                if !dry_run && kind == PolicyKind::Measured {
+                    self.spend_tokens(g, p.steps.len() as u32);
+                }
+                plan.extend(p);
+            }
+        }
+        let mut seen = HashSet::new();
+        plan.steps.retain(|s| seen.insert(s.ino));
+        let out = plan
+            .steps
+            .iter()
+            .map(|s| crate::report::PlannedMove {
+                ino: s.ino,
+                path: self.vol.path_of(s.ino),
+                action: match s.mv {
+                    Move::Promote => "promote",
+                    Move::Demote => "demote",
+                    Move::Copy => "copy",
+                    Move::DropCopy => "drop-copy",
+                }
+                .into(),
+                reason: s.reason.to_string(),
+                bytes: s.size,
+            })
+            .collect();
+        if !dry_run {
+            self.enqueue(plan);
+        }
+        out
+    }
+
     /// Puts every file below `dir` in its (new) group and collects the
     /// groups whose files or settings may have changed.
     fn regroup_subtree(&self, st: &mut Stats, dir: Ino, touched: &mut HashSet<Group>) {
