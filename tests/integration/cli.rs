@@ -91,3 +91,20 @@ fn migrate_runs_the_policy_once_now_and_dry_run_moves_nothing() {
     assert!(done.contains("queued for the migrator"), "{done}");
     assert!(moved, "the hot file was promoted: {done}");
 }
+
+/// Review finding: migrate ran the policy-change moves too, which demote
+/// every file a caching policy finds on the SSD, such as those
+/// `--placement ssd` puts there.
+#[test]
+fn migrate_leaves_files_the_placement_put_on_the_ssd() {
+    use crate::harness::{xattr, Area, Mounted};
+    let area = Area::new();
+    let m = Mounted::new(&area, &["--policy", "on-demand-cache", "--placement", "ssd", "--io-mode", "userspace"]);
+    std::fs::write(m.p("f"), b"placed").unwrap();
+    let placed = xattr(&m.p("f"), "user.tierfs.placement").unwrap_or_default();
+    let json = stdout_of(&["migrate", m.mnt.to_str().unwrap(), "--dry-run", "--json"]);
+    m.unmount();
+    assert_eq!(placed, "ssd");
+    let planned: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(!planned.as_array().unwrap().iter().any(|p| p["path"] == "/f"), "{json}");
+}

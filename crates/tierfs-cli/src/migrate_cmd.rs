@@ -12,7 +12,6 @@ pub fn run(a: &MigrateArgs) -> Result<ExitCode> {
     let mnt = resolve_mount(a.mountpoint.as_deref())?;
     let moves = match ask(&mnt, &Request::Plan { dry_run: a.dry_run })? {
         Response::Plan(m) => m,
-        Response::Error(e) => bail!("{e}"),
         other => bail!("unexpected answer: {other:?}"),
     };
     if a.json {

@@ -39,7 +39,14 @@ fn visit(path: &Path, recursive: bool, out: &mut dyn Write) -> Result<bool> {
             eprintln!("tierfs where: {}: a directory (-r lists the files below it)", path.display());
             return Ok(false);
         }
-        let mut entries: Vec<_> = std::fs::read_dir(path)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        let listed = std::fs::read_dir(path).and_then(|rd| rd.map(|e| e.map(|e| e.path())).collect());
+        let mut entries: Vec<std::path::PathBuf> = match listed {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("tierfs where: {}: {e}", path.display());
+                return Ok(false);
+            }
+        };
         entries.sort();
         let mut ok = true;
         for e in entries {

@@ -185,7 +185,7 @@ pub fn render(r: &StatusReport) -> prometheus::Result<String> {
         }
     }
     let mut families = o.0.gather();
-    if let Some(ms) = &r.measured {
+    if let Some(ms) = r.measured.as_ref().filter(|ms| !ms.tiers.is_empty()) {
         families.push(latency_family(&ms.tiers));
     }
     TextEncoder::new().encode_to_string(&families)

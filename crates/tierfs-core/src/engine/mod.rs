@@ -678,34 +678,39 @@ impl<S: Store> Engine<S> {
     }
 
     /// Runs every group's policy once now, as `tierfs migrate` asks: the
-    /// moves that bring files where their policy and pins want them, and
-    /// the policy's periodic plan as if its interval had come. Queued for
-    /// the migrator unless `dry_run`; returned either way (one move a file).
+    /// moves pins call for, and the policy's periodic plan as if its
+    /// interval had come. Queued for the migrator unless `dry_run` (under
+    /// the statistics lock, as the engine's tick queues, so the two do not
+    /// race); returned either way, one move a file. Moves a policy change
+    /// would make are left to the regrouping that follows a change: here
+    /// they would also undo placements the mount asks for (`--placement`).
     pub fn plan_now(&self, dry_run: bool) -> Vec<crate::report::PlannedMove> {
         self.sync_events();
         let now = self.clock.now();
         let groups: Vec<Group> = self.groups.lock().all().into_iter().map(|(g, _)| g).collect();
         let mut plan = Plan::default();
+        let mut seen = HashSet::new();
         {
             let st = self.stats.lock();
             for g in groups {
                 let (kind, _) = self.setting(g);
                 let tokens = if kind == PolicyKind::Measured { self.tokens(g, now) } else { 0 };
-                let p = self.with_view_tokens(&st, g, false, tokens, |v| {
-                    let mut p = kind.policy().conform(v);
-                    p.extend(kind.policy().on_tick(v, None).0);
-                    p
+                let (mut pins, periodic) = self.with_view_tokens(&st, g, false, tokens, |v| {
+                    (kind.policy().conform(v), kind.policy().on_tick(v, None).0)
                 });
+                pins.steps.retain(|s| matches!(s.reason, Reason::Pinned));
                 if !dry_run && kind == PolicyKind::Measured {
-                    self.spend_tokens(g, p.steps.len() as u32);
+                    self.spend_tokens(g, periodic.steps.len() as u32);
                 }
-                plan.extend(p);
+                plan.extend(pins);
+                plan.extend(periodic);
+            }
+            plan.steps.retain(|s| seen.insert(s.ino));
+            if !dry_run {
+                self.enqueue(plan.clone());
             }
         }
-        let mut seen = HashSet::new();
-        plan.steps.retain(|s| seen.insert(s.ino));
-        let out = plan
-            .steps
+        plan.steps
             .iter()
             .map(|s| crate::report::PlannedMove {
                 ino: s.ino,
@@ -720,11 +725,7 @@ impl<S: Store> Engine<S> {
                 reason: s.reason.to_string(),
                 bytes: s.size,
             })
-            .collect();
-        if !dry_run {
-            self.enqueue(plan);
-        }
-        out
+            .collect()
     }
 
     /// Puts every file below `dir` in its (new) group and collects the
