@@ -195,19 +195,23 @@ fn metrics_are_served_for_prometheus_and_pass_promtool() {
     );
 }
 
-#[test]
-fn a_bad_metrics_address_is_a_clear_error() {
-    let area = Area::new();
+/// Mounts `area` with `--metrics addr`, which must fail: its error.
+fn refused_metrics(area: &Area, addr: &str) -> String {
     let o = tierfs(&[
         "mount",
         area.ssd().to_str().unwrap(),
         area.hdd().to_str().unwrap(),
         area.mnt().to_str().unwrap(),
         "--metrics",
-        "localhost",
+        addr,
     ]);
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "--metrics {addr} must fail");
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn a_bad_metrics_address_is_a_clear_error() {
+    let err = refused_metrics(&Area::new(), "localhost");
     assert!(err.contains("--metrics") && err.contains("127.0.0.1:9877"), "{err}");
 }
 
@@ -216,16 +220,7 @@ fn a_taken_metrics_port_fails_the_mount_before_it_starts() {
     let area = Area::new();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let o = tierfs(&[
-        "mount",
-        area.ssd().to_str().unwrap(),
-        area.hdd().to_str().unwrap(),
-        area.mnt().to_str().unwrap(),
-        "--metrics",
-        &addr,
-    ]);
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = refused_metrics(&area, &addr);
     assert!(err.contains("cannot serve metrics") && err.contains(&addr), "{err}");
     assert!(
         !std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(area.mnt().to_str().unwrap()),

@@ -466,15 +466,17 @@ impl Runner<'_> {
                 Ok(())
             };
             settle()?;
+            // The models start once: before the warm-up if it runs on them.
+            let warm_on_models = warm.is_some() && self.preset.warmup_emulated;
+            if warm_on_models {
+                ask(&socket, &Request::Emulation { enabled: true })?;
+            }
             if let Some(warm) = warm {
-                if self.preset.warmup_emulated {
-                    ask(&socket, &Request::Emulation { enabled: true })?;
-                }
                 warm.run(&mnt)?;
                 settle()?;
             }
             let before = status(&mnt)?;
-            if !(warm.is_some() && self.preset.warmup_emulated) {
+            if !warm_on_models {
                 ask(&socket, &Request::Emulation { enabled: true })?;
             }
             let r = w.run(&mnt)?;

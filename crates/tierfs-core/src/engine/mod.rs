@@ -647,16 +647,12 @@ impl<S: Store> Engine<S> {
                 self.enqueue(plan);
             }
         }
-        let groups: Vec<Group> = self.groups.lock().all().into_iter().map(|(g, _)| g).collect();
-        for g in groups {
-            let (kind, _) = self.setting(g);
+        for g in self.group_ids() {
             let last = self.last_run.lock().get(&g).copied();
-            let tokens = if kind == PolicyKind::Measured { self.tokens(g, now) } else { 0 };
-            let (plan, ran) = self.with_view_tokens(&st, g, false, tokens, |v| kind.policy().on_tick(v, last));
+            let (plan, ran) = self.periodic_plan(&st, g, now, last, true);
             if ran {
                 self.last_run.lock().insert(g, now);
             }
-            self.spend_tokens(g, plan.steps.len() as u32);
             self.enqueue(plan);
         }
         self.chunk_tick(&st, now);
@@ -677,6 +673,31 @@ impl<S: Store> Engine<S> {
         }
     }
 
+    /// The policy groups.
+    fn group_ids(&self) -> Vec<Group> {
+        self.groups.lock().all().into_iter().map(|(g, _)| g).collect()
+    }
+
+    /// Group `g`'s periodic plan (`Policy::on_tick` with `last`, the time
+    /// of its last interval run), given `measured`'s tokens, which are
+    /// spent on it if `spend`; and whether it was an interval run.
+    fn periodic_plan(
+        &self,
+        st: &Stats,
+        g: Group,
+        now: Timestamp,
+        last: Option<Timestamp>,
+        spend: bool,
+    ) -> (Plan, bool) {
+        let (kind, _) = self.setting(g);
+        let tokens = if kind == PolicyKind::Measured { self.tokens(g, now) } else { 0 };
+        let (plan, ran) = self.with_view_tokens(st, g, false, tokens, |v| kind.policy().on_tick(v, last));
+        if spend && tokens > 0 {
+            self.spend_tokens(g, plan.steps.len() as u32);
+        }
+        (plan, ran)
+    }
+
     /// Runs every group's policy once now, as `tierfs migrate` asks: the
     /// moves pins call for, and the policy's periodic plan as if its
     /// interval had come. Queued for the migrator unless `dry_run` (under
@@ -687,23 +708,16 @@ impl<S: Store> Engine<S> {
     pub fn plan_now(&self, dry_run: bool) -> Vec<crate::report::PlannedMove> {
         self.sync_events();
         let now = self.clock.now();
-        let groups: Vec<Group> = self.groups.lock().all().into_iter().map(|(g, _)| g).collect();
         let mut plan = Plan::default();
         let mut seen = HashSet::new();
         {
             let st = self.stats.lock();
-            for g in groups {
+            for g in self.group_ids() {
                 let (kind, _) = self.setting(g);
-                let tokens = if kind == PolicyKind::Measured { self.tokens(g, now) } else { 0 };
-                let (mut pins, periodic) = self.with_view_tokens(&st, g, false, tokens, |v| {
-                    (kind.policy().conform(v), kind.policy().on_tick(v, None).0)
-                });
+                let mut pins = self.with_view(&st, g, false, |v| kind.policy().conform(v));
                 pins.steps.retain(|s| matches!(s.reason, Reason::Pinned));
-                if !dry_run && kind == PolicyKind::Measured {
-                    self.spend_tokens(g, periodic.steps.len() as u32);
-                }
                 plan.extend(pins);
-                plan.extend(periodic);
+                plan.extend(self.periodic_plan(&st, g, now, None, !dry_run).0);
             }
             plan.steps.retain(|s| seen.insert(s.ino));
             if !dry_run {
