@@ -108,3 +108,81 @@ fn migrate_leaves_files_the_placement_put_on_the_ssd() {
     let planned: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert!(!planned.as_array().unwrap().iter().any(|p| p["path"] == "/f"), "{json}");
 }
+
+#[test]
+fn pins_are_listed_with_their_tier_and_whether_the_file_is_there() {
+    use crate::harness::{wait_for, Area, Mounted};
+    let area = Area::new();
+    let m = Mounted::new(&area, &["--policy", "hdd-only", "--io-mode", "userspace"]);
+    let mnt = m.mnt.to_str().unwrap().to_string();
+    assert_eq!(stdout_of(&["policy", "pins", &mnt]), "", "no pins yet");
+    std::fs::create_dir(m.p("d")).unwrap();
+    std::fs::write(m.p("d/a"), b"a").unwrap();
+    std::fs::write(m.p("f"), b"f").unwrap();
+    let pin = |p: &str, t: &str| stdout_of(&["policy", "pin", m.p(p).to_str().unwrap(), t]);
+    pin("d", "hdd");
+    pin("f", "ssd");
+    // "there" once the move is committed.
+    let mut listed = String::new();
+    let moved = wait_for(10, || {
+        listed = stdout_of(&["policy", "pins", &mnt]);
+        listed.contains("ssd\tthere\t")
+    });
+    assert!(moved && area.ssd().join("f").exists(), "the pinned file moves: {listed}");
+    let json: serde_json::Value = serde_json::from_str(&stdout_of(&["policy", "list-pins", &mnt, "--json"])).unwrap();
+    pin("f", "none");
+    let after = stdout_of(&["policy", "pins", &mnt]);
+    let (d, f) = (m.p("d"), m.p("f"));
+    m.unmount();
+    assert_eq!(listed, format!("hdd\tdir\t{}/\nssd\tthere\t{}\n", d.display(), f.display()));
+    assert_eq!(json[1]["path"], "/f");
+    assert_eq!(json[1]["placement"], "ssd");
+    assert_eq!(json[0]["directory"], true);
+    assert_eq!(after, format!("hdd\tdir\t{}/\n", d.display()), "an unpinned file leaves the list");
+}
+
+/// Runs `tierfs ARGS` on a pseudo-terminal (util-linux `script`), as a
+/// user at a shell would: what it printed there, escapes included.
+fn on_a_terminal(args: &[&str]) -> (bool, String) {
+    let bin = env!("CARGO_BIN_EXE_tierfs");
+    let cmd = std::iter::once(bin).chain(args.iter().copied()).collect::<Vec<_>>().join(" ");
+    let o = Command::new("script").args(["-qec", &cmd, "/dev/null"]).output().expect("script (util-linux)");
+    (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+#[test]
+fn umount_shows_the_write_back_on_a_terminal() {
+    use crate::harness::{is_mounted, stats_json, Area, Mounted};
+    let area = Area::new();
+    let emulated = ["--emulate", "ssd=ssd-sata,hdd=hdd-7200,cache=0"];
+    let args = [&["--policy", "write-back-cache", "--ssd-capacity", "16M"][..], &emulated].concat();
+    let m = Mounted::new(&area, &args);
+    // Small new files: each lands whole in the write-back area, a dirty
+    // chunk the unmount writes back with a seek of the emulated disk.
+    for i in 0..300 {
+        std::fs::write(m.p(&format!("f{i}")), [7u8; 4096]).unwrap();
+    }
+    let dirty = stats_json(&m.mnt)["write_back"]["dirty_bytes"].as_u64().unwrap();
+    assert!(dirty >= 100 * 4096, "the writes are in the area: {dirty} bytes dirty");
+    let mnt = m.mnt.clone();
+    let (ok, shown) = on_a_terminal(&["umount", mnt.to_str().unwrap()]);
+    let left_mounted = is_mounted(&mnt);
+    m.unmount();
+    assert!(ok && !left_mounted, "{shown}");
+    assert!(shown.contains("writing back to the HDD"), "no bar on the terminal: {shown:?}");
+}
+
+#[test]
+fn bench_workload_draws_bars_only_on_a_terminal() {
+    let area = crate::harness::Area::new();
+    let dir = area.path("w");
+    let args = ["bench", "workload", "webserver", dir.to_str().unwrap(), "--scale", "0.002", "--duration", "1s"];
+    let (ok, shown) = on_a_terminal(&args);
+    assert!(ok, "{shown}");
+    assert!(shown.contains("preparing webserver") && shown.contains("running webserver"), "{shown:?}");
+    let plain = tierfs(&args);
+    let err = String::from_utf8_lossy(&plain.stderr);
+    assert!(plain.status.success(), "{err}");
+    assert!(!err.contains('\x1b') && !err.contains("running webserver"), "no bar without a terminal: {err:?}");
+    assert!(err.contains("prepared webserver in"), "{err}");
+}

@@ -1,6 +1,6 @@
 //! Access statistics through a real mount, and `tierfs stats`.
 
-use crate::harness::{tierfs, Area, Mounted};
+use crate::harness::{tierfs, wait_for, Area, Mounted};
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 
@@ -156,6 +156,16 @@ fn metrics_are_served_for_prometheus_and_pass_promtool() {
     std::fs::write(m.p("f"), vec![3u8; 64 << 10]).unwrap();
     read_in(&m.p("f"), 4096);
     settle();
+    // A move with a reason: the file pinned to the other tier.
+    let (there, kind) = if area.ssd().join("f").exists() { ("hdd", "demotion") } else { ("ssd", "promotion") };
+    let o = tierfs(&["policy", "pin", m.p("f").to_str().unwrap(), there]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Counted once the move is done, just after the file is on its tier.
+    let pinned = format!("tierfs_moves_total{{kind=\"{kind}\",reason=\"pinned\"}} 1");
+    assert!(
+        wait_for(10, || http_get(port, "/metrics").1.lines().any(|l| l == pinned)),
+        "the pinned file moves to the {there}"
+    );
     let (status, body) = http_get(port, "/metrics");
     let (missing, _) = http_get(port, "/nothing");
     m.unmount();
@@ -170,6 +180,9 @@ fn metrics_are_served_for_prometheus_and_pass_promtool() {
     assert!(requests >= 17.0, "16 reads of the file and its write at least: {requests}\n{body}");
     let ratio = value("tierfs_ssd_hit_ratio");
     assert!((0.0..=1.0).contains(&ratio));
+    let pinned = format!("{{kind=\"{kind}\",reason=\"pinned\"}}");
+    assert_eq!(value(&format!("tierfs_moves_total{pinned}")), 1.0, "{body}");
+    assert_eq!(value(&format!("tierfs_moved_bytes_total{pinned}")), 65536.0, "{body}");
     // The stores' response times, as histograms: the reads were measured.
     let reads =
         ["ssd", "hdd"].map(|t| value(&format!("tierfs_request_duration_seconds_count{{op=\"read\",tier=\"{t}\"}}")));

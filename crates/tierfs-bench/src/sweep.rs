@@ -352,6 +352,49 @@ impl RunStats {
     }
 }
 
+/// How long a phase of a run is expected to take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Length {
+    /// Not known.
+    Unknown,
+    /// Runs for this long.
+    Time(Duration),
+    /// Writes about this many bytes through
+    /// [`workload::write_file`](crate::workload::write_file) (the same
+    /// workload's last preparation wrote that much).
+    Bytes(u64),
+}
+
+/// What the sweep tells as it goes.
+#[derive(Clone, Copy, Debug)]
+pub enum Progress<'s> {
+    /// A run starts; `done` of `total` runs are finished.
+    Run {
+        /// Runs finished.
+        done: usize,
+        /// Runs in all.
+        total: usize,
+        /// Workload and architecture.
+        label: &'s str,
+    },
+    /// A phase of the run starts: preparing, settling, warm-up, measuring.
+    Phase {
+        /// What it does.
+        name: &'static str,
+        /// How long it should take.
+        length: Length,
+    },
+    /// A run ended.
+    Finished {
+        /// Runs finished.
+        done: usize,
+        /// Runs in all.
+        total: usize,
+        /// Its result, one line.
+        line: &'s str,
+    },
+}
+
 /// Where and with what the sweep runs.
 pub struct Runner<'a> {
     /// The tierfs binary.
@@ -360,8 +403,11 @@ pub struct Runner<'a> {
     pub work: PathBuf,
     /// The preset.
     pub preset: &'a Preset,
-    /// Called with (runs done, runs in all, text) as the sweep goes.
-    pub progress: &'a mut dyn FnMut(usize, usize, &str),
+    /// Told how far the sweep is.
+    pub progress: &'a dyn Fn(Progress<'_>),
+    /// Bytes the last preparation of each workload wrote (the next one's
+    /// expected length).
+    pub prepared: std::cell::RefCell<std::collections::HashMap<String, u64>>,
 }
 
 fn run_cmd(cmd: &mut Command) -> io::Result<()> {
@@ -455,8 +501,17 @@ impl Runner<'_> {
                     set_policy(&mnt.join(sub), policy)?;
                 }
             }
+            // Nothing written last time (postmark prepares nothing): unknown.
+            let expected = self.prepared.borrow().get(w.name()).copied().filter(|&b| b > 0);
+            (self.progress)(Progress::Phase {
+                name: "preparing",
+                length: expected.map_or(Length::Unknown, Length::Bytes),
+            });
+            let written = workload::bytes_written();
             w.prepare(&mnt)?;
+            self.prepared.borrow_mut().insert(w.name().to_string(), workload::bytes_written() - written);
             let settle = || -> io::Result<()> {
+                (self.progress)(Progress::Phase { name: "letting the moves finish", length: Length::Unknown });
                 // Let the moves the preparation (or warm-up) caused finish.
                 let t = Instant::now();
                 let busy = |s: &StatusReport| s.migrations.queued > 0 || s.remap.queued > 0;
@@ -472,6 +527,8 @@ impl Runner<'_> {
                 ask(&socket, &Request::Emulation { enabled: true })?;
             }
             if let Some(warm) = warm {
+                let length = if warm.time_bounded() { Length::Time(self.preset.warmup) } else { Length::Unknown };
+                (self.progress)(Progress::Phase { name: "warming up", length });
                 warm.run(&mnt)?;
                 settle()?;
             }
@@ -479,6 +536,12 @@ impl Runner<'_> {
             if !warm_on_models {
                 ask(&socket, &Request::Emulation { enabled: true })?;
             }
+            let length = if w.time_bounded() {
+                Length::Time(self.preset.params_for(w.name()).duration)
+            } else {
+                Length::Unknown
+            };
+            (self.progress)(Progress::Phase { name: "measuring", length });
             let r = w.run(&mnt)?;
             let after = status(&mnt)?;
             Ok((r, RunStats::between(&before, &after), after))
@@ -506,7 +569,7 @@ impl Runner<'_> {
                 (!preset.warmup.is_zero()).then(|| workload::by_name(wname, preset.warmup_params(wname))).flatten();
             let mut one = |this: &mut Self, arch: &Arch, pct: u32, cap: Option<u64>, ws: u64| -> io::Result<Row> {
                 let label = if pct == 0 { arch.label.clone() } else { format!("{} at {pct}%", arch.label) };
-                (this.progress)(done, total, &format!("{wname}: {label} ..."));
+                (this.progress)(Progress::Run { done, total, label: &format!("{wname}: {label}") });
                 let (r, run, s, measured_ws) = this.run_one(w.as_ref(), warm.as_deref(), arch, cap)?;
                 done += 1;
                 let m = &s.migrations;
@@ -524,7 +587,8 @@ impl Runner<'_> {
                     hdd_busy_secs: run.hdd_busy_secs,
                     report: r,
                 };
-                (this.progress)(done, total, &format!("{wname}: {label}: {:.0} ops/s", row.report.ops_per_sec));
+                let line = format!("{wname}: {label}: {:.0} ops/s", row.report.ops_per_sec);
+                (this.progress)(Progress::Finished { done, total, line: &line });
                 Ok(row)
             };
             let hdd = one(self, &Arch::plain("hdd-only"), 0, None, w.working_set().unwrap_or(0))?;

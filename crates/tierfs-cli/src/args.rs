@@ -294,6 +294,16 @@ pub enum PolicyCmd {
         #[arg(value_parser = ["ssd", "hdd", "none"])]
         tier: String,
     },
+    /// List every pin, one per line: TIER, STATE (dir; file: there, or
+    /// pending while its move waits) and PATH, separated by tabs.
+    #[command(visible_alias = "list-pins")]
+    Pins {
+        /// The mount point [default: the only tierfs mounted].
+        mountpoint: Option<PathBuf>,
+        /// Machine-readable output (with each file's placement).
+        #[arg(long)]
+        json: bool,
+    },
     /// Show the policy tree: every directory with settings and what is in force.
     Show {
         /// The mount point [default: the only tierfs mounted].

@@ -1,12 +1,12 @@
 //! `tierfs bench`: run one workload on a directory, or the whole sweep.
 
 use crate::args::{BenchArgs, BenchCmd};
+use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
-use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
 use tierfs_bench::report;
-use tierfs_bench::sweep::{Preset, Runner};
+use tierfs_bench::sweep::{Length, Preset, Progress as SweepProgress, Runner};
 use tierfs_bench::workload::{self, Params};
 use tierfs_core::config::parse_duration;
 
@@ -44,23 +44,6 @@ fn commit() -> String {
     } else {
         head
     }
-}
-
-fn bar(done: usize, total: usize, text: &str, started: Instant) {
-    let width = 30;
-    let fill = (done * width).checked_div(total).unwrap_or(0);
-    let eta = if done == 0 {
-        String::new()
-    } else {
-        let per = started.elapsed().as_secs_f64() / done as f64;
-        format!(" ~{:.0}s left", per * (total - done) as f64)
-    };
-    let mut e = std::io::stderr().lock();
-    let _ = write!(e, "\r\x1b[K[{}{}] {done}/{total}{eta}  {text}", "#".repeat(fill), ".".repeat(width - fill));
-    if text.ends_with("ops/s") {
-        let _ = writeln!(e);
-    }
-    let _ = e.flush();
 }
 
 /// How a results folder was produced.
@@ -126,12 +109,18 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
             let w = workload::by_name(name, p)
                 .ok_or_else(|| anyhow::anyhow!("unknown workload {name:?} (one of: {})", workload::NAMES.join(", ")))?;
             std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
+            let progress = Progress::new(None);
             if !no_prepare {
                 let t = Instant::now();
+                progress.phase(&format!("preparing {name}"), Length::Unknown);
                 w.prepare(dir).with_context(|| format!("preparing {name} in {}", dir.display()))?;
-                eprintln!("prepared {name} in {:.1} s", t.elapsed().as_secs_f64());
+                progress.line(&format!("prepared {name} in {:.1} s", t.elapsed().as_secs_f64()));
             }
-            let r = w.run(dir).with_context(|| format!("running {name} in {}", dir.display()))?;
+            let length = if w.time_bounded() { Length::Time(p.duration) } else { Length::Unknown };
+            progress.phase(&format!("running {name}"), length);
+            let r = w.run(dir).with_context(|| format!("running {name} in {}", dir.display()));
+            progress.finish();
+            let r = r?;
             if *json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
@@ -181,11 +170,19 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
             std::fs::create_dir_all(work)?;
             let bin = std::env::current_exe()?;
             let started = Instant::now();
-            let mut progress = |d: usize, t: usize, s: &str| bar(d, t, s, started);
-            let mut runner = Runner { bin, work: work.clone(), preset: &p, progress: &mut progress };
-            let rows = runner.run()?;
+            let bars = Progress::new(Some(p.runs() as u64));
+            let progress = |e: SweepProgress<'_>| match e {
+                SweepProgress::Run { done, label, .. } => bars.step(done, label),
+                SweepProgress::Phase { name, length } => bars.phase(name, length),
+                SweepProgress::Finished { done, line, .. } => bars.finished(done, line),
+            };
+            let mut runner =
+                Runner { bin, work: work.clone(), preset: &p, progress: &progress, prepared: Default::default() };
+            let rows = runner.run();
+            bars.finish();
+            let rows = rows?;
             let took = started.elapsed();
-            eprintln!("\nsweep done in {:.1} min", took.as_secs_f64() / 60.0);
+            eprintln!("sweep done in {:.1} min", took.as_secs_f64() / 60.0);
             let meta = Meta {
                 command: format!("tierfs {}", std::env::args().skip(1).collect::<Vec<_>>().join(" ")),
                 minutes: took.as_secs_f64() / 60.0,

@@ -9,6 +9,7 @@ mod migrate_cmd;
 mod mount_cmd;
 mod mounts;
 mod policy;
+mod progress;
 mod shell_help;
 mod stats;
 mod umount;

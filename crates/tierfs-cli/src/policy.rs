@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use tierfs_core::config::{format_duration, format_size};
 use tierfs_core::policy::PolicyKind;
-use tierfs_core::report::{Request, Response};
+use tierfs_core::report::{PinReport, Request, Response};
 use tierfs_core::settings::{Key, Settings};
 
 fn explain(key: Key, path: &Path, e: std::io::Error) -> anyhow::Error {
@@ -52,6 +52,29 @@ fn unset(path: &Path, key: Key) -> Result<()> {
     Ok(())
 }
 
+/// `TIER<TAB>STATE<TAB>PATH` per pin (the path last: it may hold tabs).
+fn pin_lines(mnt: &Path, pins: &[PinReport]) -> String {
+    let mut o = String::new();
+    for p in pins {
+        let state = match (&p.placement, p.tier.as_str()) {
+            _ if p.directory => "dir",
+            (Some(at), "ssd") if at.contains("ssd") => "there",
+            (Some(at), "hdd") if at == "hdd" => "there",
+            _ => "pending",
+        };
+        let path = match &p.path {
+            Some(rel) => {
+                let full = mnt.join(rel.trim_start_matches('/'));
+                let slash = if p.directory && rel != "/" { "/" } else { "" };
+                format!("{}{slash}", full.display())
+            }
+            None => format!("(inode {}, no name)", p.ino),
+        };
+        o += &format!("{}\t{state}\t{path}\n", p.tier);
+    }
+    o
+}
+
 pub fn run(a: &PolicyArgs) -> Result<ExitCode> {
     match &a.cmd {
         PolicyCmd::Set { path, policy, sieve, interval } => {
@@ -78,6 +101,15 @@ pub fn run(a: &PolicyArgs) -> Result<ExitCode> {
             "none" => unset(path, Key::Pin)?,
             t => set(path, Key::Pin, t)?,
         },
+        PolicyCmd::Pins { mountpoint, json } => {
+            let mnt = resolve_mount(mountpoint.as_deref())?;
+            let Response::Pins(pins) = ask(&mnt, &Request::Pins)? else { bail!("unexpected answer") };
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&pins)?);
+            } else {
+                print!("{}", pin_lines(&mnt, &pins));
+            }
+        }
         PolicyCmd::Show { mountpoint, json } => {
             let mnt = resolve_mount(mountpoint.as_deref())?;
             let Response::Groups(groups) = ask(&mnt, &Request::Groups)? else { bail!("unexpected answer") };
@@ -115,4 +147,33 @@ pub fn run(a: &PolicyArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_print_tier_state_and_path_with_directories_marked() {
+        let pin = |path: &str, directory, tier: &str, placement: Option<&str>| PinReport {
+            ino: 7,
+            path: Some(path.into()),
+            directory,
+            tier: tier.into(),
+            placement: placement.map(str::to_string),
+        };
+        let pins = [
+            pin("/", true, "hdd", None),
+            pin("/d", true, "ssd", None),
+            pin("/d/a b", false, "ssd", Some("hdd+ssd-copy")),
+            pin("/f", false, "hdd", Some("hdd+ssd-copy")),
+            pin("/g", false, "hdd", Some("hdd")),
+            PinReport { path: None, ..pin("", false, "ssd", Some("hdd")) },
+        ];
+        assert_eq!(
+            pin_lines(Path::new("/mnt/t"), &pins),
+            "hdd\tdir\t/mnt/t/\nssd\tdir\t/mnt/t/d/\nssd\tthere\t/mnt/t/d/a b\nhdd\tpending\t/mnt/t/f\n\
+             hdd\tthere\t/mnt/t/g\nssd\tpending\t(inode 7, no name)\n"
+        );
+    }
 }

@@ -103,6 +103,14 @@ fn render_status(r: &StatusReport) -> String {
         m.queued,
         m.failed
     );
+    if !m.by_reason.is_empty() {
+        let why: Vec<String> = m
+            .by_reason
+            .iter()
+            .map(|b| format!("{} {} {} ({})", b.moves, b.kind, b.reason, format_size(b.bytes)))
+            .collect();
+        o += &format!("  why: {}\n", why.join(", "));
+    }
     if !m.deferred.is_empty() {
         o += &format!("deferred until their last passthrough handle closes: {}\n", m.deferred.len());
         for f in &m.deferred {

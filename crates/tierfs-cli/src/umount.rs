@@ -2,9 +2,11 @@
 
 use crate::args::UmountArgs;
 use crate::mounts::mounted_at;
+use crate::progress::{self, Progress};
 use anyhow::{bail, Context, Result};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+use tierfs_core::report::{ask_within, Request, Response};
 use tierfs_fuse::runtime;
 
 /// True while the daemon runs. A daemon that exited but was not reaped yet
@@ -54,13 +56,39 @@ pub fn unmount(mountpoint: &std::path::Path) -> Result<Option<i32>> {
     Ok(pid)
 }
 
+/// Bytes the write-back areas still hold for the HDD while the daemon
+/// writes them back at its unmount (None: it does not, or did not answer
+/// within a moment).
+fn flushing_bytes(socket: &std::path::Path) -> Option<u64> {
+    match ask_within(socket, &Request::Status { top: 0 }, Some(Duration::from_millis(300))) {
+        Ok(Response::Status(r)) if r.write_back.flushing => Some(r.write_back.dirty_bytes),
+        _ => None,
+    }
+}
+
 pub fn run(a: &UmountArgs) -> Result<ExitCode> {
+    let socket = runtime::socket_path(&runtime::absolute(&a.mountpoint));
     let pid = unmount(&a.mountpoint)?;
     if let Some(pid) = pid {
         let deadline = Instant::now() + Duration::from_secs(a.timeout);
+        // The daemon writes its write-back areas back before it exits (its
+        // control socket answers meanwhile): a bar when that takes long.
+        let bar = progress::drawn().then(|| Progress::new(None));
+        let (mut first, mut asked): (Option<u64>, Option<Instant>) = (None, None);
         while alive(pid) {
             if Instant::now() > deadline {
                 bail!("unmounted, but the daemon (pid {pid}) has not exited after {} s", a.timeout);
+            }
+            if let Some(bar) = bar.as_ref().filter(|_| asked.is_none_or(|t| t.elapsed() > Duration::from_millis(500))) {
+                asked = Some(Instant::now());
+                match (first, flushing_bytes(&socket)) {
+                    (None, Some(d)) if d > 0 => {
+                        first = Some(d);
+                        bar.manual("writing back to the HDD", d);
+                    }
+                    (Some(total), Some(d)) => bar.set(total.saturating_sub(d)),
+                    _ => {}
+                }
             }
             std::thread::sleep(Duration::from_millis(20));
         }

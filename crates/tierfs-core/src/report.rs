@@ -30,6 +30,8 @@ pub enum Request {
         /// Only say what would move.
         dry_run: bool,
     },
+    /// Every pin set on a file or directory (`tierfs policy pins`).
+    Pins,
     /// Give an emulated tier another device profile (a device that slows
     /// down or recovers), keeping its cache and queue.
     Profile {
@@ -52,6 +54,8 @@ pub enum Response {
     Groups(Vec<GroupReport>),
     /// Answer to [`Request::Plan`].
     Plan(Vec<PlannedMove>),
+    /// Answer to [`Request::Pins`].
+    Pins(Vec<PinReport>),
     /// A request that returns nothing was carried out.
     Done,
     /// The request failed.
@@ -71,6 +75,22 @@ pub struct PlannedMove {
     pub reason: String,
     /// The file's size.
     pub bytes: u64,
+}
+
+/// One pin: a file or directory with its own `user.tierfs.pin`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinReport {
+    /// Inode number.
+    pub ino: u64,
+    /// Its path on the mount (None: a file without a name, still open).
+    pub path: Option<String>,
+    /// A directory (its pin holds for everything below it).
+    pub directory: bool,
+    /// "ssd" or "hdd".
+    pub tier: String,
+    /// Files only: where its data is now ("ssd", "hdd", "hdd+ssd-copy"):
+    /// a move the pin calls for may still be queued or deferred.
+    pub placement: Option<String>,
 }
 
 /// One emulated device.
@@ -225,6 +245,9 @@ pub struct WriteBackReport {
     pub freed: u64,
     /// Bytes written back per second over the last 10 s.
     pub scrub_rate: u64,
+    /// The unmount is writing the areas back.
+    #[serde(default)]
+    pub flushing: bool,
 }
 
 /// Everything `tierfs stats` shows.
@@ -387,13 +410,45 @@ pub struct MigrationReport {
     /// HDD.
     #[serde(default)]
     pub diverted: u64,
+    /// Moves done, by kind and reason (only those that happened).
+    #[serde(default)]
+    pub by_reason: Vec<ReasonMoves>,
+    /// Bytes of chunks copied to the SSD (sub-file extents; the rest of
+    /// `bytes_moved` is in `by_reason`).
+    #[serde(default)]
+    pub chunk_bytes: u64,
+}
+
+/// Moves of one kind for one reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReasonMoves {
+    /// "promotion", "demotion", "copy" or "drop".
+    pub kind: String,
+    /// The reason's short name (`Reason::LABELS`).
+    pub reason: String,
+    /// Moves done.
+    pub moves: u64,
+    /// Their bytes.
+    pub bytes: u64,
 }
 
 /// Sends one request to the daemon whose control socket is `socket` and
 /// reads its answer (an `Error` answer comes back as `Err`).
 pub fn ask(socket: &std::path::Path, req: &Request) -> std::io::Result<Response> {
+    ask_within(socket, req, None)
+}
+
+/// [`ask`], giving up (`TimedOut` or `WouldBlock`) if the daemon does not
+/// answer within `limit`.
+pub fn ask_within(
+    socket: &std::path::Path,
+    req: &Request,
+    limit: Option<std::time::Duration>,
+) -> std::io::Result<Response> {
     use std::io::{BufRead, BufReader, Write};
     let mut s = std::os::unix::net::UnixStream::connect(socket)?;
+    s.set_read_timeout(limit)?;
+    s.set_write_timeout(limit)?;
     let mut line = serde_json::to_string(req).map_err(std::io::Error::other)?;
     line.push('\n');
     s.write_all(line.as_bytes())?;

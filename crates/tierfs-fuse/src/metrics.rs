@@ -6,10 +6,12 @@
 //! counters end in `_total`.
 
 use prometheus::proto::{Bucket, Histogram, LabelPair, Metric, MetricFamily, MetricType};
-use prometheus::{GaugeVec, IntCounterVec, Opts, Registry, TextEncoder};
+use prometheus::{CounterVec, GaugeVec, IntCounterVec, Opts, Registry, TextEncoder};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use tierfs_core::migrate::Move;
+use tierfs_core::policy::Reason;
 use tierfs_core::report::{Request, Response, StatusReport};
 use tierfs_core::store::measured::LATENCY_BOUNDS;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -30,6 +32,15 @@ impl Out {
     /// A counter family: one sample per label values.
     fn counter(&self, name: &str, help: &str, labels: &[&str], samples: &[(&[&str], u64)]) -> prometheus::Result<()> {
         let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+        for (values, v) in samples {
+            c.with_label_values(values).inc_by(*v);
+        }
+        self.0.register(Box::new(c))
+    }
+
+    /// A counter family of fractional values (seconds).
+    fn seconds(&self, name: &str, help: &str, labels: &[&str], samples: &[(&[&str], f64)]) -> prometheus::Result<()> {
+        let c = CounterVec::new(Opts::new(name, help), labels)?;
         for (values, v) in samples {
             c.with_label_values(values).inc_by(*v);
         }
@@ -119,16 +130,33 @@ pub fn render(r: &StatusReport) -> prometheus::Result<String> {
         &samples,
     )?;
     let m = &r.migrations;
-    let kinds: [(&[&str], u64); 4] =
-        [(&["promotion"], m.promotions), (&["demotion"], m.demotions), (&["copy"], m.copies), (&["drop"], m.drops)];
+    // Moves by kind and reason; chunk copies (sub-file extents) as their own
+    // kind, so that the bytes sum to everything moved.
+    // Every pair, at 0 until it happens: a series that appears only with
+    // its first event hides that event from `increase()`.
+    let mut moves: Vec<([&str; 2], u64, u64)> = Vec::new();
+    for reason in Reason::LABELS {
+        for kind in Move::LABELS {
+            let done = m.by_reason.iter().find(|b| b.kind == kind && b.reason == reason);
+            moves.push(([kind, reason], done.map_or(0, |b| b.moves), done.map_or(0, |b| b.bytes)));
+        }
+    }
+    moves.push((["chunk-copy", "hot-chunks"], r.remap.added, m.chunk_bytes));
+    let count: Vec<(&[&str], u64)> = moves.iter().map(|(l, n, _)| (&l[..], *n)).collect();
+    let bytes: Vec<(&[&str], u64)> = moves.iter().map(|(l, _, b)| (&l[..], *b)).collect();
     o.counter(
         "tierfs_moves_total",
-        "Moves between the tiers, by kind (a drop removes an SSD copy).",
-        &["kind"],
-        &kinds,
+        "Moves between the tiers done, by kind (promotion, demotion, copy, drop of an SSD copy, chunk-copy) and reason.",
+        &["kind", "reason"],
+        &count,
+    )?;
+    o.counter(
+        "tierfs_moved_bytes_total",
+        "Bytes moved between the tiers, by kind and reason (for a drop, the size of the SSD copy removed).",
+        &["kind", "reason"],
+        &bytes,
     )?;
     let one = |v: u64| [(&[][..], v)];
-    o.counter("tierfs_moved_bytes_total", "Bytes moved between the tiers.", &[], &one(m.bytes_moved))?;
     o.counter("tierfs_evictions_total", "Moves off the SSD made to free room.", &[], &one(m.evictions))?;
     o.counter("tierfs_evicted_bytes_total", "Bytes evicted from the SSD to free room.", &[], &one(m.evicted_bytes))?;
     o.counter("tierfs_moves_failed_total", "Moves that failed.", &[], &one(m.failed))?;
@@ -183,6 +211,85 @@ pub fn render(r: &StatusReport) -> prometheus::Result<String> {
         if let Some(b) = reg.budget_bytes_per_day {
             o.gauge("tierfs_ssd_write_budget_bytes", "The SSD write budget per day.", &[], &[(&[], b as f64)])?;
         }
+    }
+    let x = &r.remap;
+    o.gauge(
+        "tierfs_split_files",
+        "Files with chunks on the SSD (sub-file extents).",
+        &[],
+        &[(&[], x.split_files as f64)],
+    )?;
+    o.gauge("tierfs_remap_used_bytes", "Bytes of the chunks on the SSD.", &[], &[(&[], x.used_bytes as f64)])?;
+    o.gauge(
+        "tierfs_remap_area_bytes",
+        "The SSD room chunks may take (what whole files leave, less a margin).",
+        &[],
+        &[(&[], x.area_bytes as f64)],
+    )?;
+    o.counter(
+        "tierfs_chunk_ops_total",
+        "Chunks copied to the SSD (add), dropped from it (drop), and files taken whole off it (unsplit).",
+        &["op"],
+        &[(&["add"], x.added), (&["drop"], x.dropped), (&["unsplit"], x.unsplit)],
+    )?;
+    o.gauge("tierfs_chunk_ops_queued", "Chunk moves waiting in the queue.", &[], &[(&[], x.queued as f64)])?;
+    let w = &r.write_back;
+    if w.areas > 0 {
+        o.gauge("tierfs_writeback_size_bytes", "Size of the write-back areas.", &[], &[(&[], w.quota_bytes as f64)])?;
+        o.gauge(
+            "tierfs_writeback_used_bytes",
+            "Bytes of chunks in the write-back areas.",
+            &[],
+            &[(&[], w.used_bytes as f64)],
+        )?;
+        o.gauge(
+            "tierfs_writeback_dirty_bytes",
+            "Bytes written on the SSD and not yet on the HDD (the scrubber's backlog).",
+            &[],
+            &[(&[], w.dirty_bytes as f64)],
+        )?;
+        o.counter(
+            "tierfs_writeback_writes_total",
+            "Writes to HDD files of directories with a write-back area, by where they went.",
+            &["tier"],
+            &[(&["ssd"], w.ssd_writes), (&["hdd"], w.writes.saturating_sub(w.ssd_writes))],
+        )?;
+        o.counter(
+            "tierfs_writeback_diverted_total",
+            "Writes sent to the HDD because an area was full of dirty chunks.",
+            &[],
+            &one(w.diverted),
+        )?;
+        o.counter("tierfs_scrubbed_total", "Chunks written back to the HDD.", &[], &one(w.scrubbed))?;
+        o.counter("tierfs_scrubbed_bytes_total", "Bytes written back to the HDD.", &[], &one(w.scrubbed_bytes))?;
+        o.counter(
+            "tierfs_scrub_failures_total",
+            "Write-backs that failed (the chunk stays dirty).",
+            &[],
+            &one(w.scrub_failed),
+        )?;
+    }
+    if !r.emulation.is_empty() {
+        let tiers: Vec<[&str; 1]> = r.emulation.iter().map(|d| [d.tier.as_str()]).collect();
+        let info: Vec<[&str; 2]> = r.emulation.iter().map(|d| [d.tier.as_str(), d.profile.as_str()]).collect();
+        o.gauge(
+            "tierfs_emulated_device_info",
+            "The device profile an emulated tier runs (1 for the current profile).",
+            &["tier", "profile"],
+            &info.iter().map(|l| (&l[..], 1.0)).collect::<Vec<_>>(),
+        )?;
+        o.seconds(
+            "tierfs_emulated_busy_seconds_total",
+            "Time the emulated device has been busy since the mount (its rate is the utilisation).",
+            &["tier"],
+            &tiers.iter().zip(&r.emulation).map(|(l, d)| (&l[..], d.busy_secs)).collect::<Vec<_>>(),
+        )?;
+        o.counter(
+            "tierfs_emulated_requests_total",
+            "Requests that reached the emulated device (cache misses).",
+            &["tier"],
+            &tiers.iter().zip(&r.emulation).map(|(l, d)| (&l[..], d.requests)).collect::<Vec<_>>(),
+        )?;
     }
     let mut families = o.0.gather();
     if let Some(ms) = r.measured.as_ref().filter(|ms| !ms.tiers.is_empty()) {
@@ -334,7 +441,7 @@ async fn serve_http(mut stream: TcpStream, h: Arc<dyn Handler>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tierfs_core::report::TierReport;
+    use tierfs_core::report::{DeviceReport, ReasonMoves, TierReport, WriteBackReport};
     use tierfs_core::stats::history::{Totals, WindowReport};
 
     fn report() -> StatusReport {
@@ -351,7 +458,15 @@ mod tests {
             ..StatusReport::default()
         };
         r.migrations.promotions = 4;
-        r.migrations.bytes_moved = 8192;
+        r.migrations.demotions = 1;
+        r.migrations.bytes_moved = 8192 + 100 + 3 * 65536;
+        r.migrations.by_reason = vec![
+            ReasonMoves { kind: "promotion".into(), reason: "hot-on-read".into(), moves: 3, bytes: 6144 },
+            ReasonMoves { kind: "promotion".into(), reason: "pinned".into(), moves: 1, bytes: 2048 },
+            ReasonMoves { kind: "demotion".into(), reason: "evacuate".into(), moves: 1, bytes: 100 },
+        ];
+        r.migrations.chunk_bytes = 3 * 65536;
+        r.remap.added = 3;
         r.history = vec![WindowReport {
             span_secs: 300,
             covered_secs: 300,
@@ -371,14 +486,65 @@ mod tests {
             "tierfs_served_bytes_total{tier=\"ssd\"} 3145728",
             "tierfs_ssd_hit_ratio 0.75",
             "tierfs_recent_ssd_hit_ratio{window=\"5m\"} 0.9",
-            "tierfs_moves_total{kind=\"promotion\"} 4",
-            "tierfs_moved_bytes_total 8192",
+            "tierfs_moves_total{kind=\"promotion\",reason=\"hot-on-read\"} 3",
+            "tierfs_moves_total{kind=\"promotion\",reason=\"pinned\"} 1",
+            "tierfs_moves_total{kind=\"demotion\",reason=\"evacuate\"} 1",
+            "tierfs_moves_total{kind=\"chunk-copy\",reason=\"hot-chunks\"} 3",
+            "tierfs_moved_bytes_total{kind=\"chunk-copy\",reason=\"hot-chunks\"} 196608",
+            "tierfs_chunk_ops_total{op=\"add\"} 3",
+            "tierfs_moves_total{kind=\"copy\",reason=\"evict\"} 0",
             "# TYPE tierfs_tier_capacity_bytes gauge",
         ] {
             assert!(text.lines().any(|l| l == line), "no line {line:?} in\n{text}");
         }
-        // No measured averages and no regulator in this report.
-        assert!(!text.contains("tierfs_response_seconds") && !text.contains("tierfs_ssd_written"));
+        // The bytes by kind and reason add up to everything moved.
+        let moved: u64 = text
+            .lines()
+            .filter(|l| l.starts_with("tierfs_moved_bytes_total{"))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(moved, r_moved());
+        // No measured averages, no regulator, no write-back area and no
+        // emulated devices in this report.
+        for absent in ["tierfs_response_seconds", "tierfs_ssd_written", "tierfs_writeback", "tierfs_emulated"] {
+            assert!(!text.contains(absent), "{absent} in\n{text}");
+        }
+    }
+
+    fn r_moved() -> u64 {
+        report().migrations.bytes_moved
+    }
+
+    #[test]
+    fn write_back_areas_and_emulated_devices_have_their_families() {
+        let r = StatusReport {
+            write_back: WriteBackReport {
+                areas: 1,
+                writes: 10,
+                ssd_writes: 7,
+                dirty_bytes: 4096,
+                ..WriteBackReport::default()
+            },
+            emulation: vec![DeviceReport {
+                tier: "hdd".into(),
+                profile: "hdd-7200".into(),
+                busy_secs: 1.5,
+                requests: 9,
+            }],
+            ..report()
+        };
+        let text = render(&r).unwrap();
+        for line in [
+            "tierfs_writeback_writes_total{tier=\"ssd\"} 7",
+            "tierfs_writeback_writes_total{tier=\"hdd\"} 3",
+            "tierfs_writeback_dirty_bytes 4096",
+            "tierfs_emulated_device_info{profile=\"hdd-7200\",tier=\"hdd\"} 1",
+            "# TYPE tierfs_emulated_busy_seconds_total counter",
+            "tierfs_emulated_busy_seconds_total{tier=\"hdd\"} 1.5",
+            "tierfs_emulated_requests_total{tier=\"hdd\"} 9",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no line {line:?} in\n{text}");
+        }
     }
 
     #[test]

@@ -419,6 +419,7 @@ impl Handler for Control {
                 None => Response::Error(format!("no file with inode {ino} on this mount")),
             },
             Request::Groups => Response::Groups(self.engine.groups_report()),
+            Request::Pins => Response::Pins(self.engine.pins_report()),
             Request::Plan { dry_run } => Response::Plan(self.engine.plan_now(dry_run)),
             Request::Emulation { enabled } => {
                 if self.models.iter().all(Option::is_none) {

@@ -33,6 +33,9 @@ impl Workload for Mail {
     fn name(&self) -> &'static str {
         "mail"
     }
+    fn time_bounded(&self) -> bool {
+        false
+    }
     fn prepare(&self, dir: &Path) -> io::Result<()> {
         for s in 0..10 {
             std::fs::create_dir_all(dir.join(format!("s{s}")))?;

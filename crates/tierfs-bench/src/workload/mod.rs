@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Settings shared by all workloads.
@@ -104,6 +105,11 @@ pub trait Workload: Send + Sync {
     }
     /// Runs the measured part.
     fn run(&self, dir: &Path) -> io::Result<Report>;
+    /// True if a run lasts `Params::duration` (false: it runs a number of
+    /// transactions).
+    fn time_bounded(&self) -> bool {
+        true
+    }
 }
 
 /// Every workload by name.
@@ -192,8 +198,19 @@ pub fn write_file(path: &Path, size: u64, io: usize, byte: u8) -> io::Result<u64
         let n = (left as usize).min(io);
         f.write_all(&buf[..n])?;
         left -= n as u64;
+        WRITTEN.fetch_add(n as u64, Ordering::Relaxed);
     }
     Ok(size)
+}
+
+/// Bytes [`write_file`] wrote in this process.
+static WRITTEN: AtomicU64 = AtomicU64::new(0);
+
+/// Bytes the generators' files took so far in this process (whole-file
+/// writes: preparations and file creations of the runs), for a progress
+/// display.
+pub fn bytes_written() -> u64 {
+    WRITTEN.load(Ordering::Relaxed)
 }
 
 /// Reads a whole file in `io` pieces.

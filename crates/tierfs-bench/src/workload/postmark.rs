@@ -28,6 +28,9 @@ impl Workload for PostmarkReal {
         // Its files, 4 to 28 KB, 16 KB on average; it deletes them at the end.
         Some(self.p.scaled(40_000, 10) * (16 << 10))
     }
+    fn time_bounded(&self) -> bool {
+        false
+    }
     fn prepare(&self, _dir: &Path) -> io::Result<()> {
         // postmark creates its own files, inside the measured run, and
         // reports the transaction time apart.

@@ -201,6 +201,7 @@ impl<S: Store> Engine<S> {
                 (ChunkOp::Add(..), Ok(Outcome::Done(bytes))) => {
                     c.added += 1;
                     self.counters.bytes_moved.fetch_add(bytes, Ordering::Relaxed);
+                    self.counters.chunk_bytes.fetch_add(bytes, Ordering::Relaxed);
                     None
                 }
                 (ChunkOp::Add(..), Ok(Outcome::Skipped(Skip::AlreadyThere))) if mapped => {

@@ -248,6 +248,11 @@ impl Groups {
         };
     }
 
+    /// Every file's own pin.
+    pub fn file_pins(&self) -> Vec<(Ino, Tier)> {
+        self.file_pins.iter().map(|(i, t)| (*i, *t)).collect()
+    }
+
     /// A file's own pin.
     pub fn file_pin(&self, ino: Ino) -> Option<Tier> {
         self.file_pins.get(&ino).copied()

@@ -225,6 +225,47 @@ struct Counters {
     bytes_moved: AtomicU64,
     failed: AtomicU64,
     diverted: AtomicU64,
+    /// Moves done and their bytes, by reason and kind.
+    by_reason: [[(AtomicU64, AtomicU64); 4]; Reason::LABELS.len()],
+    /// Bytes of chunks copied to the SSD (sub-file extents).
+    chunk_bytes: AtomicU64,
+}
+
+impl Counters {
+    /// Counts a move done: its kind, its reason and its bytes.
+    fn moved(&self, mv: Move, reason: Reason, bytes: u64) {
+        let n = match mv {
+            Move::Promote => &self.promotions,
+            Move::Demote => &self.demotions,
+            Move::Copy => &self.copies,
+            Move::DropCopy => &self.drops,
+        };
+        n.fetch_add(1, Ordering::Relaxed);
+        self.bytes_moved.fetch_add(bytes, Ordering::Relaxed);
+        let (moves, b) = &self.by_reason[reason.index()][mv.index()];
+        moves.fetch_add(1, Ordering::Relaxed);
+        b.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// The moves by reason that happened, and the chunk copies.
+    fn by_reason(&self) -> Vec<crate::report::ReasonMoves> {
+        let mut out = Vec::new();
+        for (reason, kinds) in Reason::LABELS.iter().zip(&self.by_reason) {
+            for (kind, (moves, bytes)) in Move::LABELS.iter().zip(kinds) {
+                let moves = moves.load(Ordering::Relaxed);
+                if moves > 0 {
+                    let bytes = bytes.load(Ordering::Relaxed);
+                    out.push(crate::report::ReasonMoves {
+                        kind: kind.to_string(),
+                        reason: reason.to_string(),
+                        moves,
+                        bytes,
+                    });
+                }
+            }
+        }
+        out
+    }
 }
 
 /// What the cleaner is asked to do.
@@ -899,14 +940,7 @@ impl<S: Store> Engine<S> {
         match r {
             Ok(Outcome::Done(bytes)) => {
                 let c = &self.counters;
-                let n = match step.mv {
-                    Move::Promote => &c.promotions,
-                    Move::Demote => &c.demotions,
-                    Move::Copy => &c.copies,
-                    Move::DropCopy => &c.drops,
-                };
-                n.fetch_add(1, Ordering::Relaxed);
-                c.bytes_moved.fetch_add(bytes, Ordering::Relaxed);
+                c.moved(step.mv, step.reason, bytes);
                 self.moved(step.ino);
                 if matches!(step.reason, Reason::Evict { .. } | Reason::BackgroundClean { .. }) {
                     c.evictions.fetch_add(1, Ordering::Relaxed);
@@ -1149,12 +1183,12 @@ impl<S: Store> Engine<S> {
             let Ok(rec) = self.vol.record(ino) else { return Ok(Outcome::Skipped(Skip::Gone)) };
             let Some(mv) = off_ssd(rec.placement.into()) else { return Ok(Outcome::Skipped(Skip::AlreadyThere)) };
             let size = self.stats.lock().get(ino).map(|f| f.size).unwrap_or(0);
-            step = Some(Step { ino, mv, reason: Reason::Evict { counter: 0 }, size });
+            step = Some(Step { ino, mv, reason: Reason::Evacuate, size });
             self.vol.migrate(ino, mv, &Bounded(self, Duration::from_secs(1)))
         });
         match (done, step) {
-            (Some(Outcome::Done(_)), Some(step)) => {
-                self.execute_done(step);
+            (Some(Outcome::Done(bytes)), Some(step)) => {
+                self.execute_done(step, bytes);
                 true
             }
             (done, _) => done.is_some(),
@@ -1185,14 +1219,10 @@ impl<S: Store> Engine<S> {
         None
     }
 
-    /// Counts a move the cleaner made for a writer.
-    fn execute_done(&self, step: Step) {
-        let c = &self.counters;
-        match step.mv {
-            Move::DropCopy => c.drops.fetch_add(1, Ordering::Relaxed),
-            _ => c.demotions.fetch_add(1, Ordering::Relaxed),
-        };
-        self.note(step.ino, format!("{:?}: a write to it found no SSD room", step.mv));
+    /// Counts a move the cleaner made for a writer (`bytes` copied).
+    fn execute_done(&self, step: Step, bytes: u64) {
+        self.counters.moved(step.mv, step.reason, bytes);
+        self.note(step.ino, format!("{:?}: {}", step.mv, step.reason));
     }
 
     /// Stops the threads after the engine has taken the queued events and
@@ -1340,6 +1370,8 @@ impl<S: Store> Engine<S> {
             room_waits: c.room_waits.load(Ordering::Relaxed),
             evacuations: c.evacuations.load(Ordering::Relaxed),
             diverted: c.diverted.load(Ordering::Relaxed),
+            by_reason: c.by_reason(),
+            chunk_bytes: c.chunk_bytes.load(Ordering::Relaxed),
         };
         let io_mode = self.vol.io_mode();
         // The clock first: nothing is taken while `history` is held.
@@ -1386,6 +1418,36 @@ impl<S: Store> Engine<S> {
             moves,
             bytes_moved: c.bytes_moved.load(Ordering::Relaxed),
         }
+    }
+
+    /// Every pin, directories first, then by path.
+    pub fn pins_report(&self) -> Vec<crate::report::PinReport> {
+        self.sync_events();
+        // Copied out: `groups` is not held while the volume is asked.
+        let (dirs, files) = {
+            let g = self.groups.lock();
+            let dirs: Vec<(Ino, Tier)> =
+                g.all().into_iter().filter_map(|(_, i)| i.own.pin.map(|t| (i.dir, t))).collect();
+            (dirs, g.file_pins())
+        };
+        let mut out: Vec<crate::report::PinReport> = dirs
+            .into_iter()
+            .map(|(ino, t)| (ino, t, true))
+            .chain(files.into_iter().map(|(ino, t)| (ino, t, false)))
+            .map(|(ino, t, directory)| crate::report::PinReport {
+                ino,
+                path: self.vol.path_of(ino),
+                directory,
+                tier: t.name().to_string(),
+                placement: if directory {
+                    None
+                } else {
+                    self.vol.record(ino).ok().map(|r| r.placement.label().to_string())
+                },
+            })
+            .collect();
+        out.sort_by(|a, b| (!a.directory, &a.path, a.ino).cmp(&(!b.directory, &b.path, b.ino)));
+        out
     }
 
     /// Every policy directory and what it governs.

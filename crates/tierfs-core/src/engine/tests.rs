@@ -128,14 +128,18 @@ fn cached_copies_dropped_by_recovery_leave_the_statistics_and_the_ssd_account() 
 
 /// Dynamic cold-DST on a 20 KiB SSD cleaned only on demand, with two
 /// files of 8 KiB on it: the next 8 KiB need an eviction.
-fn two_files_on_a_full_ssd() -> (Rig, Ino, Ino) {
-    let cfg = EngineConfig {
+/// `dynamic-cold-dst` with 20 KiB of SSD and no watermark headroom.
+fn small_ssd_rig() -> Rig {
+    rig_with(EngineConfig {
         policy: PolicyKind::DynamicColdDst,
         ssd_capacity: Some(20 << 10),
         watermarks: (100, 100),
         ..EngineConfig::default()
-    };
-    let r = rig_with(cfg);
+    })
+}
+
+fn two_files_on_a_full_ssd() -> (Rig, Ino, Ino) {
+    let r = small_ssd_rig();
     let a = file(&r.vol, "a", &[1u8; 8192]);
     let b = file(&r.vol, "b", &[2u8; 8192]);
     (r, a, b)
@@ -226,6 +230,34 @@ fn a_write_larger_than_the_ssd_does_not_empty_it() {
     let on = |i| vol.record(i).unwrap().placement;
     assert_eq!(on(c), crate::tier::Placement::On(Tier::Hdd));
     assert_eq!((on(a), on(b)), (crate::tier::Placement::On(Tier::Ssd), crate::tier::Placement::On(Tier::Ssd)));
+    assert!(engine.shutdown());
+}
+
+#[test]
+fn an_evacuation_for_a_write_counts_its_bytes_and_its_reason() {
+    // A file taken off the SSD for its own write was counted as a demotion
+    // without its bytes, and as an eviction in its notes (found adding the
+    // metrics by reason).
+    let r = small_ssd_rig();
+    let a = file(&r.vol, "a", &[1u8; 8192]);
+    assert_eq!(r.vol.record(a).unwrap().placement, crate::tier::Placement::On(Tier::Ssd));
+    let Rig { vol, engine, rx, .. } = r;
+    engine.start(rx);
+    let v = vol.clone();
+    within(20, "a write that outgrows the SSD", move || {
+        let o = v.open(a, libc::O_RDWR).unwrap();
+        v.write(o.fh, 8192, &[3u8; 16 << 10]).unwrap();
+        v.release(o.fh).unwrap();
+    });
+    assert_eq!(vol.record(a).unwrap().placement, crate::tier::Placement::On(Tier::Hdd));
+    let m = engine.status(0).migrations;
+    assert_eq!(m.evacuations, 1);
+    assert_eq!(
+        m.by_reason,
+        vec![crate::report::ReasonMoves { kind: "demotion".into(), reason: "evacuate".into(), moves: 1, bytes: 8192 }]
+    );
+    assert_eq!((m.demotions, m.evictions, m.bytes_moved), (1, 0, 8192));
+    assert!(engine.file_report(a).unwrap().note.unwrap().contains("no SSD room"));
     assert!(engine.shutdown());
 }
 

@@ -337,6 +337,7 @@ impl<S: Store> Engine<S> {
             scrub_rate: wb.recent.iter().map(|r| r.1).sum::<u64>() / RATE_WINDOW.as_secs().max(1),
             high_percent: WATERMARKS.high,
             low_percent: WATERMARKS.low,
+            flushing: self.flushing(),
             ..WriteBackReport::default()
         };
         for a in wb.areas.values() {

@@ -68,6 +68,22 @@ pub enum Move {
     DropCopy,
 }
 
+impl Move {
+    /// Every move's kind as the metrics and reports name it, in
+    /// [`Move::index`] order.
+    pub const LABELS: [&'static str; 4] = ["promotion", "demotion", "copy", "drop"];
+
+    /// Its place in [`Move::LABELS`].
+    pub fn index(self) -> usize {
+        match self {
+            Move::Promote => 0,
+            Move::Demote => 1,
+            Move::Copy => 2,
+            Move::DropCopy => 3,
+        }
+    }
+}
+
 /// Named points of the protocol (see the module documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Step {

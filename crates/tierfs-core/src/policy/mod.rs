@@ -239,6 +239,44 @@ pub enum Reason {
         /// Expected response time on the other tier, microseconds.
         there_us: u32,
     },
+    /// A write to it found no room on the SSD: taken off for the writer.
+    Evacuate,
+}
+
+impl Reason {
+    /// Every reason's short name, in [`Reason::index`] order (the `reason`
+    /// label of the metrics).
+    pub const LABELS: [&'static str; 9] = [
+        "hot-on-read",
+        "interval",
+        "evict",
+        "sieved",
+        "pinned",
+        "policy-change",
+        "background-clean",
+        "measured",
+        "evacuate",
+    ];
+
+    /// Its place in [`Reason::LABELS`].
+    pub fn index(&self) -> usize {
+        match self {
+            Reason::HotOnRead { .. } => 0,
+            Reason::Interval { .. } => 1,
+            Reason::Evict { .. } => 2,
+            Reason::Sieved { .. } => 3,
+            Reason::Pinned => 4,
+            Reason::PolicyChange => 5,
+            Reason::BackgroundClean { .. } => 6,
+            Reason::Measured { .. } => 7,
+            Reason::Evacuate => 8,
+        }
+    }
+
+    /// Its short name, without the figures.
+    pub fn label(&self) -> &'static str {
+        Self::LABELS[self.index()]
+    }
 }
 
 impl fmt::Display for Reason {
@@ -256,6 +294,7 @@ impl fmt::Display for Reason {
             Reason::Measured { here_us, there_us } => {
                 write!(f, "measured: {here_us} µs per request here, {there_us} µs on the other tier")
             }
+            Reason::Evacuate => write!(f, "a write to it found no SSD room"),
         }
     }
 }

@@ -98,6 +98,50 @@ fn fstatat(dirfd: RawFd, name: &CStr, flags: libc::c_int) -> io::Result<Stat> {
     Ok(stat_from(unsafe { &st.assume_init() }))
 }
 
+/// RENAME_NOREPLACE where the file system refuses the flag. A file (or
+/// anything but a directory) is linked under the new name, which fails
+/// atomically if that is taken, and its old name removed. Between the two
+/// the backing inode has one more link (a `stat` then shows it), and a
+/// crash there leaves both names, never a lost or replaced file (the next
+/// mount's reconciliation adopts the extra name as a hard link). A
+/// directory, and a file where hard links are refused, is renamed after a
+/// check that the new name is free: not atomic against another process
+/// creating that name meanwhile, which a tier's directories do not have
+/// (one tierfs owns them, and its callers hold the directories' locks).
+fn rename_noreplace_without_the_flag(op: &Dir, o: &CStr, np: &Dir, n: &CStr) -> io::Result<()> {
+    let st = fstatat(op.fd(), o, libc::AT_SYMLINK_NOFOLLOW)?;
+    let checked_rename = || -> io::Result<()> {
+        match fstatat(np.fd(), n, libc::AT_SYMLINK_NOFOLLOW) {
+            Ok(_) => return Err(io::Error::from_raw_os_error(libc::EEXIST)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => return Err(e),
+        }
+        // SAFETY: valid descriptors and NUL-terminated names.
+        check(unsafe { libc::renameat(op.fd(), o.as_ptr(), np.fd(), n.as_ptr()) }).map(drop)
+    };
+    if st.mode & libc::S_IFMT == libc::S_IFDIR {
+        return checked_rename();
+    }
+    // SAFETY: valid descriptors and NUL-terminated names.
+    match check(unsafe { libc::linkat(op.fd(), o.as_ptr(), np.fd(), n.as_ptr(), 0) }) {
+        Ok(_) => {}
+        // No hard links here (or not across these directories).
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EOPNOTSUPP | libc::EXDEV)) => {
+            return checked_rename();
+        }
+        // EEXIST (the name is taken), ENOSPC, EMLINK, ...: the answer.
+        Err(e) => return Err(e),
+    }
+    // SAFETY: valid descriptor and NUL-terminated name.
+    if let Err(e) = check(unsafe { libc::unlinkat(op.fd(), o.as_ptr(), 0) }) {
+        // Not renamed, then: the new name goes again.
+        // SAFETY: valid descriptor and NUL-terminated name.
+        let _ = unsafe { libc::unlinkat(np.fd(), n.as_ptr(), 0) };
+        return Err(e);
+    }
+    Ok(())
+}
+
 fn timespec(t: SetTime) -> libc::timespec {
     match t {
         SetTime::Omit => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
@@ -284,7 +328,14 @@ impl Store for DirStore {
     fn rename(&self, op: &Dir, on: &OsStr, np: &Dir, nn: &OsStr, flags: u32) -> io::Result<()> {
         let (o, n) = (cstr(on)?, cstr(nn)?);
         // SAFETY: valid descriptors and NUL-terminated names.
-        check(unsafe { libc::renameat2(op.fd(), o.as_ptr(), np.fd(), n.as_ptr(), flags) }).map(drop)
+        let r = check(unsafe { libc::renameat2(op.fd(), o.as_ptr(), np.fd(), n.as_ptr(), flags) }).map(drop);
+        match r {
+            // Some file systems (mergerfs 2.33, GlusterFS) refuse the flag.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && flags == super::RENAME_NOREPLACE => {
+                rename_noreplace_without_the_flag(op, &o, np, &n)
+            }
+            r => r,
+        }
     }
 
     fn chmod(&self, t: Target<'_, Dir>, mode: u32) -> io::Result<()> {
@@ -513,6 +564,33 @@ impl Store for DirStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn noreplace_without_the_flag_renames_files_and_directories_and_never_replaces() {
+        // The fallback for file systems that refuse RENAME_NOREPLACE with
+        // EINVAL (mergerfs, GlusterFS), called directly: this one has it.
+        let tmp = tempfile::tempdir().unwrap();
+        let s = DirStore::new(tmp.path()).unwrap();
+        let root = s.root().unwrap();
+        let c = |n: &str| CString::new(n).unwrap();
+        let write = |n: &str, data: &[u8]| std::fs::write(tmp.path().join(n), data).unwrap();
+        write("a", b"a");
+        write("b", b"b");
+        let taken = |r: io::Result<()>| r.is_err_and(|e| e.raw_os_error() == Some(libc::EEXIST));
+        assert!(taken(rename_noreplace_without_the_flag(&root, &c("a"), &root, &c("b"))));
+        assert_eq!(std::fs::read(tmp.path().join("b")).unwrap(), b"b", "not replaced");
+        assert!(rename_noreplace_without_the_flag(&root, &c("a"), &root, &c("z")).is_ok());
+        assert_eq!(std::fs::read(tmp.path().join("z")).unwrap(), b"a");
+        assert!(!tmp.path().join("a").exists(), "the old name is gone");
+        s.mkdir(&root, OsStr::new("d"), 0o755).unwrap();
+        s.mkdir(&root, OsStr::new("e"), 0o755).unwrap();
+        assert!(taken(rename_noreplace_without_the_flag(&root, &c("d"), &root, &c("e"))));
+        assert!(taken(rename_noreplace_without_the_flag(&root, &c("d"), &root, &c("b"))));
+        assert!(rename_noreplace_without_the_flag(&root, &c("d"), &root, &c("d2")).is_ok());
+        assert!(tmp.path().join("d2").is_dir() && !tmp.path().join("d").exists());
+        let gone = rename_noreplace_without_the_flag(&root, &c("nothing"), &root, &c("y"));
+        assert!(gone.is_err_and(|e| e.raw_os_error() == Some(libc::ENOENT)));
+    }
 
     #[test]
     fn basic_ops_on_a_real_directory() {
