@@ -16,3 +16,6 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace --all-targets --features tierfs/lock-check
 # A real Prometheus server scrapes a mount's --metrics endpoint.
 bash scripts/prometheus.sh target/debug/tierfs
+# The HDD tier on a single-node GlusterFS volume: the integration suite's
+# documented subset and an unreachable server (about five minutes).
+bash scripts/gluster.sh

@@ -82,6 +82,38 @@ fn state_database_in_use_is_refused() {
     m.unmount();
 }
 
+/// Two tierfs over one HDD directory would corrupt each other's state
+/// (two nodes in front of one shared volume, a mistyped mount): refused
+/// while the first runs, and afterwards for a volume that is not the
+/// directory's own.
+#[test]
+fn a_second_tierfs_over_the_same_hdd_directory_is_refused() {
+    let a = Area::new();
+    let m = Mounted::new(&a, &[]);
+    std::fs::write(m.p("f"), b"first").unwrap();
+    for d in ["ssd2", "mnt2", "hdd2", "state2"] {
+        std::fs::create_dir_all(a.path(d)).unwrap();
+    }
+    let (ssd2, hdd, mnt2, hdd2, state2) = (a.path("ssd2"), a.hdd(), a.path("mnt2"), a.path("hdd2"), a.path("state2"));
+    let run = |h: &std::path::Path, needle: &str| {
+        let (s2, h, m2, st2) =
+            (ssd2.to_str().unwrap(), h.to_str().unwrap(), mnt2.to_str().unwrap(), state2.to_str().unwrap());
+        refused(&["mount", s2, h, m2, "--state-dir", st2], needle);
+    };
+    run(&hdd, "is in use by another tierfs");
+    assert!(!is_mounted(&mnt2));
+    m.unmount();
+    // The second state belongs to another volume (another HDD directory).
+    let other = Mounted::with(&ssd2, &hdd2, &mnt2, &["--state-dir", state2.to_str().unwrap()]);
+    other.unmount();
+    run(&hdd, "belongs to another tierfs volume");
+    assert!(!is_mounted(&mnt2));
+    // The first volume mounts again, its file intact.
+    let m = Mounted::new(&a, &[]);
+    assert_eq!(std::fs::read(m.p("f")).unwrap(), b"first");
+    m.unmount();
+}
+
 #[test]
 fn vanished_backing_directory_gives_eio_not_a_crash() {
     let a = Area::new();

@@ -55,6 +55,25 @@ impl Area {
     pub fn mnt(&self) -> PathBuf {
         self.path("mnt")
     }
+    /// True if both tiers' file systems swap names with RENAME_EXCHANGE
+    /// (a mergerfs pool and GlusterFS do not).
+    pub fn tiers_exchange(&self) -> bool {
+        [self.ssd(), self.hdd()].iter().all(|d| renames_exchange(d))
+    }
+}
+
+/// Tries RENAME_EXCHANGE on two scratch files in `dir`.
+pub fn renames_exchange(dir: &Path) -> bool {
+    let d = tempfile::Builder::new().prefix("probe-").tempdir_in(dir).expect("scratch directory");
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    fs::write(&a, b"a").unwrap();
+    fs::write(&b, b"b").unwrap();
+    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    let (ca, cb) = (c(&a), c(&b));
+    // SAFETY: NUL-terminated paths.
+    let r =
+        unsafe { libc::syscall(libc::SYS_renameat2, libc::AT_FDCWD, ca.as_ptr(), libc::AT_FDCWD, cb.as_ptr(), 2u32) };
+    r == 0
 }
 
 /// A running tierfs in the foreground; unmounted (and waited for) on drop,

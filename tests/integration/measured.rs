@@ -93,7 +93,17 @@ fn measured_moves_write_heavy_files_off_a_slow_ssd_and_back_when_it_recovers() {
     let moves = |v: &serde_json::Value| {
         v["migrations"]["promotions"].as_u64().unwrap() + v["migrations"]["demotions"].as_u64().unwrap()
     };
-    let settled = moves(&stats_json(&m.mnt));
+    // A move is counted just after its file shows on the SSD: wait until
+    // the count holds still for a second (at most ten) before taking it.
+    let mut settled = moves(&stats_json(&m.mnt));
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = moves(&stats_json(&m.mnt));
+        if now == settled {
+            break;
+        }
+        settled = now;
+    }
     std::thread::sleep(Duration::from_secs(4));
     let stayed = all_back();
     stop.store(true, Ordering::Relaxed);

@@ -11,8 +11,9 @@ fn differential(extra: &[&str], cases: u32) {
     let area = Area::new();
     let m = Mounted::new(&area, extra);
     let n = AtomicUsize::new(0);
+    let exchange = area.tiers_exchange();
     let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
-    let r = runner.run(&proptest::collection::vec(op_strategy(), 1..40), |ops| {
+    let r = runner.run(&proptest::collection::vec(op_strategy(exchange), 1..40), |ops| {
         let case = n.fetch_add(1, Ordering::Relaxed);
         let a = m.p(&format!("case{case}"));
         let b = area.path(&format!("plain/case{case}"));
@@ -282,4 +283,76 @@ fn an_open_beside_a_passthrough_handle_does_not_fail() {
         }
         m.unmount();
     }
+}
+
+/// What the HDD tier's file system lacks is emulated where that is correct
+/// and refused with the kernel's errno where it is not, before anything
+/// changed. On local directories everything works; `scripts/gluster.sh`
+/// runs it with the HDD tier on GlusterFS (no RENAME_EXCHANGE) and
+/// `scripts/fs-matrix.sh` on a mergerfs pool (neither exchange nor
+/// NOREPLACE).
+#[test]
+fn rename_flags_and_copy_file_range_follow_what_the_hdd_can_do() {
+    use std::os::unix::ffi::OsStrExt;
+    let area = Area::new();
+    let exchange = crate::harness::renames_exchange(&area.hdd());
+    let m = Mounted::new(&area, &["--placement", "hdd", "--io-mode", "userspace"]);
+    let c = |n: &str| std::ffi::CString::new(m.p(n).as_os_str().as_bytes()).unwrap();
+    let rename = |a: &str, b: &str, flags: u32| {
+        // SAFETY: NUL-terminated paths.
+        let r = unsafe { libc::renameat2(libc::AT_FDCWD, c(a).as_ptr(), libc::AT_FDCWD, c(b).as_ptr(), flags) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error().raw_os_error())
+        }
+    };
+    let a = vec![b'a'; 100];
+    std::fs::write(m.p("a"), &a).unwrap();
+    std::fs::write(m.p("b"), b"b").unwrap();
+    if exchange {
+        assert_eq!(rename("a", "b", libc::RENAME_EXCHANGE), Ok(()));
+        assert_eq!(std::fs::read(m.p("a")).unwrap(), b"b");
+        rename("a", "b", libc::RENAME_EXCHANGE).unwrap();
+    } else {
+        assert_eq!(
+            rename("a", "b", libc::RENAME_EXCHANGE),
+            Err(Some(libc::EINVAL)),
+            "the kernel's errno for a flag the file system lacks"
+        );
+    }
+    assert_eq!(std::fs::read(m.p("a")).unwrap(), a, "unchanged");
+    assert_eq!(std::fs::read(m.p("b")).unwrap(), b"b");
+    assert_eq!(rename("a", "b", libc::RENAME_NOREPLACE), Err(Some(libc::EEXIST)));
+    assert_eq!(rename("a", "n", libc::RENAME_NOREPLACE), Ok(()));
+    assert_eq!(std::fs::read(m.p("n")).unwrap(), a);
+    assert!(!m.p("a").exists());
+
+    // One copy_file_range call for the whole file copies all of it, whether
+    // the backing file system copies it or the daemon does.
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(m.p("src"), &data).unwrap();
+    let src = std::fs::File::open(m.p("src")).unwrap();
+    let dst = std::fs::File::create(m.p("dst")).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: valid descriptors; null offsets use the files' positions.
+    let n = unsafe {
+        libc::copy_file_range(
+            src.as_raw_fd(),
+            std::ptr::null_mut(),
+            dst.as_raw_fd(),
+            std::ptr::null_mut(),
+            data.len(),
+            0,
+        )
+    };
+    assert_eq!(n, data.len() as isize, "{}", std::io::Error::last_os_error());
+    drop(dst);
+    assert_eq!(std::fs::read(m.p("dst")).unwrap(), data);
+
+    // The mount says what the tier lacks.
+    let s = crate::harness::stats_json(&area.mnt());
+    let lacks: Vec<String> = serde_json::from_value(s["tiers"][1]["lacks"].clone()).unwrap();
+    assert_eq!(lacks.iter().any(|l| l == "rename-exchange"), !exchange, "{lacks:?}");
+    m.unmount();
 }

@@ -80,6 +80,9 @@ fn render_status(r: &StatusReport) -> String {
             t.path
         );
     }
+    for t in r.tiers.iter().filter(|t| !t.lacks.is_empty()) {
+        o += &format!("{} file system lacks: {}\n", t.tier, t.lacks.join(", "));
+    }
     let total: u64 = r.tiers.iter().map(|t| t.requests).sum();
     o += &format!("\nSSD hit ratio: {} of {} requests served by the SSD\n", pct(r.ssd_hit_ratio), total);
     o += &history_lines(&r.history);

@@ -133,6 +133,11 @@ pub struct TierReport {
     /// copies occupy, as `du` counts, plus writes and copies in flight).
     #[serde(default)]
     pub charged_bytes: Option<u64>,
+    /// What the backing file system was found at mount to lack
+    /// ("rename-exchange", "copy-file-range", ...; see
+    /// `store::features`).
+    #[serde(default)]
+    pub lacks: Vec<String>,
 }
 
 /// One file.

@@ -8,6 +8,7 @@ pub mod errno;
 pub mod fs;
 pub mod metrics;
 pub mod mount;
+pub mod owner;
 pub mod passthrough;
 pub use tierfs_core::runtime;
 

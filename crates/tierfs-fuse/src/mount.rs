@@ -120,6 +120,28 @@ pub fn lock_state(dir: &Path) -> Result<StateLock, MountError> {
     Ok(StateLock { _file: f })
 }
 
+/// What a tier's file system can do, logged if it lacks something;
+/// everything if the probe itself fails.
+fn probe_tier(t: Tier, s: &DirStore) -> tierfs_core::store::features::Features {
+    match tierfs_core::store::features::probe_store(s) {
+        Ok(f) => {
+            let lacks = f.lacks();
+            if !lacks.is_empty() {
+                tracing::info!(
+                    tier = %t,
+                    lacks = %lacks.join(", "),
+                    "the tier's file system lacks some operations: tierfs emulates or refuses them"
+                );
+            }
+            f
+        }
+        Err(e) => {
+            tracing::warn!(tier = %t, error = %e, "could not find out what the tier's file system can do");
+            tierfs_core::store::features::Features::ALL
+        }
+    }
+}
+
 fn block_signals() -> libc::sigset_t {
     // SAFETY: the set is initialised by sigemptyset before use.
     unsafe {
@@ -167,8 +189,12 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
         .map_err(|e| MountError(format!("cannot open state database in {}: {e}", cfg.state_dir.display())))?;
     let kv: Arc<dyn tierfs_core::state::Kv> = Arc::new(kv);
     let ns = Namespace::new(kv.clone());
+    let _owner = crate::owner::claim(&cfg.hdd, &cfg.ssd, &ns)?;
     let ssd = DirStore::new(&cfg.ssd).map_err(|e| MountError(format!("{}: {e}", cfg.ssd.display())))?;
     let hdd = DirStore::new(&cfg.hdd).map_err(|e| MountError(format!("{}: {e}", cfg.hdd.display())))?;
+    // On the bare directories: the probe's calls are neither slowed by the
+    // emulated devices nor counted by the meters.
+    let features = [probe_tier(Tier::Ssd, &ssd), probe_tier(Tier::Hdd, &hdd)];
     let models: [Option<Emulation>; 2] = match &cfg.emulate {
         Some((ps, ph, cache)) => {
             let c: Arc<dyn tierfs_core::clock::Clock> = Arc::new(SystemClock);
@@ -193,6 +219,7 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
         Volume::new(ssd, hdd, ns, vcfg, events, clock.clone())
             .map_err(|e| MountError(format!("cannot open volume: {e}")))?,
     );
+    vol.set_features(features);
     let recovery = vol.recover().map_err(|e| MountError(format!("recovery failed: {e}")))?;
     let ecfg = EngineConfig {
         chunk_period: cfg.chunk_period,

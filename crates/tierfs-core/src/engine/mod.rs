@@ -1338,6 +1338,7 @@ impl<S: Store> Engine<S> {
                 requests: served.reqs[t.idx()],
                 bytes_served: served.bytes[t.idx()],
                 charged_bytes: (t == Tier::Ssd).then(|| self.account.lock().used()),
+                lacks: self.vol.features(t).lacks().into_iter().map(String::from).collect(),
             });
         }
         let hottest = hot

@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 pub struct DirStore {
     root: PathBuf,
     id: (u64, u64),
+    /// Set once the file system refused RENAME_NOREPLACE and the emulation
+    /// did the rename: later calls go straight to the emulation.
+    no_noreplace: std::sync::atomic::AtomicBool,
 }
 
 /// An open directory of a [`DirStore`].
@@ -189,7 +192,7 @@ impl DirStore {
             return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
         }
         use std::os::unix::fs::MetadataExt;
-        Ok(DirStore { root, id: (md.dev(), md.ino()) })
+        Ok(DirStore { root, id: (md.dev(), md.ino()), no_noreplace: std::sync::atomic::AtomicBool::new(false) })
     }
 
     /// The root path.
@@ -208,6 +211,10 @@ impl DirStore {
 impl Store for DirStore {
     type Dir = Dir;
     type File = File;
+
+    fn emulates_noreplace(&self) -> bool {
+        self.no_noreplace.load(std::sync::atomic::Ordering::Relaxed)
+    }
 
     fn healthy(&self) -> bool {
         use std::os::unix::fs::MetadataExt;
@@ -327,12 +334,21 @@ impl Store for DirStore {
 
     fn rename(&self, op: &Dir, on: &OsStr, np: &Dir, nn: &OsStr, flags: u32) -> io::Result<()> {
         let (o, n) = (cstr(on)?, cstr(nn)?);
+        if flags == super::RENAME_NOREPLACE && self.emulates_noreplace() {
+            return rename_noreplace_without_the_flag(op, &o, np, &n);
+        }
         // SAFETY: valid descriptors and NUL-terminated names.
         let r = check(unsafe { libc::renameat2(op.fd(), o.as_ptr(), np.fd(), n.as_ptr(), flags) }).map(drop);
         match r {
             // Some file systems (mergerfs 2.33, GlusterFS) refuse the flag.
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) && flags == super::RENAME_NOREPLACE => {
-                rename_noreplace_without_the_flag(op, &o, np, &n)
+                // EINVAL has other causes (a directory into itself): only
+                // an emulation that then succeeds shows the flag missing.
+                let r = rename_noreplace_without_the_flag(op, &o, np, &n);
+                if r.is_ok() {
+                    self.no_noreplace.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                r
             }
             r => r,
         }

@@ -171,6 +171,10 @@ impl<S: Store> Store for Emulated<S> {
         self.inner.healthy()
     }
 
+    fn emulates_noreplace(&self) -> bool {
+        self.inner.emulates_noreplace()
+    }
+
     fn root(&self) -> io::Result<Self::Dir> {
         let inner = self.inner.root()?;
         let id = self.inner.stat(Target::This(&inner))?.ino;

@@ -224,6 +224,10 @@ impl<S: Store> Store for Measured<S> {
     fn healthy(&self) -> bool {
         self.inner.healthy()
     }
+
+    fn emulates_noreplace(&self) -> bool {
+        self.inner.emulates_noreplace()
+    }
     fn root(&self) -> io::Result<Self::Dir> {
         self.inner.root()
     }

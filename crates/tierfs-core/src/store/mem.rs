@@ -47,6 +47,11 @@ struct Inner {
     next: NodeId,
     clock: i64,
     capacity: u64,
+    /// What the store pretends its file system can do (exchange and a
+    /// whole copy_file_range are honoured).
+    features: super::features::Features,
+    /// New objects lose their set-ID bits, as on GlusterFS.
+    drops_id_bits: bool,
 }
 
 /// See the module documentation.
@@ -57,7 +62,7 @@ pub struct MemStore {
 }
 
 /// A test's hook, called with the operation's name ("unlink", "link",
-/// "rename", "mkdir", "open", "write") and the entry's name (empty for a write) before the
+/// "rename", "mkdir", "open", "write", "copy_range") and the entry's name (empty for a write) before the
 /// change: it may block to hold the operation at that point while another
 /// thread runs.
 pub type Gate = Arc<dyn Fn(&'static str, &OsStr) + Send + Sync>;
@@ -105,7 +110,14 @@ impl MemStore {
             },
         );
         MemStore {
-            inner: Arc::new(Mutex::new(Inner { nodes, next: 2, clock: 1, capacity: u64::MAX })),
+            inner: Arc::new(Mutex::new(Inner {
+                nodes,
+                next: 2,
+                clock: 1,
+                capacity: u64::MAX,
+                features: Default::default(),
+                drops_id_bits: false,
+            })),
             gate: Arc::new(Mutex::new(None)),
         }
     }
@@ -120,6 +132,19 @@ impl MemStore {
         if let Some(g) = g {
             g(op, name);
         }
+    }
+
+    /// Makes the store behave like a file system without some features,
+    /// as GlusterFS does: no RENAME_EXCHANGE (EINVAL), and copy_file_range
+    /// that copies one byte at a time (a legal, but poor, short count).
+    pub fn set_features(&self, f: super::features::Features) {
+        self.inner.lock().features = f;
+    }
+
+    /// Makes new objects lose their set-user-ID and set-group-ID bits at
+    /// creation, as GlusterFS does (a chmod afterwards sets them).
+    pub fn set_drops_id_bits(&self, on: bool) {
+        self.inner.lock().drops_id_bits = on;
     }
 
     /// Limits the bytes of file data the store accepts (ENOSPC past it).
@@ -257,6 +282,7 @@ impl Inner {
         let now = self.tick();
         let id = self.next;
         self.next += 1;
+        let mode = if self.drops_id_bits { mode & !(libc::S_ISUID | libc::S_ISGID) } else { mode };
         let meta =
             Meta { mode: kind.mode_bits() | (mode & 0o7777), atime: now, mtime: now, ctime: now, ..Meta::default() };
         self.nodes.insert(
@@ -429,6 +455,9 @@ impl Store for MemStore {
             return Err(e(libc::ENAMETOOLONG));
         }
         let dst = g.dir(np.0)?.entries.get(nn).copied();
+        if flags & RENAME_EXCHANGE != 0 && !g.features.exchange {
+            return Err(e(libc::EINVAL));
+        }
         if flags & RENAME_EXCHANGE != 0 {
             let dst = dst.ok_or_else(|| e(libc::ENOENT))?;
             g.node_mut(op.0)?.entries.insert(on.to_owned(), dst);
@@ -665,6 +694,8 @@ impl Store for MemStore {
     }
 
     fn copy_range(&self, src: &MemFile, so: u64, dst: &MemFile, d_o: u64, len: u64) -> io::Result<usize> {
+        self.pass("copy_range", OsStr::new(""));
+        let len = if self.inner.lock().features.copy_range { len } else { len.min(1) };
         let mut buf = vec![0u8; len as usize];
         let n = self.read_at(src, &mut buf, so)?;
         self.write_at(dst, &buf[..n], d_o)

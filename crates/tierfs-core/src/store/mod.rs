@@ -7,6 +7,7 @@
 
 pub mod dir;
 pub mod emulated;
+pub mod features;
 pub mod measured;
 pub mod mem;
 
@@ -201,6 +202,11 @@ pub trait Store: Send + Sync + 'static {
     /// the store was made (removed, renamed away, unmounted).
     fn healthy(&self) -> bool {
         true
+    }
+    /// True once the store found that its file system refuses
+    /// RENAME_NOREPLACE and emulates it (see [`features`]).
+    fn emulates_noreplace(&self) -> bool {
+        false
     }
     /// Opens the root directory of the tier.
     fn root(&self) -> io::Result<Self::Dir>;

@@ -63,6 +63,7 @@ impl<S: Store> Volume<S> {
         parent: Ino,
         name: &OsStr,
         kind: FileKind,
+        id_bits: u32,
         make: impl Fn(&S, &S::Dir) -> io::Result<T>,
     ) -> Result<(Ino, Tier, T, InodeGuard<'_>)> {
         check_name(name)?;
@@ -85,6 +86,9 @@ impl<S: Store> Volume<S> {
             let as_caller = super::creds::AsCaller::new(ctx, true);
             let made = make(s, &pd);
             let switched = as_caller.active();
+            if made.is_ok() && id_bits != 0 && may_restore(ctx, switched) {
+                restore_id_bits(s, &pd, name, id_bits);
+            }
             drop(as_caller);
             match made {
                 Ok(x) => {
@@ -122,8 +126,9 @@ impl<S: Store> Volume<S> {
             return err(libc::EINVAL);
         }
         let perm = mode & 0o7777 & !umask;
-        let (ino, _, _, il) =
-            self.create_node(ctx, parent, name, kind, |s, pd| s.mknod(pd, name, kind.mode_bits() | perm, rdev))?;
+        let (ino, _, _, il) = self.create_node(ctx, parent, name, kind, perm & ID_BITS, |s, pd| {
+            s.mknod(pd, name, kind.mode_bits() | perm, rdev)
+        })?;
         drop(il);
         self.getattr(ino)
     }
@@ -134,7 +139,7 @@ impl<S: Store> Volume<S> {
             return err(libc::ENAMETOOLONG);
         }
         let (ino, _, _, il) =
-            self.create_node(ctx, parent, name, FileKind::Symlink, |s, pd| s.symlink(target, pd, name))?;
+            self.create_node(ctx, parent, name, FileKind::Symlink, 0, |s, pd| s.symlink(target, pd, name))?;
         drop(il);
         self.getattr(ino)
     }
@@ -157,6 +162,11 @@ impl<S: Store> Volume<S> {
         let as_caller = super::creds::AsCaller::new(ctx, true);
         let made = s.mkdir(&pd, name, mode & 0o7777 & !umask);
         let switched = as_caller.active();
+        if made.is_ok() && may_restore(ctx, switched) {
+            // A new directory inherits the set-group-ID bit of its parent.
+            let inherited = s.stat(Target::This(&pd)).map_or(0, |st| st.mode & libc::S_ISGID);
+            restore_id_bits(s, &pd, name, (mode & !umask & ID_BITS) | inherited);
+        }
         drop(as_caller);
         made?;
         if let Err(e) = if switched { Ok(()) } else { self.give_to_caller(ctx, s, &pd, name) } {
@@ -330,5 +340,39 @@ impl<S: Store> Volume<S> {
             }
         }
         err(libc::ENOENT)
+    }
+}
+
+/// The set-user-ID and set-group-ID bits.
+pub(super) const ID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
+
+/// True if a chmod now would be judged as the caller's: the creation ran as
+/// the caller, or the caller is root, or the daemon is not root (then it is
+/// the only user). Otherwise (the caller's groups unreadable) the daemon
+/// could keep a bit the kernel would take from the caller.
+fn may_restore(ctx: &Ctx, switched: bool) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    switched || ctx.uid == 0 || unsafe { libc::geteuid() } != 0
+}
+
+/// Gives back the set-ID bits `want` that a backing file system dropped
+/// from a new object (GlusterFS drops both at creation), adding only them
+/// to the mode the object has, by a chmod made, like the creation, as the
+/// caller: the kernel then applies its own rules for who may keep them, as
+/// a local file system would have. The caller holds the parent's lock, so
+/// the name is the new object. A failure leaves the bits off, as a stricter
+/// file system would.
+pub(super) fn restore_id_bits<S: Store>(s: &S, pd: &S::Dir, name: &OsStr, want: u32) {
+    let want = want & ID_BITS;
+    if want == 0 {
+        return;
+    }
+    match s.stat(Target::Entry(pd, name)) {
+        Ok(st) if st.mode & want != want => {
+            if let Err(e) = s.chmod(Target::Entry(pd, name), (st.mode & 0o7777) | want) {
+                tracing::debug!(error = %e, "could not restore set-ID bits the backing file system dropped");
+            }
+        }
+        _ => {}
     }
 }

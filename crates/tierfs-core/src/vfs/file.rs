@@ -462,9 +462,10 @@ impl<S: Store> Volume<S> {
         flags: i32,
     ) -> Result<(Attr, Opened<S>)> {
         let perm = mode & 0o7777 & !umask;
-        let (ino, t, f, il) = self.create_node(ctx, parent, name, FileKind::File, |s, pd| {
-            s.open(pd, name, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, perm)
-        })?;
+        let (ino, t, f, il) =
+            self.create_node(ctx, parent, name, FileKind::File, perm & super::entry::ID_BITS, |s, pd| {
+                s.open(pd, name, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, perm)
+            })?;
         let oi = self.acquire(ino, true, Some((t, f, il)))?;
         let opened = self.register(ctx, ino, oi, flags);
         match self.getattr(ino) {
@@ -1006,8 +1007,10 @@ impl<S: Store> Volume<S> {
     }
 
     /// copy_file_range(2). Within one tier (and no cached copy to keep in
-    /// step) the backing file system copies; otherwise the data passes
-    /// through the daemon in 1 MiB pieces.
+    /// step) the backing file system copies, where it can (see
+    /// [`crate::store::features`]); otherwise, and for whatever a short
+    /// backing copy left, the data passes through the daemon in 1 MiB
+    /// pieces, so the count answered is short only at the end of the source.
     pub fn copy_file_range(&self, fh_in: u64, off_in: u64, fh_out: u64, off_out: u64, len: u64) -> Result<u64> {
         let hin = self.handle(fh_in)?;
         let hout = self.handle(fh_out)?;
@@ -1015,6 +1018,7 @@ impl<S: Store> Volume<S> {
             return err(libc::EBADF);
         }
         let len = len.min(16 << 20);
+        let mut done = 0u64;
         if hin.ino != hout.ino {
             let same = {
                 // Two files' I/O locks: always in inode order, so that two
@@ -1026,7 +1030,9 @@ impl<S: Store> Volume<S> {
                 // backing file system to copy.
                 let plain = !hin.oi.split.load(Ordering::Acquire) && !hout.oi.split.load(Ordering::Acquire);
                 match (i.copy.is_none() && plain, o.placement, i.primary_open(), o.primary_open()) {
-                    (true, Placement::On(t), Some(ip), Some(op)) if i.placement.primary() == t && t == Tier::Hdd => {
+                    (true, Placement::On(t), Some(ip), Some(op))
+                        if i.placement.primary() == t && t == Tier::Hdd && self.features(t).copy_range =>
+                    {
                         let _as = AsCaller::new(&hout.caller, false);
                         let r = self.tiers.store(t).copy_range(ip, off_in, op, off_out, len);
                         // Before the locks go: a migration must see it.
@@ -1055,7 +1061,13 @@ impl<S: Store> Volume<S> {
                                 fragment: false,
                             },
                         );
-                        return Ok(n as u64);
+                        if n as u64 >= len {
+                            return Ok(n as u64);
+                        }
+                        // Short (even 0 before the end of the source, on
+                        // some network file systems): the rest below,
+                        // which ends at the true end of the source.
+                        done = n as u64;
                     }
                     Err(e)
                         if ![libc::EXDEV, libc::EINVAL, libc::EOPNOTSUPP, libc::ENOSYS]
@@ -1067,14 +1079,21 @@ impl<S: Store> Volume<S> {
                 }
             }
         }
-        let mut done = 0u64;
+        // An error after some bytes were copied ends the copy short there.
+        let partial = |e: Error, done: u64| if done > 0 { Ok(done) } else { Err(e) };
         while done < len {
             let chunk = (len - done).min(1 << 20) as u32;
-            let buf = self.read(fh_in, off_in + done, chunk)?;
+            let buf = match self.read(fh_in, off_in + done, chunk) {
+                Ok(b) => b,
+                Err(e) => return partial(e, done),
+            };
             if buf.is_empty() {
                 break;
             }
-            let n = self.write(fh_out, off_out + done, &buf)? as u64;
+            let n = match self.write(fh_out, off_out + done, &buf) {
+                Ok(n) => n as u64,
+                Err(e) => return partial(e, done),
+            };
             done += n;
             if n < buf.len() as u64 {
                 break;

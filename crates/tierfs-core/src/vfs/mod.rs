@@ -35,12 +35,14 @@ use crate::clock::{Clock, Timestamp};
 use crate::error::{err, Error, Result};
 use crate::event::{Event, EventKind, EventSink};
 use crate::state::ns::{Ino, InodeRecord, Namespace, ROOT_INO, SCHEMA_VERSION};
+use crate::store::features::Features;
 use crate::store::{FileKind, Stat, Store, Target, TimeSpec};
 use crate::tier::{Placement, Tier};
 use locks::{DirLocks, InodeLocks};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
+use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -329,6 +331,9 @@ pub struct Volume<S: Store> {
     hooks: RwLock<Arc<dyn Hooks>>,
     clock: Arc<dyn Clock>,
     conflicts: Mutex<Vec<Conflict>>,
+    /// What each tier's file system can do (SSD, HDD): everything until
+    /// [`Volume::probe_features`] finds otherwise.
+    features: RwLock<[Features; 2]>,
     adopted_links: Mutex<HashMap<(Tier, u64, u64), Ino>>,
     changes: Box<[AtomicU64]>,
     /// Files a migration is running for (at most one at a time per file).
@@ -406,6 +411,7 @@ impl<S: Store> Volume<S> {
             hooks: RwLock::new(Arc::new(NoHooks)),
             clock,
             conflicts: Mutex::new(Vec::new()),
+            features: RwLock::new([Features::ALL; 2]),
             adopted_links: Mutex::new(HashMap::new()),
             changes: (0..CHANGE_STRIPES).map(|_| AtomicU64::new(0)).collect(),
             migrating: Mutex::new(HashSet::new()),
@@ -585,6 +591,27 @@ impl<S: Store> Volume<S> {
     /// Marks a directory as matching its backing copies for this mount.
     pub(crate) fn mark_verified(&self, ino: Ino) {
         self.verified.lock().insert(ino);
+    }
+
+    /// Tries what each tier's file system can do, in `.tierfs/probe` on
+    /// each tier, and remembers it (a tier whose probe fails keeps
+    /// "everything"): the volume then falls back, or refuses with the
+    /// right errno, before asking a tier for what it lacks. A mount probes
+    /// its bare directories instead (see [`Volume::set_features`]).
+    pub fn probe_features(&self) -> [io::Result<Features>; 2] {
+        let found = Tier::ALL.map(|t| crate::store::features::probe_store(self.tiers.store(t)));
+        self.set_features(std::array::from_fn(|i| found[i].as_ref().ok().copied().unwrap_or(Features::ALL)));
+        found
+    }
+
+    /// Sets what each tier's file system can do (SSD, HDD).
+    pub fn set_features(&self, f: [Features; 2]) {
+        *self.features.write() = f;
+    }
+
+    /// What tier `t`'s file system can do, as far as known.
+    pub fn features(&self, t: Tier) -> Features {
+        self.features.read()[t.idx()]
     }
 
     /// EIO if a tier's directory vanished while mounted: nothing may then

@@ -141,6 +141,12 @@ impl<S: Store> Volume<S> {
             Some((bi, kb)) => self.tiers_of(bi, kb, new_parent, new_name)?,
             None => Vec::new(),
         };
+        // An exchange where a tier holding both names cannot swap them:
+        // EINVAL, as the kernel answers for a flag the file system lacks,
+        // before anything changed (there is no atomic fallback).
+        if exchange && Tier::ALL.iter().any(|t| ta.contains(t) && tb.contains(t) && !self.features(*t).exchange) {
+            return err(libc::EINVAL);
+        }
         let mut done: Vec<Step> = Vec::new();
         let mut removals: Vec<Tier> = Vec::new();
         let mut touched: Vec<Tier> = Vec::new();

@@ -369,3 +369,96 @@ fn growing_a_file_on_the_ssd_is_paced_like_a_new_file() {
     want[100..1100].fill(2);
     assert_eq!(read(&v, b), want);
 }
+
+/// A tier whose file system lacks RENAME_EXCHANGE and copies little at a
+/// time (GlusterFS, a mergerfs pool): an exchange there is refused with
+/// EINVAL and changes nothing; copy_file_range still copies the whole
+/// range. Once probed, the volume does not even ask the tier.
+#[test]
+fn a_tier_without_exchange_or_whole_copies_gives_einval_and_full_copies() {
+    use crate::store::features::Features;
+    use crate::store::RENAME_EXCHANGE;
+    let v = volume();
+    v.tiers.store(Tier::Hdd).set_features(Features { exchange: false, copy_range: false, ..Features::ALL });
+    let a = file(&v, ROOT_INO, "a", b"A");
+    let b = file(&v, ROOT_INO, "b", b"B");
+    let exchange =
+        |v: &Volume<MemStore>| v.rename(ROOT_INO, OsStr::new("a"), ROOT_INO, OsStr::new("b"), RENAME_EXCHANGE);
+    let unchanged = |v: &Volume<MemStore>| {
+        assert_eq!(v.lookup(ROOT_INO, OsStr::new("a")).unwrap().ino, a);
+        assert_eq!(v.lookup(ROOT_INO, OsStr::new("b")).unwrap().ino, b);
+        assert_eq!((read(v, a), read(v, b)), (b"A".to_vec(), b"B".to_vec()));
+    };
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let src = file(&v, ROOT_INO, "src", &data);
+    let copy = |v: &Volume<MemStore>, name: &str| {
+        let (d, o) = v.create(&CTX, ROOT_INO, OsStr::new(name), 0o644, 0, libc::O_RDWR).unwrap();
+        let i = v.open(src, libc::O_RDONLY).unwrap();
+        assert_eq!(v.copy_file_range(i.fh, 0, o.fh, 0, data.len() as u64).unwrap(), data.len() as u64);
+        v.release(i.fh).unwrap();
+        v.release(o.fh).unwrap();
+        assert_eq!(read(v, d.ino), data);
+    };
+
+    // Not probed: the tier is asked, refuses, and nothing changed.
+    assert!(exchange(&v).unwrap_err().is(libc::EINVAL));
+    unchanged(&v);
+    copy(&v, "dst1");
+
+    // Probed: the volume knows, and asks the tier for neither.
+    let [ssd, hdd] = v.probe_features();
+    let found = [ssd.unwrap(), hdd.unwrap()];
+    assert!(!found[Tier::Hdd.idx()].exchange && !found[Tier::Hdd.idx()].copy_range, "{found:?}");
+    assert!(found[Tier::Ssd.idx()].exchange && found[Tier::Ssd.idx()].copy_range, "the SSD has them");
+    assert_eq!(v.features(Tier::Hdd), found[Tier::Hdd.idx()]);
+    let asked = Arc::new(AtomicBool::new(false));
+    let flag = asked.clone();
+    v.tiers.store(Tier::Hdd).set_gate(Some(Arc::new(move |op, name| {
+        if op == "rename" && name == OsStr::new("a") || op == "copy_range" {
+            flag.store(true, Ordering::SeqCst);
+        }
+    })));
+    assert!(exchange(&v).unwrap_err().is(libc::EINVAL));
+    unchanged(&v);
+    copy(&v, "dst2");
+    assert!(!asked.load(Ordering::SeqCst), "refused, and copied, without asking the tier");
+    v.tiers.store(Tier::Hdd).set_gate(None);
+
+    // On the SSD, which has it, the exchange works.
+    v.migrate(a, Move::Promote, &NoCrash).unwrap();
+    v.migrate(b, Move::Promote, &NoCrash).unwrap();
+    exchange(&v).unwrap();
+    assert_eq!(v.lookup(ROOT_INO, OsStr::new("a")).unwrap().ino, b);
+}
+
+/// GlusterFS drops the set-user-ID and set-group-ID bits of a new file,
+/// fifo or directory: tierfs gives them back, so that a file created
+/// 04755 is 04755, as on a local file system.
+#[test]
+fn set_id_bits_survive_a_backing_file_system_that_drops_them_at_creation() {
+    let v = volume();
+    for t in Tier::ALL {
+        v.tiers.store(t).set_drops_id_bits(true);
+    }
+    let (a, o) = v.create(&CTX, ROOT_INO, OsStr::new("f"), 0o4755, 0, libc::O_RDWR).unwrap();
+    v.release(o.fh).unwrap();
+    assert_eq!(a.perm, 0o4755);
+    assert_eq!(v.getattr(a.ino).unwrap().perm, 0o4755);
+    let p = v.mknod(&CTX, ROOT_INO, OsStr::new("p"), libc::S_IFIFO | 0o2644, 0, 0).unwrap();
+    assert_eq!(p.perm, 0o2644);
+    // A directory inherits its parent's set-group-ID bit (mkdir itself
+    // never gets set-ID bits from the kernel).
+    let d = v.mkdir(&CTX, ROOT_INO, OsStr::new("d"), 0o1775, 0).unwrap();
+    assert_eq!(d.perm, 0o1775);
+    let meta = v.tiers.meta;
+    let root = v.tiers.dir(ROOT_INO, meta, false).unwrap();
+    v.tiers.store(meta).chmod(crate::store::Target::Entry(&root, OsStr::new("d")), 0o2775).unwrap();
+    let e = v.mkdir(&CTX, d.ino, OsStr::new("e"), 0o755, 0).unwrap();
+    assert_eq!(e.perm, 0o2755, "inherited");
+    let f = v.mkdir(&CTX, ROOT_INO, OsStr::new("plain"), 0o755, 0).unwrap();
+    assert_eq!(f.perm, 0o755, "nothing to inherit");
+    // Without set-ID bits asked for, nothing more happens.
+    let (g, o) = v.create(&CTX, ROOT_INO, OsStr::new("g"), 0o1644, 0, libc::O_RDWR).unwrap();
+    v.release(o.fh).unwrap();
+    assert_eq!(g.perm, 0o1644);
+}
