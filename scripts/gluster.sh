@@ -92,15 +92,8 @@ mount -t glusterfs "$host:/$vol" "$work/hdd"
 chmod 755 "$work/hdd"
 echo "gluster: volume $vol ($host:$work/brick, GlusterFS $(glusterfs --version | head -1 | awk '{print $2}')) mounted at $work/hdd"
 
-# What a GlusterFS volume does not do, or does too slowly for the tests'
-# time limits, so the tests of it are skipped:
+# What a GlusterFS volume does not do, so the test of it is skipped:
 SKIP=(
-    # The whole file set (1 GiB and more) takes minutes through the
-    # volume's FUSE client on these two cores.
-    extents::
-    # The kill and power-cut loops remount dozens of times; each mount
-    # reconciles the tree over the network. Run them with ALL=1.
-    killloop::
     # The brick keeps each file under its whole path below the brick
     # directory, so a path near PATH_MAX on the volume is longer than
     # PATH_MAX on the brick: GlusterFS answers ESTALE.
