@@ -269,9 +269,11 @@ fn copy_range<S: Store>(
 ) -> Result<()> {
     let mut buf = vec![0u8; CHUNK.min((end - start) as usize)];
     let mut off = start;
+    // Holes are skipped only where SEEK_DATA is sure to see every write.
+    let holes = sf.holes_coherent();
     while off < end {
         // Skip holes where the store can tell.
-        match sf.seek(src, off as i64, libc::SEEK_DATA) {
+        match if holes { sf.seek(src, off as i64, libc::SEEK_DATA) } else { Ok(off as i64) } {
             Ok(d) if d as u64 >= end => break,
             Ok(d) => off = d as u64,
             Err(e) if e.raw_os_error() == Some(libc::ENXIO) => break,

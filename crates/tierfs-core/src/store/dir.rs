@@ -16,6 +16,29 @@ pub struct DirStore {
     /// Set once the file system refused RENAME_NOREPLACE and the emulation
     /// did the rename: later calls go straight to the emulation.
     no_noreplace: std::sync::atomic::AtomicBool,
+    /// The file system is local (see [`Store::holes_coherent`]).
+    local: bool,
+}
+
+/// False for FUSE and network file systems (by statfs's magic number).
+fn is_local(root: &Path) -> bool {
+    const REMOTE: [i64; 7] = [
+        0x6573_5546, // FUSE (GlusterFS, mergerfs, sshfs, ...)
+        0x6969,      // NFS
+        0xFF53_4D42, // CIFS
+        0xFE53_4D42, // SMB2
+        0x00C3_6400, // Ceph
+        0x0BD0_0BD0, // Lustre
+        0x0102_1997, // 9p
+    ];
+    let Ok(p) = CString::new(root.as_os_str().as_bytes()) else { return true };
+    // SAFETY: a NUL-terminated path and a zeroed statfs for the kernel to fill.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statfs(p.as_ptr(), &mut st) } != 0 {
+        return true;
+    }
+    !REMOTE.contains(&(st.f_type as i64))
 }
 
 /// An open directory of a [`DirStore`].
@@ -192,7 +215,8 @@ impl DirStore {
             return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
         }
         use std::os::unix::fs::MetadataExt;
-        Ok(DirStore { root, id: (md.dev(), md.ino()), no_noreplace: std::sync::atomic::AtomicBool::new(false) })
+        let local = is_local(&root);
+        Ok(DirStore { root, id: (md.dev(), md.ino()), no_noreplace: std::sync::atomic::AtomicBool::new(false), local })
     }
 
     /// The root path.
@@ -214,6 +238,10 @@ impl Store for DirStore {
 
     fn emulates_noreplace(&self) -> bool {
         self.no_noreplace.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn holes_coherent(&self) -> bool {
+        self.local
     }
 
     fn healthy(&self) -> bool {

@@ -175,6 +175,10 @@ impl<S: Store> Store for Emulated<S> {
         self.inner.emulates_noreplace()
     }
 
+    fn holes_coherent(&self) -> bool {
+        self.inner.holes_coherent()
+    }
+
     fn root(&self) -> io::Result<Self::Dir> {
         let inner = self.inner.root()?;
         let id = self.inner.stat(Target::This(&inner))?.ino;

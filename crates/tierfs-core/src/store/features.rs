@@ -40,7 +40,8 @@ pub struct Features {
     /// Extended attributes in the `user.` namespace.
     pub user_xattrs: bool,
     /// SEEK_HOLE finds a hole (the file system keeps sparse files sparse
-    /// and says so).
+    /// and says so), and what SEEK_DATA says can be trusted (a local file
+    /// system; see `Store::holes_coherent`).
     pub sparse: bool,
 }
 
@@ -195,7 +196,7 @@ fn probe_in<S: Store + ?Sized>(s: &S, dir: &S::Dir) -> io::Result<Features> {
     // One byte at 1 MiB: the first MiB is a hole where sparse files exist.
     let sp = create(SPARSE, b"")?;
     super::write_full(s, &sp, b"x", 1 << 20)?;
-    f.sparse = s.seek(&sp, 0, libc::SEEK_HOLE).is_ok_and(|h| h == 0);
+    f.sparse = s.holes_coherent() && s.seek(&sp, 0, libc::SEEK_HOLE).is_ok_and(|h| h == 0);
     Ok(f)
 }
 

@@ -228,6 +228,10 @@ impl<S: Store> Store for Measured<S> {
     fn emulates_noreplace(&self) -> bool {
         self.inner.emulates_noreplace()
     }
+
+    fn holes_coherent(&self) -> bool {
+        self.inner.holes_coherent()
+    }
     fn root(&self) -> io::Result<Self::Dir> {
         self.inner.root()
     }

@@ -135,8 +135,10 @@ impl MemStore {
     }
 
     /// Makes the store behave like a file system without some features,
-    /// as GlusterFS does: no RENAME_EXCHANGE (EINVAL), and copy_file_range
-    /// that copies one byte at a time (a legal, but poor, short count).
+    /// as GlusterFS does: no RENAME_EXCHANGE (EINVAL), copy_file_range
+    /// that copies one byte at a time (a legal, but poor, short count), and
+    /// without "sparse" a SEEK_DATA that finds no data (as GlusterFS's
+    /// client may answer right after a write).
     pub fn set_features(&self, f: super::features::Features) {
         self.inner.lock().features = f;
     }
@@ -350,6 +352,10 @@ impl Inner {
 impl Store for MemStore {
     type Dir = MemDir;
     type File = MemFile;
+
+    fn holes_coherent(&self) -> bool {
+        self.inner.lock().features.sparse
+    }
 
     fn root(&self) -> io::Result<MemDir> {
         Ok(MemDir(ROOT))
@@ -686,6 +692,9 @@ impl Store for MemStore {
         match whence {
             libc::SEEK_SET => Ok(off),
             libc::SEEK_END => Ok(size + off),
+            // Lacking "sparse": it says there is no data, as GlusterFS's
+            // client may right after a write.
+            libc::SEEK_DATA if !self.inner.lock().features.sparse => Err(e(libc::ENXIO)),
             libc::SEEK_DATA if off < size => Ok(off),
             libc::SEEK_HOLE if off < size => Ok(size),
             libc::SEEK_DATA | libc::SEEK_HOLE => Err(e(libc::ENXIO)),

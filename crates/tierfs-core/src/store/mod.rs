@@ -208,6 +208,14 @@ pub trait Store: Send + Sync + 'static {
     fn emulates_noreplace(&self) -> bool {
         false
     }
+    /// False where SEEK_DATA and SEEK_HOLE may miss data just written: a
+    /// FUSE or network file system, whose client can hold writes back
+    /// (GlusterFS's write-behind answers SEEK_DATA from the server, ENXIO
+    /// right after a write). Copies then read holes instead of skipping
+    /// them.
+    fn holes_coherent(&self) -> bool {
+        true
+    }
     /// Opens the root directory of the tier.
     fn root(&self) -> io::Result<Self::Dir>;
     /// Opens the directory `name` in `parent` (never following a symlink).

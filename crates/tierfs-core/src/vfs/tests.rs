@@ -462,3 +462,21 @@ fn set_id_bits_survive_a_backing_file_system_that_drops_them_at_creation() {
     v.release(o.fh).unwrap();
     assert_eq!(g.perm, 0o1644);
 }
+
+/// GlusterFS's client may answer SEEK_DATA with ENXIO ("no data") right
+/// after a write it still holds back: a migration that trusted it copied
+/// zeros for the file's data and then removed the source. From a tier
+/// whose holes cannot be trusted every byte is read.
+#[test]
+fn a_promotion_from_a_tier_whose_seek_data_misses_writes_keeps_every_byte() {
+    use crate::store::features::Features;
+    let v = volume();
+    v.tiers.store(Tier::Hdd).set_features(Features { sparse: false, ..Features::ALL });
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i % 249) as u8 + 1).collect();
+    let f = file(&v, ROOT_INO, "f", &data);
+    assert!(matches!(v.migrate(f, Move::Promote, &NoCrash).unwrap(), crate::migrate::Outcome::Done(_)));
+    assert!(on(&v, ROOT_INO, "f", Tier::Ssd) && !on(&v, ROOT_INO, "f", Tier::Hdd));
+    let got = read(&v, f);
+    let zeros = got.iter().filter(|b| **b == 0).count();
+    assert!(got == data, "{} of {} bytes came back as zeros", zeros, data.len());
+}
