@@ -101,17 +101,8 @@ fn refused<T>(r: &io::Result<T>, also: &[i32]) -> bool {
 /// Probes `s` in `.tierfs/probe` below its root, made if missing. Run on
 /// the bare store, before any wrapper that measures or slows its calls.
 pub fn probe_store<S: Store + ?Sized>(s: &S) -> io::Result<Features> {
-    let mk = |d: &S::Dir, n: &str| -> io::Result<S::Dir> {
-        match s.mkdir(d, OsStr::new(n), 0o700) {
-            Ok(()) => s.sync_dir(d)?,
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
-            Err(e) => return Err(e),
-        }
-        s.open_dir(d, OsStr::new(n))
-    };
-    let root = s.root()?;
-    let reserved = mk(&root, crate::vfs::tiers::RESERVED)?;
-    probe(s, &mk(&reserved, PROBE_DIR)?)
+    let reserved = super::durable_dir(s, &s.root()?, crate::vfs::tiers::RESERVED)?;
+    probe(s, &super::durable_dir(s, &reserved, PROBE_DIR)?)
 }
 
 /// The scratch directory below `.tierfs`.

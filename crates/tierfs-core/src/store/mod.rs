@@ -308,6 +308,18 @@ pub trait Store: Send + Sync + 'static {
     fn raw_fd<'a>(&self, f: &'a Self::File) -> Option<BorrowedFd<'a>>;
 }
 
+/// Opens directory `name` in `parent`, first making it (mode 0700) and
+/// syncing `parent` if it is missing, so that it survives a power cut: for
+/// tierfs's own directories below `.tierfs`.
+pub fn durable_dir<S: Store + ?Sized>(s: &S, parent: &S::Dir, name: &str) -> io::Result<S::Dir> {
+    match s.mkdir(parent, OsStr::new(name), 0o700) {
+        Ok(()) => s.sync_dir(parent)?,
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+        Err(e) => return Err(e),
+    }
+    s.open_dir(parent, OsStr::new(name))
+}
+
 /// Reads until `buf` is full or end of file.
 pub fn read_full<S: Store + ?Sized>(s: &S, f: &S::File, buf: &mut [u8], off: u64) -> io::Result<usize> {
     let mut done = 0;

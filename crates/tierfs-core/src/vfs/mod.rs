@@ -42,7 +42,6 @@ use locks::{DirLocks, InodeLocks};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
-use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -332,7 +331,7 @@ pub struct Volume<S: Store> {
     clock: Arc<dyn Clock>,
     conflicts: Mutex<Vec<Conflict>>,
     /// What each tier's file system can do (SSD, HDD): everything until
-    /// [`Volume::probe_features`] finds otherwise.
+    /// [`Volume::set_features`] says otherwise.
     features: RwLock<[Features; 2]>,
     adopted_links: Mutex<HashMap<(Tier, u64, u64), Ino>>,
     changes: Box<[AtomicU64]>,
@@ -593,18 +592,10 @@ impl<S: Store> Volume<S> {
         self.verified.lock().insert(ino);
     }
 
-    /// Tries what each tier's file system can do, in `.tierfs/probe` on
-    /// each tier, and remembers it (a tier whose probe fails keeps
-    /// "everything"): the volume then falls back, or refuses with the
-    /// right errno, before asking a tier for what it lacks. A mount probes
-    /// its bare directories instead (see [`Volume::set_features`]).
-    pub fn probe_features(&self) -> [io::Result<Features>; 2] {
-        let found = Tier::ALL.map(|t| crate::store::features::probe_store(self.tiers.store(t)));
-        self.set_features(std::array::from_fn(|i| found[i].as_ref().ok().copied().unwrap_or(Features::ALL)));
-        found
-    }
-
-    /// Sets what each tier's file system can do (SSD, HDD).
+    /// Sets what each tier's file system can do (SSD, HDD), as
+    /// `store::features::probe_store` found: the volume then falls back,
+    /// or refuses with the right errno, before asking a tier for what it
+    /// lacks.
     pub fn set_features(&self, f: [Features; 2]) {
         *self.features.write() = f;
     }

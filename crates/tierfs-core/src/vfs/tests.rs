@@ -406,8 +406,8 @@ fn a_tier_without_exchange_or_whole_copies_gives_einval_and_full_copies() {
     copy(&v, "dst1");
 
     // Probed: the volume knows, and asks the tier for neither.
-    let [ssd, hdd] = v.probe_features();
-    let found = [ssd.unwrap(), hdd.unwrap()];
+    let found = Tier::ALL.map(|t| crate::store::features::probe_store(v.tiers.store(t)).unwrap());
+    v.set_features(found);
     assert!(!found[Tier::Hdd.idx()].exchange && !found[Tier::Hdd.idx()].copy_range, "{found:?}");
     assert!(found[Tier::Ssd.idx()].exchange && found[Tier::Ssd.idx()].copy_range, "the SSD has them");
     assert_eq!(v.features(Tier::Hdd), found[Tier::Hdd.idx()]);

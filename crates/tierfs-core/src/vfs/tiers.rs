@@ -211,17 +211,8 @@ impl<S: Store> Tiers<S> {
     pub fn reserved(&self, t: Tier, name: &str) -> Result<S::Dir> {
         let s = self.store(t);
         let root = self.dir(ROOT_INO, t, false)?;
-        let mk = |d: &S::Dir, n: &str| -> Result<S::Dir> {
-            match s.mkdir(d, n.as_ref(), 0o700) {
-                // Durable at once: shadow files are found through it after
-                // a power cut.
-                Ok(()) => s.sync_dir(d)?,
-                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
-                Err(e) => return Err(e.into()),
-            }
-            Ok(s.open_dir(d, n.as_ref())?)
-        };
-        let r = mk(&root, RESERVED)?;
-        mk(&r, name)
+        // Durable at once: shadow files are found through it after a power cut.
+        let r = crate::store::durable_dir(s, &root, RESERVED)?;
+        Ok(crate::store::durable_dir(s, &r, name)?)
     }
 }
