@@ -4,7 +4,7 @@
 //! cargo run --release --example seed_stats -- STATE_DIR [N]
 
 use std::sync::Arc;
-use tierfs_core::state::{Kv, SledKv};
+use tierfs_core::state::{FjallKv, Kv};
 use tierfs_core::stats::{FileStats, Residence, Stats, StatsStore, DEFAULT_AGING};
 
 fn main() {
@@ -14,7 +14,7 @@ fn main() {
         std::process::exit(2);
     };
     let n: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
-    let kv: Arc<dyn Kv> = Arc::new(SledKv::open(std::path::Path::new(&dir)).expect("open state"));
+    let kv: Arc<dyn Kv> = Arc::new(FjallKv::open(std::path::Path::new(&dir)).expect("open state"));
     let store = StatsStore::new(kv.clone());
     let mut done = 0;
     while done < n {

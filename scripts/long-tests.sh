@@ -7,7 +7,9 @@
 #     (default 20: 7 policies, 140 rounds).
 # The daemon is built with deadlock detection. Prints each test's result
 # and the total time; a failure names its seed (TIERFS_TORTURE_SEED) and
-# the file with every operation.
+# the file with every operation. Then the scale benchmark at 10^5 files
+# (benches/scale.sh: adopting a tree, listing, memory, the state database;
+# TIERFS_SCALE=0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -26,4 +28,7 @@ if [ "$status" -ne 0 ]; then
     exit "$status"
 fi
 rm -f "$log"
+if [ "${TIERFS_SCALE:-1}" != 0 ]; then
+    DIRS=100 FILES=1000 BIG=100000 bash benches/scale.sh
+fi
 echo "long tests passed in $(( $(date +%s) - start )) s"

@@ -51,3 +51,75 @@ fn same_path_on_both_tiers_newest_wins_and_the_other_is_set_aside() {
     assert!(log.contains("renamed aside"), "conflicts are reported:\n{log}");
     m.unmount();
 }
+
+/// Readdir is a cursor over the names in the state database: through the
+/// ~500 readdir calls a 50 000-entry directory takes, with names being
+/// added and removed meanwhile, every entry present all along is listed
+/// exactly once, and no name twice.
+#[test]
+fn a_directory_of_50000_entries_lists_every_entry_once_while_entries_come_and_go() {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    const KEEP: usize = 50_000;
+    const GONE: usize = 5_000;
+    let area = Area::new();
+    let big = area.hdd().join("big");
+    fs::create_dir_all(&big).unwrap();
+    for i in 0..KEEP {
+        fs::File::create(big.join(format!("keep-{i:05}"))).unwrap();
+    }
+    for i in 0..GONE {
+        fs::File::create(big.join(format!("gone-{i:05}"))).unwrap();
+    }
+    let m = Mounted::new(&area, &[]);
+    let dir = m.p("big");
+    let list = |dir: &std::path::Path| -> HashMap<String, usize> {
+        let mut seen = HashMap::new();
+        for e in fs::read_dir(dir).unwrap() {
+            *seen.entry(e.unwrap().file_name().into_string().unwrap()).or_insert(0) += 1;
+        }
+        seen
+    };
+    // The first listing adopts the directory.
+    assert_eq!(list(&dir).len(), KEEP + GONE);
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = {
+        let (dir, stop) = (dir.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                // New names sort before, among and after the kept ones.
+                for prefix in ["a-new", "keep-new", "z-new"] {
+                    fs::File::create(dir.join(format!("{prefix}-{n}"))).unwrap();
+                }
+                if n < GONE {
+                    fs::remove_file(dir.join(format!("gone-{n:05}"))).unwrap();
+                }
+                n += 1;
+            }
+            n
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    for round in 0..3 {
+        let seen = list(&dir);
+        assert!(std::time::Instant::now() < deadline, "the listings took more than 300 s");
+        let twice: Vec<_> = seen.iter().filter(|(_, &c)| c > 1).map(|(n, _)| n.clone()).collect();
+        assert!(twice.is_empty(), "round {round}: listed more than once: {:?}", &twice[..twice.len().min(10)]);
+        let missing: Vec<_> = (0..KEEP).map(|i| format!("keep-{i:05}")).filter(|n| !seen.contains_key(n)).collect();
+        assert!(
+            missing.is_empty(),
+            "round {round}: {} kept entries missing, e.g. {:?}",
+            missing.len(),
+            &missing[..missing.len().min(10)]
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    let made = churn.join().unwrap();
+    assert!(made > 0, "entries were added during the listings");
+    // At rest the listing is exact.
+    let seen = list(&dir);
+    assert_eq!(seen.len(), KEEP + 3 * made + GONE.saturating_sub(made), "at rest");
+    m.unmount();
+}

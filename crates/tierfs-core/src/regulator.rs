@@ -270,6 +270,20 @@ impl Regulator {
         true
     }
 
+    /// May a new file be created on the SSD now? Only when the pace leaves
+    /// room for at least `room` bytes of it; nothing is held (its writes
+    /// ask for themselves). Otherwise it is counted as a diverted write.
+    /// Asking for no room at all admitted new files into the last few
+    /// bytes under the pace, where their first write did not fit: each
+    /// such file was created on the SSD and taken off it at once.
+    pub fn admit_new(&mut self, now: Timestamp, room: u64) -> bool {
+        if self.would_admit(now, room) {
+            true
+        } else {
+            self.divert(0)
+        }
+    }
+
     /// Would [`admit`](Self::admit) let `bytes` go to the SSD now? Only
     /// asks: nothing is held or counted as diverted (a policy planning
     /// promotions it must not spend its moves on).
@@ -527,6 +541,20 @@ mod tests {
     /// Review finding on issue 12: room admitted for writes that never
     /// came (skipped chunk copies, sparse promotions, failures a path did
     /// not release) held the budget for the rest of the day.
+    #[test]
+    fn a_new_file_goes_to_the_hdd_when_the_pace_has_no_room_for_its_first_write() {
+        let mut r = regulator();
+        let t = at(0, 12 * 3600);
+        let pace = B / 2 + B / 24;
+        // The pace is all but used: 4 KiB of room left.
+        assert!(r.admit(t, pace - 4096));
+        assert!(r.admit(t, 0), "admit(0) sees room");
+        assert!(!r.admit_new(t, 64 << 10), "no room for a 64-KiB first write");
+        assert_eq!(r.report(t).diverted_today_writes, 1);
+        assert!(r.admit_new(t, 4096), "room for 4 KiB");
+        assert_eq!(r.report(t).pending_bytes, pace - 4096, "asking holds nothing");
+    }
+
     #[test]
     fn admitted_room_never_written_is_free_again_after_the_pending_ttl() {
         let mut r = regulator();

@@ -18,7 +18,7 @@ use tierfs_core::event::NoEvents;
 use tierfs_core::report::DeviceReport;
 use tierfs_core::report::{Request, Response};
 use tierfs_core::state::ns::Namespace;
-use tierfs_core::state::SledKv;
+use tierfs_core::state::FjallKv;
 use tierfs_core::store::dir::DirStore;
 use tierfs_core::store::emulated::{Emulated, Emulation};
 use tierfs_core::store::measured::{Measured, Meter};
@@ -185,7 +185,7 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
         }
         None => None,
     };
-    let kv = SledKv::open(&cfg.state_dir)
+    let kv = FjallKv::open(&cfg.state_dir)
         .map_err(|e| MountError(format!("cannot open state database in {}: {e}", cfg.state_dir.display())))?;
     let kv: Arc<dyn tierfs_core::state::Kv> = Arc::new(kv);
     let ns = Namespace::new(kv.clone());

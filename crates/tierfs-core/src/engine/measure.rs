@@ -36,6 +36,11 @@ pub const PROBE_IDLE: Duration = Duration::from_secs(1);
 /// slowed) device within some twenty probes instead of two hundred.
 pub const PROBE_WEIGHT: u32 = 10;
 
+/// The room under the write budget's pace a new file needs to be created
+/// on the SSD: a first write of the usual size (FUSE hands writes over in
+/// pieces of up to 128 KiB; most small files are written in one).
+pub(super) const NEW_FILE_ROOM: u64 = 64 << 10;
+
 /// Size of a probe request, and of the probe file it lands in.
 const PROBE_IO: usize = 4096;
 const PROBE_FILE: u64 = 1 << 20;
@@ -281,6 +286,13 @@ impl<S: Store> Engine<S> {
     pub(super) fn admit_ssd_at(&self, bytes: u64) -> Option<Timestamp> {
         let now = self.clock.now();
         self.regulator(now).admit(now, bytes).then_some(now)
+    }
+
+    /// May a new file be created on the SSD? Only with room under the
+    /// write budget's pace for its first write ([`NEW_FILE_ROOM`]).
+    pub(super) fn admit_new_file(&self) -> bool {
+        let now = self.clock.now();
+        self.regulator(now).admit_new(now, NEW_FILE_ROOM)
     }
 
     /// May a write of `bytes` to data already on the SSD go there? False:

@@ -29,7 +29,7 @@ use crate::report::{FileReport, GroupReport, MigrationReport, StatusReport, Tier
 use crate::settings::{Key, Settings};
 use crate::state::ns::Ino;
 use crate::state::Kv;
-use crate::stats::{self, FileStats, Group, Residence, Stats, StatsStore};
+use crate::stats::{self, FileStats, Group, Residence, Stats, StatsStore, FLUSH_BATCH};
 use crate::store::Store;
 use crate::tier::Tier;
 use crate::vfs::Ctx;
@@ -330,8 +330,10 @@ pub struct Engine<S: Store> {
     notes: Mutex<HashMap<Ino, String>>,
     last_run: Mutex<HashMap<Group, Timestamp>>,
     groups: Mutex<Groups>,
-    /// Directories whose subtree must be regrouped (settings changed, renamed).
-    regroup: Mutex<Vec<Ino>>,
+    /// Directories whose subtree must be regrouped, and why.
+    regroup: Mutex<Vec<(Ino, Regroup)>>,
+    /// How many times a group's policy conformed its files (tests).
+    pub(crate) conforms: AtomicU64,
     /// Hystor's monitor and the chunk moves to make.
     chunks: Mutex<chunks::Chunks>,
     /// The write-back areas (a leaf but for the extent map's lock).
@@ -436,18 +438,35 @@ impl<S: Store> Engine<S> {
             let g = parent_of(ino).map(|p| groups.group_of(p, &parent_of)).unwrap_or(0);
             stats.set_group(ino, g);
         }
-        let records = vol.ns.all_records().unwrap_or_else(|e| {
-            tracing::error!(error = %e, "cannot read the namespace to check the statistics and the SSD account");
-            Vec::new()
+        // One pass over the inode records, keeping only what is needed: the
+        // files on the SSD for the account, and every file's placement only
+        // when the statistics must be audited.
+        let need_audit = cfg.audit_space || stats.is_empty();
+        let mut files: HashMap<Ino, crate::tier::Placement> = HashMap::new();
+        let mut on_ssd: Vec<Ino> = Vec::new();
+        let read = vol.ns.for_each_record(&mut |ino, r| {
+            if r.kind != crate::store::FileKind::File {
+                return;
+            }
+            if r.placement.uses_ssd() {
+                on_ssd.push(ino);
+            }
+            if need_audit {
+                files.insert(ino, r.placement);
+            }
         });
-        if cfg.audit_space || stats.is_empty() {
+        if let Err(e) = read {
+            tracing::error!(error = %e, "cannot read the namespace to check the statistics and the SSD account");
+        }
+        if need_audit {
             let mut group_of = |ino: Ino| parent_of(ino).map(|p| groups.group_of(p, &parent_of)).unwrap_or(0);
-            audit(&mut stats, &records, |ino| vol.getattr(ino).map(|a| a.size).unwrap_or(0), &mut group_of);
+            audit(&mut stats, files, |ino| vol.getattr(ino).map(|a| a.size).unwrap_or(0), &mut group_of);
         }
         let real = vol.tiers.store(Tier::Ssd).statfs().map(|s| s.total).unwrap_or(u64::MAX);
         let ssd_limit = cfg.ssd_capacity.map(|c| c.min(real)).unwrap_or(real);
-        let account = ssd_account(&vol, &records, ssd_limit);
-        drop(records);
+        let account = ssd_account(&vol, &on_ssd, ssd_limit);
+        // Loading a million statistics leaves as much freed memory behind.
+        release_free_memory();
         tracing::info!(
             files = stats.len(),
             ssd_used = account.used(),
@@ -486,6 +505,7 @@ impl<S: Store> Engine<S> {
             last_run: Mutex::new(HashMap::new()),
             groups: Mutex::new(groups),
             regroup: Mutex::new(Vec::new()),
+            conforms: AtomicU64::new(0),
             chunks: Mutex::new(chunks::Chunks::new(period)),
             wb: Mutex::new(writeback::WriteBack::default()),
             wb_cv: Condvar::new(),
@@ -639,7 +659,7 @@ impl<S: Store> Engine<S> {
                 }
             }
             if let EventKind::DirMoved { .. } = ev.kind {
-                self.regroup.lock().push(ev.ino);
+                self.regroup.lock().push((ev.ino, Regroup::Moved));
                 continue;
             }
             if ev.kind == EventKind::Remove {
@@ -672,15 +692,16 @@ impl<S: Store> Engine<S> {
     /// flushing.
     pub fn maintain(&self, now: Timestamp, last_flush: &mut Timestamp, force_flush: bool) {
         let mut st = self.stats.lock();
-        let dirs: Vec<Ino> = std::mem::take(&mut *self.regroup.lock());
+        let dirs: Vec<(Ino, Regroup)> = std::mem::take(&mut *self.regroup.lock());
         if !dirs.is_empty() {
             self.groups.lock().invalidate();
             let mut touched: HashSet<Group> = HashSet::new();
-            for d in dirs {
-                self.regroup_subtree(&mut st, d, &mut touched);
+            for (d, why) in dirs {
+                self.regroup_subtree(&mut st, d, why, &mut touched);
             }
             for g in touched {
                 let (kind, _) = self.setting(g);
+                self.conforms.fetch_add(1, Ordering::Relaxed);
                 let plan = self.with_view(&st, g, false, |v| kind.policy().conform(v));
                 if !plan.is_empty() {
                     tracing::info!(group = g, moves = plan.steps.len(), policy = %kind, "files move to where their policy wants them");
@@ -703,8 +724,14 @@ impl<S: Store> Engine<S> {
         if aged > 0 {
             tracing::debug!(periods = aged, "counters aged");
         }
+        if st.compact_if_grown() {
+            tracing::debug!(files = st.len(), "statistics maps rebuilt compactly");
+        }
         if force_flush || now.since(*last_flush) >= self.cfg.flush_every {
-            match self.store.flush(&mut st) {
+            // Periodic flushes write a bounded part; the last one all.
+            let written =
+                if force_flush { self.store.flush(&mut st) } else { self.store.flush_part(&mut st, FLUSH_BATCH) };
+            match written {
                 Ok(n) if n > 0 => tracing::debug!(entries = n, "statistics flushed"),
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "statistics flush failed"),
@@ -785,22 +812,37 @@ impl<S: Store> Engine<S> {
 
     /// Puts every file below `dir` in its (new) group and collects the
     /// groups whose files or settings may have changed.
-    fn regroup_subtree(&self, st: &mut Stats, dir: Ino, touched: &mut HashSet<Group>) {
+    ///
+    /// After a settings change every group in the subtree (and the one it
+    /// belongs to) conforms: their policies or inherited settings may have
+    /// changed. After a rename only the groups that gained or lost files,
+    /// and those headed inside the moved subtree (whose inherited settings
+    /// may have changed), do: a rename within one group moves nothing, and
+    /// costs a walk of the renamed subtree, not of the group.
+    fn regroup_subtree(&self, st: &mut Stats, dir: Ino, why: Regroup, touched: &mut HashSet<Group>) {
         // The head lookup's guard must be gone before `group_of` locks the
         // groups again (a temporary in one expression would deadlock).
         let head = self.groups.lock().group_of_dir_head(dir);
-        let top = head.unwrap_or_else(|| self.group_of(dir));
-        touched.insert(top);
+        if why == Regroup::Settings {
+            touched.insert(head.unwrap_or_else(|| self.group_of(dir)));
+        }
         let mut stack = vec![dir];
         while let Some(d) = stack.pop() {
             let g = self.group_of(d);
-            touched.insert(g);
+            let heads_here = self.groups.lock().group_of_dir_head(d).is_some();
+            if why == Regroup::Settings || heads_here {
+                touched.insert(g);
+            }
             let Ok(children) = self.vol.ns.children(d) else { continue };
             for c in children {
                 match c.kind {
                     crate::store::FileKind::Dir => stack.push(c.ino),
-                    crate::store::FileKind::File if st.get(c.ino).is_some_and(|f| f.group != g) => {
-                        st.set_group(c.ino, g);
+                    crate::store::FileKind::File => {
+                        if let Some(old) = st.get(c.ino).map(|f| f.group).filter(|&old| old != g) {
+                            st.set_group(c.ino, g);
+                            touched.insert(old);
+                            touched.insert(g);
+                        }
                     }
                     _ => {}
                 }
@@ -865,6 +907,8 @@ impl<S: Store> Engine<S> {
 
     fn run(&self) {
         let mut last_flush = self.clock.now();
+        let mut last_trim = std::time::Instant::now();
+        let mut trim_files = 0usize;
         loop {
             // Poll instead of blocking on the queue: a receiver blocked in
             // recv makes every request wake this thread, and on a small
@@ -877,6 +921,16 @@ impl<S: Store> Engine<S> {
             self.maintain(self.clock.now(), &mut last_flush, false);
             if stopping {
                 break;
+            }
+            // Only after a big change in the number of files (an adoption,
+            // a mass removal): a trim walks the whole heap.
+            if last_trim.elapsed() >= TRIM_EVERY {
+                let files = self.stats.lock().len();
+                if files.abs_diff(trim_files) >= TRIM_AFTER_FILES {
+                    release_free_memory();
+                    trim_files = files;
+                }
+                last_trim = std::time::Instant::now();
             }
         }
         self.maintain(self.clock.now(), &mut last_flush, true);
@@ -1663,7 +1717,7 @@ impl<S: Store> Engine<S> {
         self.vol.ns.commit(b, true)?;
         tracing::info!(path, setting = key.name(), value = ?own.get(key), "tierfs setting changed");
         let dir = if is_dir { ino } else { self.parent_of(ino).unwrap_or(crate::state::ns::ROOT_INO) };
-        self.regroup.lock().push(dir);
+        self.regroup.lock().push((dir, Regroup::Settings));
         Ok(())
     }
 
@@ -1697,15 +1751,10 @@ fn ssd_hungry(key: Key, value: &[u8]) -> bool {
 /// files without statistics get fresh ones in their group.
 fn audit(
     stats: &mut Stats,
-    records: &[(Ino, crate::state::ns::InodeRecord)],
+    files: HashMap<Ino, crate::tier::Placement>,
     size_of: impl Fn(Ino) -> u64,
     group_of: &mut dyn FnMut(Ino) -> Group,
 ) {
-    let files: HashMap<Ino, crate::tier::Placement> = records
-        .iter()
-        .filter(|(_, r)| r.kind == crate::store::FileKind::File)
-        .map(|(i, r)| (*i, r.placement))
-        .collect();
     let gone: Vec<Ino> = stats.iter().map(|(i, _)| i).filter(|i| !files.contains_key(i)).collect();
     let (mut added, mut moved) = (0, 0);
     for ino in &gone {
@@ -1738,12 +1787,9 @@ fn audit(
 
 /// The SSD space account as the SSD holds it: every file whose placement
 /// uses the SSD, charged what its copy there occupies.
-fn ssd_account<S: Store>(vol: &Volume<S>, records: &[(Ino, crate::state::ns::InodeRecord)], limit: u64) -> SsdAccount {
+fn ssd_account<S: Store>(vol: &Volume<S>, on_ssd: &[Ino], limit: u64) -> SsdAccount {
     let mut a = SsdAccount::new(limit);
-    for (ino, rec) in records {
-        if rec.kind != crate::store::FileKind::File || !rec.placement.uses_ssd() {
-            continue;
-        }
+    for ino in on_ssd {
         let Ok(Some((p, n))) = vol.ns.first_link(*ino) else { continue };
         if let Ok(st) = vol.stat_on(p, &n, Tier::Ssd) {
             a.settle(*ino, 0, st.blocks * 512);
@@ -1777,7 +1823,7 @@ impl<S: Store> Hooks for EngineHooks<S> {
             // A new file is a write that can go elsewhere, with
             // `--placement ssd` too: the placement says where new files
             // go, the budget how much the SSD takes.
-            Tier::Ssd if !e.admit_ssd(0) => {
+            Tier::Ssd if !e.admit_new_file() => {
                 e.counters.diverted.fetch_add(1, Ordering::Relaxed);
                 Some(Tier::Hdd)
             }
@@ -1859,6 +1905,37 @@ impl<S: Store> Hooks for EngineHooks<S> {
             Some(e) => e.vol.tiers.store(Tier::Ssd).statfs().map(|s| s.avail >= 1 << 30).unwrap_or(false),
             None => true,
         }
+    }
+}
+
+/// Why a subtree is regrouped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Regroup {
+    /// A setting of its head (or of a file in it) changed.
+    Settings,
+    /// It was renamed.
+    Moved,
+}
+
+/// How often the engine may give memory the allocator holds free back to
+/// the system, and after how big a change in the number of tracked files.
+const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+const TRIM_AFTER_FILES: usize = 50_000;
+
+/// Returns the heap memory glibc's allocator holds free to the system. A
+/// big adoption or statistics flush allocates and frees hundreds of
+/// megabytes in many small pieces, which glibc otherwise keeps for the
+/// life of the daemon.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let t = std::time::Instant::now();
+        // SAFETY: malloc_trim only walks the allocator's own free lists; it
+        // is safe to call at any time from any thread.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+        tracing::debug!(took = ?t.elapsed(), "free heap memory given back");
     }
 }
 

@@ -433,3 +433,66 @@ fn past_the_budget_placement_ssd_sends_new_files_to_the_hdd_and_a_pinned_file_st
     assert!(r.engine.regulator_report().diverted_today_writes >= 1, "the new file was diverted");
     assert_eq!(r.engine.counters.evacuations.load(Ordering::Relaxed), 0, "nothing was taken off the SSD");
 }
+
+#[test]
+fn a_rename_within_a_policy_group_does_not_conform_the_whole_group() {
+    // Every directory rename made each touched group's policy conform all
+    // of its files: with a million files in a group, one `mv` of an empty
+    // directory rescanned them all.
+    let r = rig(PolicyKind::DynamicHotDst);
+    let p = r.vol.mkdir(&CTX, ROOT_INO, OsStr::new("p"), 0o755, 0).unwrap().ino;
+    r.engine.xattr_change(&CTX, p, OsStr::new("user.tierfs.policy"), Some(b"hdd-only"), 0).unwrap().unwrap();
+    let a = r.vol.mkdir(&CTX, p, OsStr::new("a"), 0o755, 0).unwrap().ino;
+    let (attr, o) = r.vol.create(&CTX, a, OsStr::new("f"), 0o644, 0, libc::O_RDWR).unwrap();
+    r.vol.release(o.fh).unwrap();
+    r.step();
+    let group = r.engine.stats.lock().get(attr.ino).unwrap().group;
+    assert_ne!(group, 0, "the file is in p's group");
+    let before = r.engine.conforms.load(Ordering::Relaxed);
+    r.vol.rename(p, OsStr::new("a"), p, OsStr::new("b"), 0).unwrap();
+    r.step();
+    assert_eq!(r.engine.conforms.load(Ordering::Relaxed), before, "nothing changed group");
+    assert_eq!(r.engine.stats.lock().get(attr.ino).unwrap().group, group);
+    // Out of the group: both groups conform, and the file follows.
+    r.vol.rename(p, OsStr::new("b"), ROOT_INO, OsStr::new("b"), 0).unwrap();
+    r.step();
+    assert_eq!(r.engine.conforms.load(Ordering::Relaxed), before + 2, "the group it left and the one it joined");
+    assert_eq!(r.engine.stats.lock().get(attr.ino).unwrap().group, 0);
+}
+
+#[test]
+fn a_close_racing_an_unlink_leaves_no_charge_for_the_gone_file() {
+    // The last close looked at the record (still there), then measured
+    // and settled the file's SSD bytes. An unlink that deleted the record
+    // and dropped the charge in between (it does not take the file's I/O
+    // lock) had its charge put back for a file that no longer existed,
+    // until the next mount: the SSD account stayed 8 KiB too high.
+    let r = rig(PolicyKind::DynamicColdDst);
+    let (attr, o) = r.vol.create(&CTX, ROOT_INO, OsStr::new("f"), 0o644, 0, libc::O_RDWR).unwrap();
+    r.vol.write(o.fh, 0, &[5u8; 8192]).unwrap();
+    r.step();
+    assert_eq!(r.vol.record(attr.ino).unwrap().placement, crate::tier::Placement::On(Tier::Ssd));
+    assert!(r.engine.ssd_used() >= 8192);
+    // Hold the closing thread in its second fstat: the one that measures
+    // the SSD bytes to settle (the first gives the size).
+    let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = Arc::new(parking_lot::Mutex::new(go_rx));
+    let seen = Arc::new(AtomicU64::new(0));
+    r.ssd.set_gate(Some(Arc::new(move |op, _| {
+        if op == "fstat" && std::thread::current().name() == Some("closer") && seen.fetch_add(1, Ordering::SeqCst) == 1
+        {
+            held_tx.send(()).unwrap();
+            go_rx.lock().recv().unwrap();
+        }
+    })));
+    let vol = r.vol.clone();
+    let closer = std::thread::Builder::new().name("closer".into()).spawn(move || vol.release(o.fh)).unwrap();
+    held_rx.recv_timeout(Duration::from_secs(5)).expect("the close reached its second fstat");
+    r.vol.unlink(ROOT_INO, OsStr::new("f")).unwrap();
+    go_tx.send(()).unwrap();
+    within(5, "the close", move || closer.join().unwrap().unwrap());
+    r.ssd.set_gate(None);
+    r.step();
+    assert_eq!(r.engine.ssd_used(), 0, "no charge is left for the removed file");
+}

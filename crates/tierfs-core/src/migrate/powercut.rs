@@ -6,7 +6,7 @@
 //! - the whole life of a cached file (its copy made, written through,
 //!   dropped) with a cut at every point of it;
 //! - a cut while recovery itself runs, then recovery again;
-//! - the protocol under sled's own durability: a child process runs each
+//! - the protocol under the state database's own durability: a child process runs each
 //!   migration over real directories and a real state database and aborts
 //!   at each step, flushing nothing; the parent recovers and checks.
 
@@ -135,13 +135,13 @@ fn a_cut_while_recovery_runs_is_recovered_at_the_next_mount() {
     }
 }
 
-/// The scenario's volume over real directories and a real sled database in
+/// The scenario's volume over real directories and a real state database (fjall) in
 /// `dir` (created if needed).
 fn real(dir: &std::path::Path) -> Volume<crate::store::dir::DirStore> {
     for d in ["ssd", "hdd", "state"] {
         std::fs::create_dir_all(dir.join(d)).unwrap();
     }
-    let kv = crate::state::SledKv::open(&dir.join("state")).unwrap();
+    let kv = crate::state::FjallKv::open(&dir.join("state")).unwrap();
     let v = Volume::new(
         crate::store::dir::DirStore::new(dir.join("ssd")).unwrap(),
         crate::store::dir::DirStore::new(dir.join("hdd")).unwrap(),
@@ -167,12 +167,12 @@ impl Control for AbortAt {
     }
 }
 
-const SLED_CHILD: &str = "TIERFS_SLED_CRASH";
+const STATE_CHILD: &str = "TIERFS_STATE_CRASH";
 
 #[test]
-fn every_crash_point_under_sled_recovers() {
+fn every_crash_point_under_the_real_state_database_recovers() {
     let cases = CASES;
-    if let Ok(spec) = std::env::var(SLED_CHILD) {
+    if let Ok(spec) = std::env::var(STATE_CHILD) {
         // The child: one migration, aborted at one step.
         let mut it = spec.split('|');
         let (dir, case, step) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
@@ -190,10 +190,14 @@ fn every_crash_point_under_sled_recovers() {
                 let v = real(dir.path());
                 build(&v)
             };
-            let what = format!("{mv:?} {path}, process aborted at {} under sled", step.name());
+            let what = format!("{mv:?} {path}, process aborted at {} under the state database", step.name());
             let out = std::process::Command::new(std::env::current_exe().unwrap())
-                .args(["migrate::powercut::every_crash_point_under_sled_recovers", "--exact", "--nocapture"])
-                .env(SLED_CHILD, format!("{}|{case}|{si}", dir.path().display()))
+                .args([
+                    "migrate::powercut::every_crash_point_under_the_real_state_database_recovers",
+                    "--exact",
+                    "--nocapture",
+                ])
+                .env(STATE_CHILD, format!("{}|{case}|{si}", dir.path().display()))
                 .output()
                 .unwrap();
             use std::os::unix::process::ExitStatusExt;

@@ -778,3 +778,30 @@ fn a_new_copy_of_a_file_held_open_is_written_through_again() {
     assert_eq!(v.record(ino).unwrap().placement, Placement::Cached);
     assert_eq!(read_all(&v, ino), want, "read from the new copy");
 }
+
+#[test]
+fn a_hard_link_adopted_after_a_cut_reconciliation_keeps_the_inode_of_its_other_name() {
+    // A big directory is adopted in parts. If a crash cuts it after the
+    // part with one name of a hard-linked file, the next mount adopts the
+    // other name; it found no earlier name (known names are not stat'ed)
+    // and made a second inode for the same file.
+    let rig = Rig::new();
+    let root = rig.hdd.root().unwrap();
+    let o = rig.hdd.open(&root, OsStr::new("a"), libc::O_CREAT | libc::O_WRONLY, 0o644).unwrap();
+    rig.hdd.write_at(&o, b"linked", 0).unwrap();
+    rig.hdd.link(&root, OsStr::new("a"), &root, OsStr::new("z")).unwrap();
+    for i in 0..100 {
+        rig.hdd.open(&root, OsStr::new(&format!("m{i:03}")), libc::O_CREAT | libc::O_WRONLY, 0o644).unwrap();
+    }
+    let v = rig.mount();
+    let a = lookup(&v, "a");
+    assert_eq!(lookup(&v, "z"), a, "one inode for both names");
+    // As if the part with `z` had not been committed when the power went.
+    let mut b = v.ns.batch();
+    b.unlink(ROOT_INO, OsStr::new("z"), a);
+    v.ns.commit(b, true).unwrap();
+    drop(v);
+    let v = rig.mount();
+    assert_eq!(lookup(&v, "z"), a, "the other name joins the inode the database knows");
+    assert_eq!(v.ns.links(a).unwrap().len(), 2);
+}

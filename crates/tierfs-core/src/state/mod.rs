@@ -2,7 +2,10 @@
 //! backend for real mounts and an in-memory backend that simulates crashes,
 //! and the typed namespace and journal records on top of it ([`ns`]).
 
+mod fjall;
 pub mod ns;
+
+pub use self::fjall::FjallKv;
 
 use crate::error::{Error, Result};
 use parking_lot::Mutex;

@@ -320,6 +320,14 @@ pub(crate) fn ino_at(b: &[u8], at: usize) -> Result<Ino> {
         .ok_or_else(|| Error::Corrupt("short key or value".into()))
 }
 
+/// A directory entry from its key and value.
+fn decode_dentry(k: &[u8], v: &[u8]) -> Result<Dentry> {
+    let kind =
+        v.get(8).and_then(|k| FileKind::decode(*k)).ok_or_else(|| Error::Corrupt("directory entry kind".into()))?;
+    let name = k.get(9..).ok_or_else(|| Error::Corrupt("short directory entry key".into()))?;
+    Ok(Dentry { name: OsString::from_vec(name.to_vec()), ino: ino_at(v, 0)?, kind })
+}
+
 /// One entry of a directory, as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Dentry {
@@ -376,16 +384,27 @@ impl Namespace {
 
     /// The entries of a directory, sorted by name.
     pub fn children(&self, parent: Ino) -> Result<Vec<Dentry>> {
+        self.kv.scan(TreeId::Ns, &key(b'd', parent))?.into_iter().map(|(k, v)| decode_dentry(&k, &v)).collect()
+    }
+
+    /// Up to `limit` entries of a directory after the name `after` (from
+    /// the first with `None`), sorted by name.
+    pub fn children_after(&self, parent: Ino, after: Option<&OsStr>, limit: usize) -> Result<Vec<Dentry>> {
         let prefix = key(b'd', parent);
-        let mut out = Vec::new();
-        for (k, v) in self.kv.scan(TreeId::Ns, &prefix)? {
-            let kind = v
-                .get(8)
-                .and_then(|k| FileKind::decode(*k))
-                .ok_or_else(|| Error::Corrupt("directory entry kind".into()))?;
-            out.push(Dentry { name: OsString::from_vec(k[9..].to_vec()), ino: ino_at(&v, 0)?, kind });
-        }
-        Ok(out)
+        let start = match after {
+            // The smallest key after `after`'s own.
+            Some(name) => {
+                let mut k = dentry_key(parent, name);
+                k.push(0);
+                k
+            }
+            None => prefix.clone(),
+        };
+        self.kv
+            .range(TreeId::Ns, &start, &prefix_end(&prefix), limit)?
+            .into_iter()
+            .map(|(k, v)| decode_dentry(&k, &v))
+            .collect()
     }
 
     /// True if the directory has any entry.
@@ -425,9 +444,21 @@ impl Namespace {
         self.kv.scan(TreeId::Ns, b"c")?.into_iter().map(|(k, _)| ino_at(&k, 1)).collect()
     }
 
-    /// Every inode record (for audits and the first-mount accounting).
-    pub fn all_records(&self) -> Result<Vec<(Ino, InodeRecord)>> {
-        self.kv.scan(TreeId::Ns, b"i")?.into_iter().map(|(k, v)| Ok((ino_at(&k, 1)?, decode_record(&v)?))).collect()
+    /// Calls `f` with every inode record, in inode order, without holding
+    /// them all (for audits and the accounting at mount: a million records
+    /// as one list took 200 MB). Stops at the first undecodable record.
+    pub fn for_each_record(&self, f: &mut dyn FnMut(Ino, InodeRecord)) -> Result<()> {
+        let mut bad = None;
+        self.kv.for_each(TreeId::Ns, b"i", &mut |k, v| {
+            if bad.is_some() {
+                return;
+            }
+            match ino_at(k, 1).and_then(|ino| Ok((ino, decode_record(v)?))) {
+                Ok((ino, r)) => f(ino, r),
+                Err(e) => bad = Some(e),
+            }
+        })?;
+        bad.map_or(Ok(()), Err)
     }
 
     /// Raw settings stored for an inode.
@@ -538,6 +569,10 @@ impl Batch {
     /// True if nothing was added.
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
+    }
+    /// How many writes were added.
+    pub fn len(&self) -> usize {
+        self.ops.len()
     }
 }
 

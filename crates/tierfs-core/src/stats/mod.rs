@@ -16,7 +16,7 @@ pub mod counter;
 pub mod history;
 mod persist;
 
-pub use persist::{load, StatsStore};
+pub use persist::{load, StatsStore, FLUSH_BATCH};
 
 use crate::clock::Timestamp;
 use crate::event::{Event, EventKind};
@@ -144,6 +144,8 @@ pub struct Stats {
     dirty: HashSet<Ino>,
     removed: HashSet<Ino>,
     last_aged: Option<Timestamp>,
+    /// Entries added one by one since the maps were last built in bulk.
+    grown: usize,
     /// Every this long all counters are halved.
     pub aging_period: Duration,
 }
@@ -215,8 +217,9 @@ impl Stats {
 
     /// Starts tracking a file (or replaces its entry).
     pub fn insert(&mut self, ino: Ino, f: FileStats) {
-        if let Some(old) = self.files.insert(ino, f) {
-            self.unindex(ino, &old);
+        match self.files.insert(ino, f) {
+            Some(old) => self.unindex(ino, &old),
+            None => self.grown += 1,
         }
         self.reindex(ino, &f);
         self.seq = self.seq.max(f.seq);
@@ -234,7 +237,21 @@ impl Stats {
         self.dirty.clear();
     }
 
+    /// Builds the maps again in bulk if more than half of their entries
+    /// were added one by one since they last were (at least 10 000): maps
+    /// grown by inserts in inode order, as an adoption makes them, have
+    /// half-full nodes and take twice the memory. Returns whether it did.
+    pub fn compact_if_grown(&mut self) -> bool {
+        if self.grown < 10_000 || self.grown * 2 < self.files.len() {
+            return false;
+        }
+        self.files = std::mem::take(&mut self.files).into_iter().collect();
+        self.rebuild_index();
+        true
+    }
+
     fn rebuild_index(&mut self) {
+        self.grown = 0;
         let mut index: HashMap<(Group, Residence), Vec<Key>> = HashMap::new();
         for (ino, f) in &self.files {
             index.entry((f.group, f.residence)).or_default().push(key(f, *ino));
@@ -476,11 +493,28 @@ impl Stats {
         out
     }
 
-    /// Changed and removed entries since the last call.
-    pub fn take_dirty(&mut self) -> (Vec<(Ino, FileStats)>, Vec<Ino>) {
+    /// Up to `limit` of the entries changed or removed since they were
+    /// last taken (for persistence).
+    pub fn take_dirty(&mut self, limit: usize) -> (Vec<(Ino, FileStats)>, Vec<Ino>) {
+        let take = |set: &mut HashSet<Ino>, limit: usize| -> Vec<Ino> {
+            if set.len() <= limit {
+                return std::mem::take(set).into_iter().collect();
+            }
+            let part: Vec<Ino> = set.iter().take(limit).copied().collect();
+            for i in &part {
+                set.remove(i);
+            }
+            part
+        };
         let dirty: Vec<_> =
-            std::mem::take(&mut self.dirty).into_iter().filter_map(|i| self.files.get(&i).map(|f| (i, *f))).collect();
-        (dirty, std::mem::take(&mut self.removed).into_iter().collect())
+            take(&mut self.dirty, limit).into_iter().filter_map(|i| self.files.get(&i).map(|f| (i, *f))).collect();
+        let removed = take(&mut self.removed, limit.saturating_sub(dirty.len()));
+        (dirty, removed)
+    }
+
+    /// How many entries changed or went since they were last taken.
+    pub fn unflushed(&self) -> usize {
+        self.dirty.len() + self.removed.len()
     }
 
     /// The logical clock (for persistence).
@@ -564,6 +598,26 @@ mod tests {
         assert_eq!(cold, vec![2, 3, 1], "least recent first among equals");
         assert_eq!(s.coldest_on_ssd(&mut |_, _| false).unwrap().0, 2);
         assert_eq!(s.coldest_on_ssd(&mut |i, _| i == 2).unwrap().0, 3);
+    }
+
+    #[test]
+    fn maps_grown_by_an_adoption_are_rebuilt_once_and_keep_every_entry() {
+        let mut s = Stats::new(DEFAULT_AGING);
+        assert!(!s.compact_if_grown(), "nothing to rebuild");
+        for ino in 0..20_000u64 {
+            s.insert(ino, FileStats { counter: (ino % 97) as u32, seq: ino, ..FileStats::default() });
+        }
+        let before: Vec<_> = s.hottest(0, Residence::Hdd).map(|(i, f)| (i, *f)).collect();
+        assert!(s.compact_if_grown());
+        assert!(!s.compact_if_grown(), "rebuilt maps are not rebuilt again");
+        assert!(s.check_index());
+        let after: Vec<_> = s.hottest(0, Residence::Hdd).map(|(i, f)| (i, *f)).collect();
+        assert_eq!(before, after);
+        // Updates of tracked files do not count as growth.
+        for ino in 0..20_000u64 {
+            s.insert(ino, FileStats { counter: 1, ..FileStats::default() });
+        }
+        assert!(!s.compact_if_grown());
     }
 
     #[test]

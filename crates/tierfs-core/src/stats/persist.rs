@@ -11,6 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const V1: u8 = 1;
+/// The most entries one statistics batch writes (about 5 MB of writes).
+pub const FLUSH_BATCH: usize = 50_000;
 const META_SEQ: &[u8] = b"\xffseq";
 const META_EVICTED: &[u8] = b"\xfflast-evicted";
 const META_AGED: &[u8] = b"\xfflast-aged";
@@ -74,10 +76,23 @@ impl StatsStore {
         StatsStore { kv }
     }
 
-    /// Writes what changed since the last flush, in one batch. Returns the
-    /// number of entries written and removed.
+    /// Writes everything that changed since the last flush, in batches of
+    /// [`FLUSH_BATCH`]. Returns the number of entries written and removed.
     pub fn flush(&self, s: &mut Stats) -> Result<usize> {
-        let (dirty, removed) = s.take_dirty();
+        let mut n = self.flush_part(s, FLUSH_BATCH)?;
+        while s.unflushed() > 0 {
+            n += self.flush_part(s, FLUSH_BATCH)?;
+        }
+        Ok(n)
+    }
+
+    /// Writes up to `limit` of the entries that changed since the last
+    /// flush, in one batch, so that a flush after an aging or an adoption
+    /// that changed a million entries neither takes a million entries'
+    /// worth of memory nor stalls the engine: the rest goes in later
+    /// flushes. Returns the number of entries written and removed.
+    pub fn flush_part(&self, s: &mut Stats, limit: usize) -> Result<usize> {
+        let (dirty, removed) = s.take_dirty(limit);
         let n = dirty.len() + removed.len();
         let mut ops: Vec<Op> = Vec::with_capacity(n + 4);
         for (ino, f) in dirty {
@@ -87,12 +102,18 @@ impl StatsStore {
             ops.push(Op::Del(ino.to_be_bytes().to_vec()));
         }
         ops.push(Op::Put(META_SEQ.to_vec(), s.seq().to_be_bytes().to_vec()));
-        match s.last_evicted {
-            Some(c) => ops.push(Op::Put(META_EVICTED.to_vec(), c.to_be_bytes().to_vec())),
-            None => ops.push(Op::Del(META_EVICTED.to_vec())),
-        }
-        if let Some(t) = s.last_aged() {
-            ops.push(Op::Put(META_AGED.to_vec(), t.0.to_be_bytes().to_vec()));
+        // The aging time and the last evicted counter describe the entries
+        // as they are now: written with the part that writes the last of
+        // them, or a crash between parts would load entries that missed
+        // an aging with the time that says they had it.
+        if s.unflushed() == 0 {
+            match s.last_evicted {
+                Some(c) => ops.push(Op::Put(META_EVICTED.to_vec(), c.to_be_bytes().to_vec())),
+                None => ops.push(Op::Del(META_EVICTED.to_vec())),
+            }
+            if let Some(t) = s.last_aged() {
+                ops.push(Op::Put(META_AGED.to_vec(), t.0.to_be_bytes().to_vec()));
+            }
         }
         let mut served = Vec::with_capacity(32);
         for x in s.served.reqs.iter().chain(s.served.bytes.iter()) {
@@ -180,5 +201,28 @@ mod tests {
         assert_eq!(t.last_evicted, Some(40));
         assert_eq!(t.seq(), 11);
         assert!(t.check_index());
+    }
+
+    #[test]
+    fn a_flush_of_many_changes_goes_in_bounded_parts_and_loses_none() {
+        let kv: Arc<dyn Kv> = Arc::new(MemKv::new());
+        let mut s = Stats::new(Duration::from_secs(60));
+        for ino in 10..1010 {
+            s.insert(ino, FileStats { counter: ino as u32, ..FileStats::default() });
+        }
+        for ino in 10..20 {
+            s.remove(ino);
+        }
+        let store = StatsStore::new(kv.clone());
+        let mut parts = 0;
+        while s.unflushed() > 0 {
+            assert!(store.flush_part(&mut s, 300).unwrap() <= 300);
+            parts += 1;
+        }
+        assert_eq!(parts, 4, "990 changed and 10 removed entries in parts of 300");
+        let (t, bad, err) = load(&kv, Duration::from_secs(60));
+        assert!(err.is_none() && bad == 0);
+        assert_eq!(t.len(), 990);
+        assert!((20..1010).all(|i| t.get(i).map(|f| f.counter) == Some(i as u32)));
     }
 }

@@ -1,11 +1,21 @@
-//! opendir, readdir, releasedir, fsyncdir. A directory handle holds a
-//! snapshot of the entries taken at opendir, so offsets stay valid while
-//! the directory changes.
+//! opendir, readdir, releasedir, fsyncdir.
+//!
+//! A directory handle is a cursor into the directory's entries in the state
+//! database, which are ordered by name: each readdir reads the next few
+//! entries after the last name it returned, so a listing costs the same per
+//! call however big the directory is, and holds no copy of it. Offsets are
+//! positions in one handle's listing; the handle remembers the name at each
+//! offset of its last answer, which is where the kernel continues (it asks
+//! again from the last entry that fitted in its buffer). An entry present
+//! for the whole listing is returned exactly once, whatever else is added
+//! or removed meanwhile; one added or removed during it at most once.
 
 use super::Volume;
 use crate::error::{err, Error, Result};
 use crate::state::ns::{Ino, ROOT_INO};
 use crate::store::{FileKind, Store};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::sync::Arc;
 
@@ -22,6 +32,20 @@ pub struct DirEntryOut {
     pub name: OsString,
 }
 
+/// How many entries one readdir reads from the state database: more than
+/// a kernel readdir buffer (4 KiB, a page) usually holds.
+pub const READDIR_BATCH: usize = 256;
+
+/// An open directory.
+#[derive(Debug)]
+pub(crate) struct DirHandle {
+    ino: Ino,
+    parent: Ino,
+    /// Offset -> the name of the entry that ends there, for the entries of
+    /// the last answer (where the next readdir continues).
+    marks: Mutex<BTreeMap<u64, OsString>>,
+}
+
 impl<S: Store> Volume<S> {
     /// Opens a directory for reading.
     pub fn opendir(&self, ino: Ino) -> Result<u64> {
@@ -31,21 +55,57 @@ impl<S: Store> Volume<S> {
         }
         self.reconcile(ino, false)?;
         let parent = if ino == ROOT_INO { ROOT_INO } else { self.link_of(ino)?.0 };
-        let mut out = Vec::new();
-        out.push(DirEntryOut { ino, next: 1, kind: FileKind::Dir, name: ".".into() });
-        out.push(DirEntryOut { ino: parent, next: 2, kind: FileKind::Dir, name: "..".into() });
-        for (i, d) in self.ns.children(ino)?.into_iter().enumerate() {
-            out.push(DirEntryOut { ino: d.ino, next: i as u64 + 3, kind: d.kind, name: d.name });
-        }
         let fh = self.new_fh();
-        self.dir_handles.lock().insert(fh, Arc::new(out));
+        self.dir_handles.lock().insert(fh, Arc::new(DirHandle { ino, parent, marks: Mutex::new(BTreeMap::new()) }));
         Ok(fh)
     }
 
-    /// The entries from offset `off` on.
+    /// Up to [`READDIR_BATCH`] entries from offset `off` on (none at the
+    /// end).
     pub fn readdir(&self, fh: u64, off: u64) -> Result<Vec<DirEntryOut>> {
         let d = self.dir_handles.lock().get(&fh).cloned().ok_or_else(|| Error::errno(libc::EBADF))?;
-        Ok(d.iter().skip(off as usize).cloned().collect())
+        let mut marks = d.marks.lock();
+        let mut out = Vec::new();
+        if off == 0 {
+            out.push(DirEntryOut { ino: d.ino, next: 1, kind: FileKind::Dir, name: ".".into() });
+        }
+        if off <= 1 {
+            out.push(DirEntryOut { ino: d.parent, next: 2, kind: FileKind::Dir, name: "..".into() });
+        }
+        let want = READDIR_BATCH - out.len();
+        let entries = if off <= 2 {
+            self.ns.children_after(d.ino, None, want)?
+        } else if let Some(after) = marks.get(&off) {
+            self.ns.children_after(d.ino, Some(after), want)?
+        } else {
+            // An offset of an older answer (seekdir): count from the start.
+            let mut skip = off - 2;
+            let mut after: Option<OsString> = None;
+            loop {
+                let page = self.ns.children_after(d.ino, after.as_deref(), READDIR_BATCH)?;
+                let Some(last) = page.last() else { break Vec::new() };
+                if (page.len() as u64) <= skip {
+                    skip -= page.len() as u64;
+                    after = Some(last.name.clone());
+                    continue;
+                }
+                let mut rest = page;
+                rest.drain(..skip as usize);
+                break rest;
+            }
+        };
+        let first = off.max(2);
+        // At the end the marks stay: a readdir at the end again (without a
+        // rewind) is answered from them, not by counting from the start.
+        if !entries.is_empty() {
+            marks.clear();
+        }
+        for (i, e) in entries.into_iter().enumerate() {
+            let next = first + i as u64 + 1;
+            marks.insert(next, e.name.clone());
+            out.push(DirEntryOut { ino: e.ino, next, kind: e.kind, name: e.name });
+        }
+        Ok(out)
     }
 
     /// Closes a directory handle.

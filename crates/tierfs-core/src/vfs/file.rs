@@ -830,11 +830,18 @@ impl<S: Store> Volume<S> {
                 // after it, so that a demotion is never undone.
                 size = Some(self.io_stat(&h.oi, &io).map(|s| s.size).unwrap_or(0));
                 let hooks = self.hooks();
+                // Settle first, then look at the record: an unlink does not
+                // take this lock, and one that deleted the record and
+                // dropped the charge between a look and a settle left a
+                // charge for a file that no longer existed. Now either its
+                // `off_ssd` comes after the settle, or the look below sees
+                // the record gone.
+                if let Some(b) = self.ssd_bytes(&h.oi, &io) {
+                    hooks.settle_ssd(h.ino, 0, Some(b));
+                }
                 if last && matches!(self.ns.record(h.ino), Ok(None)) {
                     // Unlinked while open: its data is gone with this close.
                     hooks.off_ssd(h.ino);
-                } else if let Some(b) = self.ssd_bytes(&h.oi, &io) {
-                    hooks.settle_ssd(h.ino, 0, Some(b));
                 }
             }
             io.retired = last;

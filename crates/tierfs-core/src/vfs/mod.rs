@@ -26,7 +26,7 @@ mod rename;
 pub mod tiers;
 mod xattr;
 
-pub use dir::DirEntryOut;
+pub use dir::{DirEntryOut, READDIR_BATCH};
 pub(crate) use file::alloc_growth;
 pub use file::{Opened, SetAttr};
 pub use reconcile::Conflict;
@@ -323,7 +323,7 @@ pub struct Volume<S: Store> {
     verified: Mutex<HashSet<Ino>>,
     open: Mutex<HashMap<Ino, Arc<OpenInode<S>>>>,
     handles: RwLock<HashMap<u64, Arc<file::Handle<S>>>>,
-    dir_handles: Mutex<HashMap<u64, Arc<Vec<DirEntryOut>>>>,
+    dir_handles: Mutex<HashMap<u64, Arc<dir::DirHandle>>>,
     next_fh: AtomicU64,
     io_mode: std::sync::atomic::AtomicBool,
     events: Arc<dyn EventSink>,

@@ -16,7 +16,7 @@ use crate::event::EventKind;
 use crate::state::ns::{Batch, Ino, InodeRecord};
 use crate::store::{FileKind, Stat, Store, Target, RENAME_NOREPLACE};
 use crate::tier::{Placement, Tier};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::sync::Arc;
@@ -36,15 +36,37 @@ pub struct Conflict {
     pub new_name: String,
 }
 
+/// How many namespace writes one part of a reconciliation commits (about
+/// 1 000 adopted names).
+const RECONCILE_BATCH: usize = 4096;
+
 struct Listing<S: Store> {
     dirs: [Option<Arc<S::Dir>>; 2],
     /// name -> per-tier stat of the entry there
     names: BTreeMap<OsString, [Option<Stat>; 2]>,
+    /// Names whose stats hold only the kind the backing directory listing
+    /// reported (see [`Volume::full_stats`]).
+    partial: HashSet<OsString>,
+    /// The names the database knew before this reconciliation.
+    known: BTreeMap<OsString, (Ino, FileKind)>,
+    /// Whether the known hard-linked files of this directory were added to
+    /// the adopted links (see [`Volume::known_link`]).
+    links_learned: bool,
 }
 
 impl<S: Store> Volume<S> {
-    fn list_tiers(&self, dir: Ino) -> Result<Listing<S>> {
-        let mut l = Listing { dirs: [None, None], names: BTreeMap::new() };
+    /// Lists `dir` on both tiers. Names the database knows, whose kind the
+    /// listing reports, are not stat'ed yet: a remount checks a known tree
+    /// by kinds alone, and stats only where it must choose between copies
+    /// or adopt (see [`Volume::full_stats`]).
+    fn list_tiers(&self, dir: Ino, known: BTreeMap<OsString, (Ino, FileKind)>) -> Result<Listing<S>> {
+        let mut l = Listing {
+            dirs: [None, None],
+            names: BTreeMap::new(),
+            partial: HashSet::new(),
+            known,
+            links_learned: false,
+        };
         for t in Tier::ALL {
             let d = match self.tiers.dir(dir, t, false) {
                 Ok(d) => d,
@@ -56,6 +78,12 @@ impl<S: Store> Volume<S> {
                 if is_reserved(dir, &e.name) {
                     continue;
                 }
+                if let (Some(kind), true) = (e.kind, l.known.contains_key(&e.name)) {
+                    let st = Stat { mode: kind.mode_bits(), ..Stat::default() };
+                    l.names.entry(e.name.clone()).or_default()[t.idx()] = Some(st);
+                    l.partial.insert(e.name);
+                    continue;
+                }
                 match s.stat(Target::Entry(&d, &e.name)) {
                     Ok(st) => l.names.entry(e.name).or_default()[t.idx()] = Some(st),
                     Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {}
@@ -65,6 +93,25 @@ impl<S: Store> Volume<S> {
             l.dirs[t.idx()] = Some(d);
         }
         Ok(l)
+    }
+
+    /// The whole stats of `name` on each tier, stat'ing it now if the
+    /// listing only gave its kind (gone since: `None`).
+    fn full_stats(&self, l: &mut Listing<S>, name: &OsStr) -> Result<[Option<Stat>; 2]> {
+        if l.partial.remove(name) {
+            for t in Tier::ALL {
+                let (Some(d), Some(p)) = (l.dirs[t.idx()].clone(), l.names.get_mut(name)) else { continue };
+                if p[t.idx()].is_none() {
+                    continue;
+                }
+                p[t.idx()] = match self.tiers.store(t).stat(Target::Entry(&d, name)) {
+                    Ok(st) => Some(st),
+                    Err(err) if err.raw_os_error() == Some(libc::ENOENT) => None,
+                    Err(err) => return Err(err.into()),
+                };
+            }
+        }
+        Ok(l.names.get(name).copied().unwrap_or_default())
     }
 
     /// Reconciles directory `dir` (see the module documentation). Without
@@ -82,32 +129,49 @@ impl<S: Store> Volume<S> {
         if drec.kind != FileKind::Dir {
             return err(libc::ENOTDIR);
         }
-        let mut l = self.list_tiers(dir)?;
         let known: BTreeMap<OsString, (Ino, FileKind)> =
             self.ns.children(dir)?.into_iter().map(|d| (d.name, (d.ino, d.kind))).collect();
+        let mut l = self.list_tiers(dir, known)?;
         let mut all: BTreeSet<OsString> = l.names.keys().cloned().collect();
-        all.extend(known.keys().cloned());
+        all.extend(l.known.keys().cloned());
         let mut b = self.ns.batch();
         let mut events = Vec::new();
         let mut subdirs = 0u32;
         for name in all {
-            let pres = l.names.get(&name).cloned().unwrap_or_default();
-            let k = known.get(&name).copied();
+            let k = l.known.get(&name).copied();
+            let mut pres = l.names.get(&name).copied().unwrap_or_default();
+            if k.is_none() || pres.iter().all(Option::is_some) {
+                // Adopting, or choosing between two copies: by the stats.
+                pres = self.full_stats(&mut l, &name)?;
+            }
             let is_dir = if let Some((ino, kind)) = k {
                 self.check_known(dir, &name, ino, kind, &pres, &mut l, &mut b, &mut events)?
             } else {
-                self.adopt_name(dir, &name, &pres, &mut l, &mut b, &mut events)?
+                self.adopt_name(dir, &name, &mut l, &mut b, &mut events)?
             };
             if is_dir {
                 subdirs += 1;
+            }
+            // A big directory is committed in parts, between names (each
+            // name's writes are whole in one part), so that adopting it
+            // takes memory for one part, not for the whole directory.
+            if b.len() >= RECONCILE_BATCH {
+                self.commit_adopted(std::mem::take(&mut b), std::mem::take(&mut events))?;
             }
         }
         if drec.subdirs != subdirs {
             drec.subdirs = subdirs;
             b.put_record(dir, &drec);
         }
+        self.commit_adopted(b, events)?;
+        self.mark_verified(dir);
+        Ok(())
+    }
+
+    /// Commits one part of a reconciliation, then tells the SSD account and
+    /// the engine what it adopted, re-placed or forgot.
+    fn commit_adopted(&self, b: Batch, events: Vec<(Ino, EventKind)>) -> Result<()> {
         self.ns.commit(b, false)?;
-        // The SSD account follows what was adopted, re-placed or forgotten.
         let hooks = self.hooks();
         for (ino, ev) in &events {
             match ev {
@@ -126,7 +190,6 @@ impl<S: Store> Volume<S> {
         for (ino, ev) in events {
             self.emit(ino, ev);
         }
-        self.mark_verified(dir);
         Ok(())
     }
 
@@ -157,7 +220,7 @@ impl<S: Store> Volume<S> {
         };
         let Some(mut rec) = rec else {
             forget(b, events)?;
-            return self.adopt_name(dir, name, pres, l, b, events);
+            return self.adopt_name(dir, name, l, b, events);
         };
         if kind == FileKind::Dir {
             let dir_tiers: Vec<Tier> = Tier::ALL.into_iter().filter(|t| kind_at(*t) == Some(FileKind::Dir)).collect();
@@ -165,7 +228,7 @@ impl<S: Store> Volume<S> {
                 tracing::warn!(dir, name = ?name, "directory vanished from the backing stores");
                 forget(b, events)?;
                 self.forget_dir(ino);
-                return self.adopt_name(dir, name, pres, l, b, events);
+                return self.adopt_name(dir, name, l, b, events);
             }
             // A non-directory of the same name on the other tier.
             for t in Tier::ALL {
@@ -187,7 +250,7 @@ impl<S: Store> Volume<S> {
             _ => {
                 tracing::warn!(dir, name = ?name, "file vanished from the backing stores");
                 forget(b, events)?;
-                return self.adopt_name(dir, name, pres, l, b, events);
+                return self.adopt_name(dir, name, l, b, events);
             }
         };
         if new_placement != rec.placement {
@@ -226,7 +289,7 @@ impl<S: Store> Volume<S> {
                 }
                 b.unlink(dir, name, ino).del_record(ino);
                 events.push((ino, EventKind::Remove));
-                self.adopt_one(dir, name, t, pres[t.idx()].as_ref(), b, events)?;
+                self.adopt_one(dir, name, t, pres[t.idx()].as_ref(), l, b, events)?;
                 return Ok(kind_at(t) == Some(FileKind::Dir));
             }
         }
@@ -238,35 +301,37 @@ impl<S: Store> Volume<S> {
         &self,
         dir: Ino,
         name: &OsStr,
-        pres: &[Option<Stat>; 2],
         l: &mut Listing<S>,
         b: &mut Batch,
         events: &mut Vec<(Ino, EventKind)>,
     ) -> Result<bool> {
+        let pres = &self.full_stats(l, name)?;
         let kinds = [pres[0].and_then(|s| s.kind()), pres[1].and_then(|s| s.kind())];
         match kinds {
             [None, None] => Ok(false),
             [Some(FileKind::Dir), Some(FileKind::Dir)] | [Some(_), None] | [None, Some(_)] => {
                 let t = if kinds[0].is_some() { Tier::Ssd } else { Tier::Hdd };
-                self.adopt_one(dir, name, t, pres[t.idx()].as_ref(), b, events)?;
+                self.adopt_one(dir, name, t, pres[t.idx()].as_ref(), l, b, events)?;
                 Ok(kinds[t.idx()] == Some(FileKind::Dir))
             }
             [Some(_), Some(_)] => {
                 let keep = if newer(pres, Tier::Ssd, Tier::Hdd) { Tier::Ssd } else { Tier::Hdd };
                 self.set_aside(dir, name, keep.other(), keep, l, b, events)?;
-                self.adopt_one(dir, name, keep, pres[keep.idx()].as_ref(), b, events)?;
+                self.adopt_one(dir, name, keep, pres[keep.idx()].as_ref(), l, b, events)?;
                 Ok(kinds[keep.idx()] == Some(FileKind::Dir))
             }
         }
     }
 
     /// Records one backing object found on tier `t` under `name`.
+    #[allow(clippy::too_many_arguments)]
     fn adopt_one(
         &self,
         dir: Ino,
         name: &OsStr,
         t: Tier,
         st: Option<&Stat>,
+        l: &mut Listing<S>,
         b: &mut Batch,
         events: &mut Vec<(Ino, EventKind)>,
     ) -> Result<()> {
@@ -274,8 +339,15 @@ impl<S: Store> Volume<S> {
         let Some(kind) = st.kind() else { return Ok(()) };
         // Hard links among adopted files share one inode number.
         let key = (t, st.dev, st.ino);
-        let existing =
-            if kind != FileKind::Dir && st.nlink > 1 { self.adopted_links.lock().get(&key).copied() } else { None };
+        let existing = if kind != FileKind::Dir && st.nlink > 1 {
+            let seen = self.adopted_links.lock().get(&key).copied();
+            match seen {
+                Some(i) => Some(i),
+                None => self.known_link(l, t, key)?,
+            }
+        } else {
+            None
+        };
         let ino = match existing {
             Some(i) => i,
             None => self.ns.alloc_ino()?,
@@ -311,6 +383,27 @@ impl<S: Store> Volume<S> {
         Ok(())
     }
 
+    /// The inode of a file this directory already knows that is the same
+    /// backing file (tier, device, inode) as one being adopted: another
+    /// name of it committed by an earlier part of a reconciliation that a
+    /// crash cut short. The known hard-linked files of the directory are
+    /// stat'ed once, on the first adoption of a hard-linked file.
+    fn known_link(&self, l: &mut Listing<S>, t: Tier, key: (Tier, u64, u64)) -> Result<Option<Ino>> {
+        if !l.links_learned {
+            l.links_learned = true;
+            let files: Vec<(OsString, Ino)> =
+                l.known.iter().filter(|(_, (_, k))| *k != FileKind::Dir).map(|(n, (i, _))| (n.clone(), *i)).collect();
+            for (name, ino) in files {
+                if let Some(st) = self.full_stats(l, &name)?[t.idx()] {
+                    if st.nlink > 1 {
+                        self.adopted_links.lock().entry((t, st.dev, st.ino)).or_insert(ino);
+                    }
+                }
+            }
+        }
+        Ok(self.adopted_links.lock().get(&key).copied())
+    }
+
     /// Renames the copy of `name` on tier `t` aside, adopts it under the
     /// new name and reports the conflict.
     #[allow(clippy::too_many_arguments)]
@@ -325,7 +418,7 @@ impl<S: Store> Volume<S> {
         events: &mut Vec<(Ino, EventKind)>,
     ) -> Result<()> {
         let Some(d) = l.dirs[t.idx()].clone() else { return Ok(()) };
-        let st = l.names.get(name).and_then(|p| p[t.idx()]);
+        let st = self.full_stats(l, name)?[t.idx()];
         let s = self.tiers.store(t);
         let mut n = 1;
         let new_name = loop {
@@ -365,7 +458,7 @@ impl<S: Store> Volume<S> {
         let mut pres = [None, None];
         pres[t.idx()] = st;
         l.names.insert(new_name.clone(), pres);
-        self.adopt_one(dir, &new_name, t, st.as_ref(), b, events)
+        self.adopt_one(dir, &new_name, t, st.as_ref(), l, b, events)
     }
 }
 

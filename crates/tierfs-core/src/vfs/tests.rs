@@ -480,3 +480,49 @@ fn a_promotion_from_a_tier_whose_seek_data_misses_writes_keeps_every_byte() {
     let zeros = got.iter().filter(|b| **b == 0).count();
     assert!(got == data, "{} of {} bytes came back as zeros", zeros, data.len());
 }
+
+/// Readdir continues from any offset of its last answer (where the kernel
+/// resumes after a full buffer) and from an older offset (seekdir), and
+/// each offset names the same entry either way.
+#[test]
+fn readdir_resumes_from_any_offset_in_batches() {
+    let v = volume();
+    let n = READDIR_BATCH * 3 + 7;
+    for i in 0..n {
+        v.create(&CTX, ROOT_INO, OsStr::new(&format!("f{i:05}")), 0o644, 0, libc::O_RDWR)
+            .map(|(_, o)| v.release(o.fh).unwrap())
+            .unwrap();
+    }
+    let fh = v.opendir(ROOT_INO).unwrap();
+    // The whole listing, resuming at the last entry of each answer.
+    let mut all = Vec::new();
+    let mut off = 0;
+    loop {
+        let page = v.readdir(fh, off).unwrap();
+        let Some(last) = page.last() else { break };
+        assert!(page.len() <= READDIR_BATCH);
+        off = last.next;
+        all.extend(page);
+    }
+    assert_eq!(all.len(), n + 2);
+    assert_eq!(all[0].name, ".");
+    assert_eq!(all[1].name, "..");
+    for (i, e) in all.iter().enumerate() {
+        assert_eq!(e.next, i as u64 + 1, "offsets count the entries");
+    }
+    // Resuming in the middle of an answer (the kernel's buffer was full).
+    let page = v.readdir(fh, 0).unwrap();
+    let mid = &page[100];
+    let again = v.readdir(fh, mid.next).unwrap();
+    assert_eq!(again[0], all[101]);
+    // An offset from long ago (seekdir) counts from the start.
+    let fh2 = v.opendir(ROOT_INO).unwrap();
+    for at in [2, 3, 300, n as u64, n as u64 + 1] {
+        let page = v.readdir(fh2, at).unwrap();
+        let want: Vec<_> = all.iter().skip(at as usize).take(page.len()).cloned().collect();
+        assert!(page == want, "from offset {at}: {} entries, not the listing's", page.len());
+        assert_eq!(page.is_empty(), at as usize == all.len(), "from offset {at}: empty only at the end");
+    }
+    v.releasedir(fh).unwrap();
+    v.releasedir(fh2).unwrap();
+}
