@@ -182,18 +182,20 @@ impl FjallKv {
         }
         // Every id sled handed out is below the one it hands out next.
         let next = old.next_id()?;
-        self.reserve(next)?;
+        let mut ids = self.ids.lock();
+        self.write_reservation(next)?;
+        *ids = (ids.0.max(next), next);
+        drop(ids);
         self.flush()?;
         tracing::info!("state database copied");
         Ok(())
     }
 
-    /// Durably records that ids below `upto` may have been handed out.
-    fn reserve(&self, upto: u64) -> Result<()> {
-        let mut ids = self.ids.lock();
+    /// Durably records that ids below `upto` may have been handed out (the
+    /// caller holds [`FjallKv::ids`] and moves its bound after this).
+    fn write_reservation(&self, upto: u64) -> Result<()> {
         self.meta.insert(IDS, upto.to_be_bytes())?;
         self.ks.persist(PersistMode::SyncAll)?;
-        *ids = (ids.0.max(upto), upto);
         Ok(())
     }
 
@@ -273,8 +275,7 @@ impl Kv for FjallKv {
             // Reserve the next block durably before handing any of it out,
             // so that no id is handed out twice, whatever a crash keeps.
             let upto = ids.0 + ID_BLOCK;
-            self.meta.insert(IDS, upto.to_be_bytes())?;
-            self.ks.persist(PersistMode::SyncAll)?;
+            self.write_reservation(upto)?;
             ids.1 = upto;
         }
         ids.0 += 1;

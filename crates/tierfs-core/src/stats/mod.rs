@@ -245,9 +245,14 @@ impl Stats {
         if self.grown < 10_000 || self.grown * 2 < self.files.len() {
             return false;
         }
+        self.rebuild_maps();
+        true
+    }
+
+    /// Builds both maps again in bulk, which packs their nodes full.
+    fn rebuild_maps(&mut self) {
         self.files = std::mem::take(&mut self.files).into_iter().collect();
         self.rebuild_index();
-        true
     }
 
     fn rebuild_index(&mut self) {
@@ -404,10 +409,8 @@ impl Stats {
             }
         }
         self.last_evicted = self.last_evicted.map(|c| c.checked_shr(periods).unwrap_or(0));
-        // Rebuild both maps in bulk: the order changed, and bulk-built maps
-        // are compact again.
-        self.files = std::mem::take(&mut self.files).into_iter().collect();
-        self.rebuild_index();
+        // The order changed: both maps are built again.
+        self.rebuild_maps();
         periods
     }
 

@@ -140,8 +140,9 @@ impl<S: Store> Volume<S> {
         for name in all {
             let k = l.known.get(&name).copied();
             let mut pres = l.names.get(&name).copied().unwrap_or_default();
-            if k.is_none() || pres.iter().all(Option::is_some) {
-                // Adopting, or choosing between two copies: by the stats.
+            if pres.iter().all(Option::is_some) {
+                // Choosing between two copies: by the stats (adopting a
+                // name, `adopt_name` stats it itself).
                 pres = self.full_stats(&mut l, &name)?;
             }
             let is_dir = if let Some((ino, kind)) = k {
