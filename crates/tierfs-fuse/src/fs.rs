@@ -371,7 +371,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        match self.vol.readdir(fh.0, offset) {
+        match self.vol.readdirplus(fh.0, offset) {
             Ok(entries) => {
                 for e in entries {
                     let Ok(a) = self.vol.getattr(e.ino) else { continue };

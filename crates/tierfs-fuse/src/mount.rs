@@ -221,6 +221,7 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     );
     vol.set_features(features);
     let recovery = vol.recover().map_err(|e| MountError(format!("recovery failed: {e}")))?;
+    vol.start_adopter().map_err(|e| MountError(format!("cannot start the adopter thread: {e}")))?;
     let ecfg = EngineConfig {
         chunk_period: cfg.chunk_period,
         write_back_max: cfg.write_back_max,
@@ -269,7 +270,9 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     let e2 = engine.clone();
     let events = sink_for_shutdown;
     let on_destroy = Box::new(move || {
-        let stopped = e2.shutdown();
+        // First: a reconciliation in the background still sends events.
+        let adopter_stopped = v2.stop_adopter(ADOPTER_WAIT);
+        let stopped = e2.shutdown() && adopter_stopped;
         // Shadows synced and chunk states saved before the flush.
         let saved = v2.save_extents();
         let clean = stopped && saved && v2.no_stale_copies() && !events.lost_structural();
@@ -319,6 +322,10 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     drop(vol);
     r.map_err(|e| MountError(format!("session ended with an error: {e}")))
 }
+
+/// How long the unmount waits for the adopter thread to finish the part of
+/// a reconciliation it is committing.
+const ADOPTER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The store of a mounted tier: a directory, emulated or not, measured.
 type TierStore = Measured<Emulated<DirStore>>;

@@ -62,7 +62,8 @@ pub struct MemStore {
 }
 
 /// A test's hook, called with the operation's name ("unlink", "link",
-/// "rename", "mkdir", "open", "write", "copy_range") and the entry's name (empty for a write) before the
+/// "rename", "mkdir", "open", "write", "copy_range", "fstat", and "stat" of
+/// an entry) and the entry's name (empty for a write) before the
 /// change: it may block to hold the operation at that point while another
 /// thread runs.
 pub type Gate = Arc<dyn Fn(&'static str, &OsStr) + Send + Sync>;
@@ -369,6 +370,9 @@ impl Store for MemStore {
     }
 
     fn stat(&self, t: Target<'_, MemDir>) -> io::Result<Stat> {
+        if let Target::Entry(_, name) = t {
+            self.pass("stat", name);
+        }
         let g = self.inner.lock();
         g.stat(g.target(t)?)
     }

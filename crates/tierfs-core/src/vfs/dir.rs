@@ -9,14 +9,19 @@
 //! again from the last entry that fitted in its buffer). An entry present
 //! for the whole listing is returned exactly once, whatever else is added
 //! or removed meanwhile; one added or removed during it at most once.
+//!
+//! A directory not reconciled during this mount is listed from a preview
+//! of its backing directories while the adopter reconciles it (see
+//! `vfs::adopt`); the handle reads the database again, from the same
+//! name on, once the reconciliation is over.
 
 use super::Volume;
 use crate::error::{err, Error, Result};
-use crate::state::ns::{Ino, ROOT_INO};
+use crate::state::ns::{Dentry, Ino, ROOT_INO};
 use crate::store::{FileKind, Store};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::sync::Arc;
 
 /// One entry returned by readdir.
@@ -44,6 +49,9 @@ pub(crate) struct DirHandle {
     /// Offset -> the name of the entry that ends there, for the entries of
     /// the last answer (where the next readdir continues).
     marks: Mutex<BTreeMap<u64, OsString>>,
+    /// The entries of a directory whose reconciliation is pending, in
+    /// name order (see `vfs::adopt`); `None`: read from the database.
+    preview: Mutex<Option<Arc<super::adopt::Preview>>>,
 }
 
 impl<S: Store> Volume<S> {
@@ -53,18 +61,33 @@ impl<S: Store> Volume<S> {
         if rec.kind != FileKind::Dir {
             return err(libc::ENOTDIR);
         }
-        self.reconcile(ino, false)?;
+        let preview = if self.is_verified(ino) { None } else { self.preview(ino)? };
+        if preview.is_none() {
+            self.reconcile(ino, false)?;
+        }
         let parent = if ino == ROOT_INO { ROOT_INO } else { self.link_of(ino)?.0 };
         let fh = self.new_fh();
-        self.dir_handles.lock().insert(fh, Arc::new(DirHandle { ino, parent, marks: Mutex::new(BTreeMap::new()) }));
+        let h = DirHandle { ino, parent, marks: Mutex::new(BTreeMap::new()), preview: Mutex::new(preview) };
+        self.dir_handles.lock().insert(fh, Arc::new(h));
         Ok(fh)
     }
 
     /// Up to [`READDIR_BATCH`] entries from offset `off` on (none at the
     /// end).
     pub fn readdir(&self, fh: u64, off: u64) -> Result<Vec<DirEntryOut>> {
+        self.read_dir(fh, off, false)
+    }
+
+    /// As [`Volume::readdir`], for an answer that carries attributes:
+    /// every entry returned is in the database (a pending adoption is
+    /// waited for up to the last of them). An entry whose name went away
+    /// meanwhile keeps its old inode number, which getattr then refuses.
+    pub fn readdirplus(&self, fh: u64, off: u64) -> Result<Vec<DirEntryOut>> {
+        self.read_dir(fh, off, true)
+    }
+
+    fn read_dir(&self, fh: u64, off: u64, plus: bool) -> Result<Vec<DirEntryOut>> {
         let d = self.dir_handles.lock().get(&fh).cloned().ok_or_else(|| Error::errno(libc::EBADF))?;
-        let mut marks = d.marks.lock();
         let mut out = Vec::new();
         if off == 0 {
             out.push(DirEntryOut { ino: d.ino, next: 1, kind: FileKind::Dir, name: ".".into() });
@@ -72,17 +95,26 @@ impl<S: Store> Volume<S> {
         if off <= 1 {
             out.push(DirEntryOut { ino: d.parent, next: 2, kind: FileKind::Dir, name: "..".into() });
         }
+        if plus && !out.is_empty() && d.preview.lock().is_some() && !self.is_verified(d.ino) {
+            // The first readdirplus of a directory being adopted answers
+            // `.` and `..` alone: the kernel asks for the rest by plain
+            // readdir (it uses readdirplus from offset 0, and later only
+            // after lookups), which does not wait for the adopter.
+            return Ok(out);
+        }
         let want = READDIR_BATCH - out.len();
+        // Not held while a page is read: that may wait for the adopter.
+        let mark = if off <= 2 { None } else { d.marks.lock().get(&off).cloned() };
         let entries = if off <= 2 {
-            self.ns.children_after(d.ino, None, want)?
-        } else if let Some(after) = marks.get(&off) {
-            self.ns.children_after(d.ino, Some(after), want)?
+            self.page(&d, None, want, plus)?
+        } else if let Some(after) = mark {
+            self.page(&d, Some(&after), want, plus)?
         } else {
             // An offset of an older answer (seekdir): count from the start.
             let mut skip = off - 2;
             let mut after: Option<OsString> = None;
             loop {
-                let page = self.ns.children_after(d.ino, after.as_deref(), READDIR_BATCH)?;
+                let page = self.page(&d, after.as_deref(), READDIR_BATCH, plus)?;
                 let Some(last) = page.last() else { break Vec::new() };
                 if (page.len() as u64) <= skip {
                     skip -= page.len() as u64;
@@ -95,6 +127,7 @@ impl<S: Store> Volume<S> {
             }
         };
         let first = off.max(2);
+        let mut marks = d.marks.lock();
         // At the end the marks stay: a readdir at the end again (without a
         // rewind) is answered from them, not by counting from the start.
         if !entries.is_empty() {
@@ -106,6 +139,36 @@ impl<S: Store> Volume<S> {
             out.push(DirEntryOut { ino: e.ino, next, kind: e.kind, name: e.name });
         }
         Ok(out)
+    }
+
+    /// Up to `limit` entries of the handle's directory after the name
+    /// `after`, from its preview while the directory's reconciliation is
+    /// pending, from the database otherwise. Both are in name order, so a
+    /// listing goes on from the same name when the preview is dropped.
+    fn page(&self, d: &DirHandle, after: Option<&OsStr>, limit: usize, plus: bool) -> Result<Vec<Dentry>> {
+        let preview = d.preview.lock().clone();
+        let Some(p) = preview else { return self.ns.children_after(d.ino, after, limit) };
+        if self.is_verified(d.ino) {
+            *d.preview.lock() = None;
+            return self.ns.children_after(d.ino, after, limit);
+        }
+        let p = &p.entries;
+        let start = after.map_or(0, |a| p.partition_point(|e| e.name.as_os_str() <= a));
+        let mut page: Vec<Dentry> = p[start..].iter().take(limit).cloned().collect();
+        if plus {
+            if let Some(last) = page.last() {
+                self.await_adopted(d.ino, &last.name)?;
+            }
+            // What the reconciliation made of each name: a second name of
+            // a hard-linked file has its first name's inode.
+            for e in &mut page {
+                if let Some((ino, kind)) = self.ns.lookup(d.ino, &e.name)? {
+                    e.ino = ino;
+                    e.kind = kind;
+                }
+            }
+        }
+        Ok(page)
     }
 
     /// Closes a directory handle.

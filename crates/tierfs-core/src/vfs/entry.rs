@@ -25,7 +25,9 @@ impl<S: Store> Volume<S> {
                     Err(e) if e.is(libc::ENOENT) && attempt == 0 => self.reconcile(parent, true)?,
                     Err(e) => return Err(e),
                 },
-                None if attempt == 0 && !self.is_verified(parent) => self.reconcile(parent, false)?,
+                // Not in the database yet: the name may be waiting for its
+                // adoption (up to it when the adopter has the directory).
+                None if attempt == 0 && !self.is_verified(parent) => self.await_adopted(parent, name)?,
                 None => return err(libc::ENOENT),
             }
         }

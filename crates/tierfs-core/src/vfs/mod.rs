@@ -14,6 +14,7 @@
 //!   same relative path; hard links are kept on those tiers;
 //! - `.tierfs` at the root of each tier is tierfs's own and is hidden.
 
+mod adopt;
 mod attr;
 mod creds;
 mod dir;
@@ -321,6 +322,8 @@ pub struct Volume<S: Store> {
     pub(crate) locks: DirLocks,
     pub(crate) ilocks: InodeLocks,
     verified: Mutex<HashSet<Ino>>,
+    /// Reconciles directories in the background (see `vfs::adopt`).
+    adopter: Arc<adopt::Adopter>,
     open: Mutex<HashMap<Ino, Arc<OpenInode<S>>>>,
     handles: RwLock<HashMap<u64, Arc<file::Handle<S>>>>,
     dir_handles: Mutex<HashMap<u64, Arc<dir::DirHandle>>>,
@@ -402,6 +405,7 @@ impl<S: Store> Volume<S> {
             locks: DirLocks::new(),
             ilocks: InodeLocks::new(),
             verified: Mutex::new(HashSet::new()),
+            adopter: Arc::default(),
             open: Mutex::new(HashMap::new()),
             handles: RwLock::new(HashMap::new()),
             dir_handles: Mutex::new(HashMap::new()),

@@ -55,10 +55,20 @@ struct Listing<S: Store> {
 }
 
 impl<S: Store> Volume<S> {
-    /// Lists `dir` on both tiers. Names the database knows, whose kind the
-    /// listing reports, are not stat'ed yet: a remount checks a known tree
-    /// by kinds alone, and stats only where it must choose between copies
-    /// or adopt (see [`Volume::full_stats`]).
+    /// The backing copy of directory `dir` on tier `t`, if it has one.
+    pub(crate) fn backing_dir(&self, dir: Ino, t: Tier) -> Result<Option<Arc<S::Dir>>> {
+        match self.tiers.dir(dir, t, false) {
+            Ok(d) => Ok(Some(d)),
+            Err(e) if e.is(libc::ENOENT) || e.is(libc::ENOTDIR) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Lists `dir` on both tiers. Names whose kind the listing reports are
+    /// not stat'ed yet: a remount checks a known tree by kinds alone, and
+    /// stats only where it must choose between copies or adopt, when it
+    /// gets to the name (see [`Volume::full_stats`]); so the first part of
+    /// a big directory is committed without waiting for the stats of all.
     fn list_tiers(&self, dir: Ino, known: BTreeMap<OsString, (Ino, FileKind)>) -> Result<Listing<S>> {
         let mut l = Listing {
             dirs: [None, None],
@@ -68,17 +78,13 @@ impl<S: Store> Volume<S> {
             links_learned: false,
         };
         for t in Tier::ALL {
-            let d = match self.tiers.dir(dir, t, false) {
-                Ok(d) => d,
-                Err(e) if e.is(libc::ENOENT) || e.is(libc::ENOTDIR) => continue,
-                Err(e) => return Err(e),
-            };
+            let Some(d) = self.backing_dir(dir, t)? else { continue };
             let s = self.tiers.store(t);
             for e in s.list(&d)? {
                 if is_reserved(dir, &e.name) {
                     continue;
                 }
-                if let (Some(kind), true) = (e.kind, l.known.contains_key(&e.name)) {
+                if let Some(kind) = e.kind {
                     let st = Stat { mode: kind.mode_bits(), ..Stat::default() };
                     l.names.entry(e.name.clone()).or_default()[t.idx()] = Some(st);
                     l.partial.insert(e.name);
@@ -115,8 +121,19 @@ impl<S: Store> Volume<S> {
     }
 
     /// Reconciles directory `dir` (see the module documentation). Without
-    /// `force` it does nothing if already done during this mount.
+    /// `force` it does nothing if already done during this mount. A job
+    /// for `dir` queued for the adopter is done here instead; a running
+    /// one is waited for (see `vfs::adopt`). The caller holds no lock.
     pub(crate) fn reconcile(&self, dir: Ino, force: bool) -> Result<()> {
+        if !force && self.is_verified(dir) {
+            return Ok(());
+        }
+        self.adopter.claim(dir);
+        self.reconcile_now(dir, force)
+    }
+
+    /// [`Volume::reconcile`] in the thread that has the job.
+    pub(crate) fn reconcile_now(&self, dir: Ino, force: bool) -> Result<()> {
         if !force && self.is_verified(dir) {
             return Ok(());
         }
@@ -158,6 +175,10 @@ impl<S: Store> Volume<S> {
             // takes memory for one part, not for the whole directory.
             if b.len() >= RECONCILE_BATCH {
                 self.commit_adopted(std::mem::take(&mut b), std::mem::take(&mut events))?;
+                self.adopter.progress(dir, &name);
+                if self.adopter.stopping() {
+                    return super::adopt::stopped();
+                }
             }
         }
         if drec.subdirs != subdirs {
@@ -165,7 +186,7 @@ impl<S: Store> Volume<S> {
             b.put_record(dir, &drec);
         }
         self.commit_adopted(b, events)?;
-        self.mark_verified(dir);
+        self.reconciled(dir);
         Ok(())
     }
 
@@ -351,7 +372,11 @@ impl<S: Store> Volume<S> {
         };
         let ino = match existing {
             Some(i) => i,
-            None => self.ns.alloc_ino()?,
+            // The number a preview showed for the name, if one did.
+            None => match self.adopter.reserved(dir, name) {
+                Some(i) => i,
+                None => self.ns.alloc_ino()?,
+            },
         };
         let placement = if kind == FileKind::Dir { Placement::On(self.tiers.meta) } else { Placement::On(t) };
         b.link(dir, name, ino, kind);

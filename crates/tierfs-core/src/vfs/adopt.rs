@@ -1,0 +1,563 @@
+//! Adoption in the background: the first listing of a directory does not
+//! wait for its reconciliation.
+//!
+//! Reconciling a directory tierfs has not seen yet costs a stat and four
+//! state database writes per name (about 13 µs); for 100 000 names that
+//! is over a second, far more than listing them. So when the adopter
+//! thread runs ([`Volume::start_adopter`]), `opendir` of a directory not
+//! reconciled during this mount only reads the backing directories' names
+//! and kinds and the names the database knows: a *preview*, in name order,
+//! where a name the database does not know yet carries an inode number
+//! reserved for it now. The reconciliation itself is queued for the adopter
+//! thread, which commits the directory in parts in name order and gives
+//! every adopted name the number its preview showed. Everything else that
+//! needs the directory reconciled still gets it before it goes on:
+//! - a lookup of a name the database does not know waits until the adopter
+//!   has committed that name (its *frontier* passed it), so `ls -l` of a
+//!   new directory runs behind the adopter, not after it;
+//! - readdirplus, which returns attributes, waits the same way for the
+//!   entries of its answer;
+//! - [`Volume::reconcile`] (creating, linking, renaming into the
+//!   directory) takes a queued job over and runs it itself, or waits for
+//!   the running one.
+//!
+//! A preview is what the backing directories held when it was made, as a
+//! readdir of any file system reports the directory at some moment of the
+//! listing. The inode number a preview shows differs from the one a lookup
+//! gives only where the adopter finds what a listing of names cannot see:
+//! a second name of a hard-linked file (it takes the first name's inode),
+//! or the same name on both tiers (one copy is renamed aside).
+
+use super::Volume;
+use crate::error::{err, Result};
+use crate::state::ns::{Dentry, Ino};
+use crate::store::{FileKind, Store, Target};
+use crate::tier::Tier;
+use parking_lot::{Condvar, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{OsStr, OsString};
+use std::sync::{Arc, Weak};
+
+/// The adopter thread's queue and what it is doing.
+#[derive(Default)]
+struct Queue {
+    /// An adopter thread is running and takes jobs.
+    started: bool,
+    /// The volume is shutting down: no new jobs, the running one stops at
+    /// its next part.
+    stop: bool,
+    /// Directories waiting for their reconciliation, oldest first.
+    queued: VecDeque<Ino>,
+    /// The directory being reconciled by the adopter, and the last name
+    /// it committed (every name up to it is in the database).
+    running: Option<(Ino, Option<OsString>)>,
+    /// The previews of each directory whose reconciliation is pending,
+    /// oldest first: the inode numbers they reserved for names not
+    /// adopted yet, which the reconciliation gives those names.
+    previews: HashMap<Ino, Vec<Arc<Preview>>>,
+}
+
+/// The entries of a directory not reconciled yet, as its backing
+/// directories list them, in name order.
+#[derive(Debug)]
+pub(crate) struct Preview {
+    /// The entries. A name the database knew has its inode number; a
+    /// name it did not know has one reserved for it (by this preview, or
+    /// the same as an older preview of the directory gave it).
+    pub(crate) entries: Vec<Dentry>,
+    /// Numbers from this one on were reserved by this preview (numbers
+    /// are handed out in increasing order, so every number the database
+    /// knew at the time is smaller).
+    base: Ino,
+}
+
+impl Preview {
+    /// The number this preview reserved for `name`, if it did.
+    fn reserved(&self, name: &OsStr) -> Option<Ino> {
+        let i = self.entries.binary_search_by(|e| e.name.as_os_str().cmp(name)).ok()?;
+        Some(self.entries[i].ino).filter(|ino| *ino >= self.base)
+    }
+}
+
+/// The adopter thread's nice value.
+const ADOPTER_NICE: libc::c_int = 10;
+
+/// See the module documentation.
+#[derive(Default)]
+pub(crate) struct Adopter {
+    q: Mutex<Queue>,
+    cv: Condvar,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Adopter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Adopter")
+    }
+}
+
+impl Adopter {
+    /// True once shutdown began: a reconciliation stops between parts.
+    pub(crate) fn stopping(&self) -> bool {
+        self.q.lock().stop
+    }
+
+    /// Before a reconciliation of `dir` outside the adopter thread: takes
+    /// a queued job for `dir` off the queue (the caller does it now), or
+    /// waits until the adopter's job for `dir` is over.
+    pub(crate) fn claim(&self, dir: Ino) {
+        let mut q = self.q.lock();
+        q.queued.retain(|d| *d != dir);
+        while q.running.as_ref().is_some_and(|(d, _)| *d == dir) {
+            self.cv.wait(&mut q);
+        }
+    }
+
+    /// The adopter committed every name of `dir` up to `last`.
+    pub(crate) fn progress(&self, dir: Ino, last: &OsStr) {
+        let mut q = self.q.lock();
+        if let Some((d, frontier)) = q.running.as_mut() {
+            if *d == dir {
+                *frontier = Some(last.to_os_string());
+                self.cv.notify_all();
+            }
+        }
+    }
+
+    /// The inode number a preview reserved for `name` in `dir`, if one
+    /// did: the caller adopts the name with it. (A name is adopted once
+    /// per reconciliation; the numbers are dropped when it is over.)
+    pub(crate) fn reserved(&self, dir: Ino, name: &OsStr) -> Option<Ino> {
+        let q = self.q.lock();
+        q.previews.get(&dir)?.iter().find_map(|p| p.reserved(name))
+    }
+}
+
+/// What waiting for a name's adoption found.
+enum Wait {
+    /// Committed, or nothing is pending for the directory.
+    Done,
+    /// Not queued nor running: the caller reconciles it.
+    Reconcile,
+}
+
+impl<S: Store> Volume<S> {
+    /// Starts the adopter thread (see the module documentation). Without
+    /// it every reconciliation runs in the request that needs it.
+    pub fn start_adopter(self: &Arc<Self>) -> std::io::Result<()> {
+        let me: Weak<Self> = Arc::downgrade(self);
+        let a = self.adopter.clone();
+        let h = std::thread::Builder::new().name("tierfs-adopter".into()).spawn(move || adopter_loop(a, me))?;
+        self.adopter.q.lock().started = true;
+        *self.adopter.thread.lock() = Some(h);
+        Ok(())
+    }
+
+    /// Stops the adopter thread: queued directories are left for the next
+    /// request that needs them or the next mount; a running
+    /// reconciliation stops after the part it is committing. Returns false
+    /// if the thread did not end within `wait`.
+    pub fn stop_adopter(&self, wait: std::time::Duration) -> bool {
+        {
+            let mut q = self.adopter.q.lock();
+            q.stop = true;
+            q.started = false;
+            q.queued.clear();
+            self.adopter.cv.notify_all();
+        }
+        let Some(h) = self.adopter.thread.lock().take() else { return true };
+        let deadline = std::time::Instant::now() + wait;
+        while !h.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        if h.is_finished() {
+            let _ = h.join();
+            true
+        } else {
+            tracing::error!("the adopter thread did not stop within {wait:?}");
+            false
+        }
+    }
+
+    /// The entries of `dir`, which is not reconciled yet, from its backing
+    /// directories, in name order; its reconciliation is queued. `None`:
+    /// there is no adopter thread, or the directory was reconciled
+    /// meanwhile (the caller reads the database).
+    pub(crate) fn preview(&self, dir: Ino) -> Result<Option<Arc<Preview>>> {
+        if !self.adopter.q.lock().started {
+            return Ok(None);
+        }
+        self.check_tiers()?;
+        let t0 = std::time::Instant::now();
+        let mut names: Vec<(OsString, FileKind)> = Vec::new();
+        for t in Tier::ALL {
+            let Some(d) = self.backing_dir(dir, t)? else { continue };
+            let s = self.tiers.store(t);
+            for e in s.list(&d)? {
+                if super::is_reserved(dir, &e.name) {
+                    continue;
+                }
+                let kind = match e.kind {
+                    Some(k) => Some(k),
+                    // The backing file system did not say: ask it.
+                    None => match s.stat(Target::Entry(&d, &e.name)) {
+                        Ok(st) => st.kind(),
+                        Err(err) if err.raw_os_error() == Some(libc::ENOENT) => None,
+                        Err(err) => return Err(err.into()),
+                    },
+                };
+                if let Some(kind) = kind {
+                    names.push((e.name, kind));
+                }
+            }
+        }
+        // In name order, as the database keeps them; a name on both tiers
+        // once (the reconciliation decides which copy keeps it).
+        names.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        names.dedup_by(|later, first| later.0 == first.0);
+        let t1 = t0.elapsed();
+        // Both in name order: matched by a merge.
+        let known = self.ns.children(dir)?;
+        let mut known = known.into_iter().peekable();
+        let older: Vec<Arc<Preview>> = self.adopter.q.lock().previews.get(&dir).cloned().unwrap_or_default();
+        let mut entries = Vec::with_capacity(names.len());
+        let mut unnumbered = Vec::new();
+        for (name, kind) in names {
+            while known.next_if(|k| k.name < name).is_some() {}
+            let ino = match known.next_if(|k| k.name == name) {
+                Some(k) => k.ino,
+                None => match older.iter().find_map(|p| p.reserved(&name)) {
+                    Some(i) => i,
+                    None => {
+                        unnumbered.push(entries.len());
+                        0
+                    }
+                },
+            };
+            entries.push(Dentry { name, ino, kind });
+        }
+        // Numbers come from a reservation in memory: the database is
+        // written once per 65 536.
+        let mut base = 0;
+        for (n, at) in unnumbered.into_iter().enumerate() {
+            let ino = self.ns.alloc_ino()?;
+            if n == 0 {
+                base = ino;
+            }
+            entries[at].ino = ino;
+        }
+        let preview = Arc::new(Preview { entries, base: if base == 0 { Ino::MAX } else { base } });
+        let mut q = self.adopter.q.lock();
+        if self.is_verified(dir) || !q.started {
+            return Ok(None);
+        }
+        q.previews.entry(dir).or_default().push(preview.clone());
+        if !q.queued.contains(&dir) && q.running.as_ref().is_none_or(|(d, _)| *d != dir) {
+            q.queued.push_back(dir);
+            self.adopter.cv.notify_all();
+        }
+        tracing::debug!(dir, names = preview.entries.len(), listed = ?t1, took = ?t0.elapsed(), "previewed a directory not reconciled yet");
+        Ok(Some(preview))
+    }
+
+    /// Waits until `name` of `dir` is adopted if the adopter has `dir` (a
+    /// queued job moves to the front); reconciles `dir` now if it is
+    /// neither queued nor running and not reconciled.
+    pub(crate) fn await_adopted(&self, dir: Ino, name: &OsStr) -> Result<()> {
+        let w = {
+            let mut q = self.adopter.q.lock();
+            loop {
+                if self.is_verified(dir) {
+                    break Wait::Done;
+                }
+                match &q.running {
+                    Some((d, frontier)) if *d == dir => {
+                        if frontier.as_deref().is_some_and(|f| f >= name) {
+                            break Wait::Done;
+                        }
+                    }
+                    _ => {
+                        let Some(at) = q.queued.iter().position(|d| *d == dir) else { break Wait::Reconcile };
+                        if at > 0 {
+                            q.queued.remove(at);
+                            q.queued.push_front(dir);
+                        }
+                    }
+                }
+                self.adopter.cv.wait(&mut q);
+            }
+        };
+        match w {
+            Wait::Done => Ok(()),
+            Wait::Reconcile => self.reconcile(dir, false),
+        }
+    }
+
+    /// The end of a reconciliation of `dir`: it is verified, and the
+    /// numbers reserved by its previews that no name took are dropped.
+    pub(crate) fn reconciled(&self, dir: Ino) {
+        let mut q = self.adopter.q.lock();
+        self.mark_verified(dir);
+        q.previews.remove(&dir);
+    }
+}
+
+/// The adopter thread: reconciles queued directories one at a time. It
+/// holds the volume only while it reconciles.
+fn adopter_loop<S: Store>(a: Arc<Adopter>, vol: Weak<Volume<S>>) {
+    // Below the request threads: the listing it runs behind goes first on
+    // a machine with few cores. (setpriority of a thread id sets that
+    // thread's nice value on Linux.)
+    // SAFETY: gettid and setpriority have no memory preconditions.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, ADOPTER_NICE);
+    }
+    loop {
+        let dir = {
+            let mut q = a.q.lock();
+            loop {
+                if q.stop || vol.strong_count() == 0 {
+                    return;
+                }
+                if let Some(d) = q.queued.pop_front() {
+                    q.running = Some((d, None));
+                    break d;
+                }
+                // The timeout lets the thread see a volume dropped
+                // without stop_adopter (a test's).
+                a.cv.wait_for(&mut q, std::time::Duration::from_secs(1));
+            }
+        };
+        let r = match vol.upgrade() {
+            Some(v) => v.reconcile_now(dir, false),
+            None => return,
+        };
+        {
+            let mut q = a.q.lock();
+            q.running = None;
+            a.cv.notify_all();
+        }
+        match r {
+            Ok(()) => {}
+            Err(e) if a.stopping() => tracing::debug!(dir, error = %e, "adoption stopped by the unmount"),
+            // Removed since it was listed.
+            Err(e) if e.is(libc::ENOENT) || e.is(libc::ENOTDIR) => {
+                tracing::debug!(dir, error = %e, "a directory queued for adoption went away")
+            }
+            // The next request that needs the directory tries again (and
+            // gets the error).
+            Err(e) => tracing::warn!(dir, error = %e, "reconciling a directory in the background failed"),
+        }
+    }
+}
+
+/// The error a reconciliation stopped by the unmount returns.
+pub(crate) fn stopped<T>() -> Result<T> {
+    err(libc::EINTR)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::migrate::tests::{Rig, CTX};
+    use crate::state::ns::{Ino, ROOT_INO};
+    use crate::store::mem::MemStore;
+    use crate::store::Store;
+    use crate::testutil::within;
+    use crate::vfs::{DirEntryOut, Volume};
+    use std::collections::HashMap;
+    use std::ffi::{OsStr, OsString};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// How many names the HDD holds before the mount: three parts of a
+    /// reconciliation.
+    const NAMES: usize = 3000;
+
+    /// A tree made directly on the HDD: `NAMES` files, and `link-a` with a
+    /// second name `link-b`.
+    fn rig() -> Rig {
+        let rig = Rig::new();
+        let root = rig.hdd.root().unwrap();
+        for i in 0..NAMES {
+            rig.hdd.open(&root, OsStr::new(&format!("f{i:05}")), libc::O_CREAT | libc::O_WRONLY, 0o644).unwrap();
+        }
+        rig.hdd.open(&root, OsStr::new("link-a"), libc::O_CREAT | libc::O_WRONLY, 0o644).unwrap();
+        rig.hdd.link(&root, OsStr::new("link-a"), &root, OsStr::new("link-b")).unwrap();
+        rig
+    }
+
+    /// Holds every stat of an entry on the HDD (the adopter's, not the
+    /// preview's: a listing gives the kinds) while `hold` is set, counting
+    /// the held calls.
+    fn hold_stats(rig: &Rig) -> (Arc<AtomicBool>, Arc<AtomicUsize>) {
+        let hold = Arc::new(AtomicBool::new(true));
+        let held = Arc::new(AtomicUsize::new(0));
+        let (h, n) = (hold.clone(), held.clone());
+        rig.hdd.set_gate(Some(Arc::new(move |op, _name| {
+            if op != "stat" {
+                return;
+            }
+            n.fetch_add(1, Ordering::SeqCst);
+            let t0 = std::time::Instant::now();
+            while h.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_secs(20) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })));
+        (hold, held)
+    }
+
+    fn wait_held(held: &Arc<AtomicUsize>) {
+        within(10, "the adopter to reach its first stat", {
+            let held = held.clone();
+            move || {
+                while held.load(Ordering::SeqCst) == 0 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        });
+    }
+
+    fn list(v: &Volume<impl Store>, plus: bool) -> Vec<DirEntryOut> {
+        let fh = v.opendir(ROOT_INO).unwrap();
+        let all = pages(v, fh, plus);
+        v.releasedir(fh).unwrap();
+        all
+    }
+
+    fn pages(v: &Volume<impl Store>, fh: u64, plus: bool) -> Vec<DirEntryOut> {
+        let mut all = Vec::new();
+        let mut off = 0;
+        loop {
+            let page = if plus { v.readdirplus(fh, off) } else { v.readdir(fh, off) }.unwrap();
+            let Some(last) = page.last() else { break };
+            off = last.next;
+            all.extend(page);
+        }
+        all
+    }
+
+    fn names(entries: &[DirEntryOut]) -> HashMap<OsString, Ino> {
+        let mut m = HashMap::new();
+        for e in entries {
+            assert!(m.insert(e.name.clone(), e.ino).is_none(), "{:?} listed twice", e.name);
+        }
+        m
+    }
+
+    /// A mount of [`rig`] with its adopter, whose stats are held.
+    fn mounted() -> (Rig, Arc<Volume<MemStore>>, Arc<AtomicBool>, Arc<AtomicUsize>) {
+        let rig = rig();
+        let v = Arc::new(rig.mount());
+        v.start_adopter().unwrap();
+        let (hold, held) = hold_stats(&rig);
+        (rig, v, hold, held)
+    }
+
+    #[test]
+    fn a_first_listing_does_not_wait_for_the_adoption_of_its_directory() {
+        let (_rig, v, hold, held) = mounted();
+        let fh = v.opendir(ROOT_INO).unwrap();
+        wait_held(&held);
+        let listed = within(10, "the first listing", {
+            let v = v.clone();
+            move || pages(&v, fh, false)
+        });
+        v.releasedir(fh).unwrap();
+        let listed = names(&listed);
+        assert_eq!(listed.len(), NAMES + 4, "every name, `.` and `..`, once");
+        assert!(v.ns.children(ROOT_INO).unwrap().is_empty(), "nothing adopted while it is held");
+        hold.store(false, Ordering::SeqCst);
+        // Each name resolves to the number the listing showed, but the
+        // second name of the hard-linked file: it joins the first's inode.
+        for (name, ino) in &listed {
+            if name == "." || name == ".." {
+                continue;
+            }
+            let got = v.lookup(ROOT_INO, name).unwrap().ino;
+            if name == "link-b" {
+                assert_eq!(got, v.lookup(ROOT_INO, OsStr::new("link-a")).unwrap().ino);
+            } else {
+                assert_eq!(got, *ino, "{name:?}");
+            }
+        }
+        assert!(v.stop_adopter(Duration::from_secs(5)));
+        // After the adoption the database answers, with the same numbers.
+        let again = names(&list(&v, false));
+        assert_eq!(again.len(), listed.len());
+        assert_eq!(again[OsStr::new("f01234")], listed[OsStr::new("f01234")]);
+    }
+
+    #[test]
+    fn readdirplus_answers_only_entries_the_database_has() {
+        let (_rig, v, hold, held) = mounted();
+        let done = Arc::new(AtomicBool::new(false));
+        let t = std::thread::spawn({
+            let (v, done) = (v.clone(), done.clone());
+            move || {
+                let all = list(&v, true);
+                done.store(true, Ordering::SeqCst);
+                all
+            }
+        });
+        wait_held(&held);
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!done.load(Ordering::SeqCst), "readdirplus waits for the adoption of its entries");
+        hold.store(false, Ordering::SeqCst);
+        let all = within(20, "readdirplus", move || t.join().unwrap());
+        let all = names(&all);
+        assert_eq!(all.len(), NAMES + 4);
+        for (name, ino) in &all {
+            let a = v.getattr(*ino).unwrap_or_else(|e| panic!("getattr of {name:?} ({ino}): {e}"));
+            assert_eq!(a.ino, *ino);
+        }
+        assert_eq!(all[OsStr::new("link-a")], all[OsStr::new("link-b")], "one inode for both names");
+        assert!(v.stop_adopter(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn a_create_in_a_directory_being_adopted_waits_for_it_and_every_name_stays_once() {
+        let (_rig, v, hold, held) = mounted();
+        let first = names(&list(&v, false));
+        wait_held(&held);
+        let t = std::thread::spawn({
+            let v = v.clone();
+            move || {
+                let (a, o) = v.create(&CTX, ROOT_INO, OsStr::new("new"), 0o644, 0, libc::O_RDWR).unwrap();
+                v.release(o.fh).unwrap();
+                a.ino
+            }
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        hold.store(false, Ordering::SeqCst);
+        let new = within(20, "the create", move || t.join().unwrap());
+        let after = names(&list(&v, false));
+        assert_eq!(after.len(), first.len() + 1);
+        assert_eq!(after[OsStr::new("new")], new);
+        assert!(!first.values().any(|i| *i == new), "the new file has a number no listed name had");
+        assert!(v.stop_adopter(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn an_unmount_during_an_adoption_stops_it_and_the_next_mount_adopts_the_rest_once() {
+        let (rig, v, hold, held) = mounted();
+        list(&v, false);
+        wait_held(&held);
+        let stopper = std::thread::spawn({
+            let v = v.clone();
+            move || v.stop_adopter(Duration::from_secs(10))
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        hold.store(false, Ordering::SeqCst);
+        assert!(within(20, "stop_adopter", move || stopper.join().unwrap()));
+        let committed = v.ns.children(ROOT_INO).unwrap().len();
+        assert!(committed < NAMES, "stopped after a part ({committed} names adopted)");
+        drop(v);
+        let v = rig.mount();
+        let all = names(&list(&v, false));
+        assert_eq!(all.len(), NAMES + 4);
+        assert_eq!(v.ns.children(ROOT_INO).unwrap().len(), NAMES + 2);
+        assert_eq!(v.ns.links(all[OsStr::new("link-a")]).unwrap().len(), 2, "the link joined its first name");
+    }
+}
