@@ -673,7 +673,7 @@ impl<S: Store> Engine<S> {
                     self.enqueue(Plan { steps: vec![step], skipped: vec![] });
                 }
             }
-            let Some(f) = st.get(ev.ino).copied() else {
+            let Some(f) = st.get(ev.ino) else {
                 if ev.kind == EventKind::Remove {
                     self.chunk_event(ev.ino, &FileStats::default(), &ev.kind);
                     self.wb_event(ev.ino, 0, &ev.kind, false);
@@ -1334,7 +1334,7 @@ impl<S: Store> Engine<S> {
     pub fn file_report(&self, ino: Ino) -> Option<FileReport> {
         self.sync_events();
         let rec = self.vol.ns.record(ino).ok().flatten()?;
-        let f = self.stats.lock().get(ino).copied().unwrap_or_default();
+        let f = self.stats.lock().get(ino).unwrap_or_default();
         let (policy, _) = self.setting(f.group);
         // Its own statement: no guard of `notes` may be alive while
         // `split_report` locks `chunks` (the executor takes chunks, then

@@ -141,7 +141,7 @@ pub fn measured_run(v: &View<'_>) -> Plan {
             continue;
         }
         if to == Tier::Ssd {
-            if let Some(why) = never_fits(v, f) {
+            if let Some(why) = never_fits(v, &f) {
                 p.skip(ino, why);
                 continue;
             }

@@ -604,7 +604,7 @@ pub fn interval_run(v: &View<'_>, mv: Move) -> Plan {
             p.skip(ino, NotMoved::Pinned { tier: Tier::Hdd });
             continue;
         }
-        if let Some(why) = never_fits(v, f) {
+        if let Some(why) = never_fits(v, &f) {
             p.skip(ino, why);
             continue;
         }

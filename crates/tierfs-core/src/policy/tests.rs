@@ -88,20 +88,20 @@ fn admission_needs_a_counter_above_the_last_eviction() {
     s.last_evicted = Some(40);
     let env = Env::new(0, 1 << 30);
     let pol = PolicyKind::DynamicHotDst.policy();
-    let p = env.with(&s, |v| pol.on_access(v, 10, s.get(10).unwrap(), &read_hdd()));
+    let p = env.with(&s, |v| pol.on_access(v, 10, &s.get(10).unwrap(), &read_hdd()));
     assert!(p.is_empty());
     assert_eq!(p.skipped, vec![(10, NotMoved::BelowAdmission { counter: 40, threshold: 40 })]);
-    let p = env.with(&s, |v| pol.on_access(v, 11, s.get(11).unwrap(), &read_hdd()));
+    let p = env.with(&s, |v| pol.on_access(v, 11, &s.get(11).unwrap(), &read_hdd()));
     assert_eq!(moves(&p), vec![(11, Move::Promote)]);
     assert_eq!(p.steps[0].reason, Reason::HotOnRead { counter: 80, threshold: 40 });
     // Caching copies instead of moving.
-    let p = env.with(&s, |v| PolicyKind::OnDemandCache.policy().on_access(v, 11, s.get(11).unwrap(), &read_hdd()));
+    let p = env.with(&s, |v| PolicyKind::OnDemandCache.policy().on_access(v, 11, &s.get(11).unwrap(), &read_hdd()));
     assert_eq!(moves(&p), vec![(11, Move::Copy)]);
     // Reads served by the SSD, writes and interval policies admit nothing.
     let ssd = EventKind::Read { off: 0, len: 1, tier: Tier::Ssd, fragment: false };
-    assert!(env.with(&s, |v| pol.on_access(v, 11, s.get(11).unwrap(), &ssd)).is_empty());
+    assert!(env.with(&s, |v| pol.on_access(v, 11, &s.get(11).unwrap(), &ssd)).is_empty());
     let iv = PolicyKind::IntervalHotDst.policy();
-    assert!(env.with(&s, |v| iv.on_access(v, 11, s.get(11).unwrap(), &read_hdd())).is_empty());
+    assert!(env.with(&s, |v| iv.on_access(v, 11, &s.get(11).unwrap(), &read_hdd())).is_empty());
 }
 
 #[test]
@@ -109,7 +109,7 @@ fn passthrough_open_for_reading_counts_as_a_read() {
     let s = stats(&[(5, 64, Residence::Hdd, 100)]);
     let env = Env::new(0, 1 << 30);
     let open = EventKind::Open { write: false, tier: Tier::Hdd, size: 100, passthrough: true };
-    let p = env.with(&s, |v| PolicyKind::DynamicColdDst.policy().on_access(v, 5, s.get(5).unwrap(), &open));
+    let p = env.with(&s, |v| PolicyKind::DynamicColdDst.policy().on_access(v, 5, &s.get(5).unwrap(), &open));
     assert_eq!(moves(&p), vec![(5, Move::Promote)]);
 }
 
@@ -122,18 +122,18 @@ fn sieved_files_are_not_admitted_and_growth_past_the_sieve_demotes() {
     ]);
     let env = Env::new(0, 1 << 30);
     let pol = PolicyKind::DynamicHotDst.policy();
-    let p = env.with(&s, |v| pol.on_access(v, 1, s.get(1).unwrap(), &read_hdd()));
+    let p = env.with(&s, |v| pol.on_access(v, 1, &s.get(1).unwrap(), &read_hdd()));
     assert_eq!(p.skipped, vec![(1, NotMoved::Sieved { size: 2 << 20, sieve: 1 << 20 })]);
     let grow = EventKind::Write { off: 0, len: 10, tier: Tier::Ssd, size: 2 << 20, fragment: false };
-    let p = env.with(&s, |v| pol.on_access(v, 2, s.get(2).unwrap(), &grow));
+    let p = env.with(&s, |v| pol.on_access(v, 2, &s.get(2).unwrap(), &grow));
     assert_eq!(moves(&p), vec![(2, Move::Demote)]);
-    let p = env.with(&s, |v| PolicyKind::OnDemandCache.policy().on_access(v, 3, s.get(3).unwrap(), &grow));
+    let p = env.with(&s, |v| PolicyKind::OnDemandCache.policy().on_access(v, 3, &s.get(3).unwrap(), &grow));
     assert_eq!(moves(&p), vec![(3, Move::DropCopy)], "a cached copy is invalidated");
     // Baselines never move; a pin to the SSD beats the sieve.
-    assert!(env.with(&s, |v| PolicyKind::SsdOnly.policy().on_access(v, 2, s.get(2).unwrap(), &grow)).is_empty());
+    assert!(env.with(&s, |v| PolicyKind::SsdOnly.policy().on_access(v, 2, &s.get(2).unwrap(), &grow)).is_empty());
     let mut env = env;
     env.pins.push((2, Tier::Ssd));
-    assert!(env.with(&s, |v| pol.on_access(v, 2, s.get(2).unwrap(), &grow)).is_empty());
+    assert!(env.with(&s, |v| pol.on_access(v, 2, &s.get(2).unwrap(), &grow)).is_empty());
 }
 
 #[test]
@@ -141,11 +141,11 @@ fn pinned_and_busy_files_are_left_alone() {
     let s = stats(&[(1, 500, Residence::Hdd, 10)]);
     let mut env = Env::new(0, 1 << 30);
     env.pins.push((1, Tier::Hdd));
-    let p = env.with(&s, |v| PolicyKind::DynamicHotDst.policy().on_access(v, 1, s.get(1).unwrap(), &read_hdd()));
+    let p = env.with(&s, |v| PolicyKind::DynamicHotDst.policy().on_access(v, 1, &s.get(1).unwrap(), &read_hdd()));
     assert_eq!(p.skipped, vec![(1, NotMoved::Pinned { tier: Tier::Hdd })]);
     env.pins.clear();
     env.busy.push(1);
-    let p = env.with(&s, |v| PolicyKind::DynamicHotDst.policy().on_access(v, 1, s.get(1).unwrap(), &read_hdd()));
+    let p = env.with(&s, |v| PolicyKind::DynamicHotDst.policy().on_access(v, 1, &s.get(1).unwrap(), &read_hdd()));
     assert!(p.is_empty());
 }
 
@@ -379,7 +379,7 @@ fn measured_leaves_files_not_used_lately_and_sieves_promotions() {
             ..FileStats::default()
         },
     );
-    let mut big = *s.get(2).unwrap();
+    let mut big = s.get(2).unwrap();
     big.size = 2 << 20;
     s.insert(2, big);
     let mut env = Env::new(0, 1 << 30);

@@ -23,7 +23,7 @@ use crate::event::{Event, EventKind};
 use crate::state::ns::Ino;
 use crate::tier::{Placement, Tier};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 /// Where a file's data is, as the statistics index it.
@@ -132,8 +132,13 @@ type Key = (u32, u64, Ino);
 /// See the module documentation.
 #[derive(Debug, Default)]
 pub struct Stats {
-    files: BTreeMap<Ino, FileStats>,
+    files: Files,
+    /// The order of the files accessed at least once, per group and
+    /// residence.
     index: HashMap<(Group, Residence), BTreeSet<Key>>,
+    /// The files never accessed (key `(0, 0, ino)`: colder than every
+    /// other, among themselves in inode order), as bitmaps.
+    unaccessed: HashMap<(Group, Residence), InoSet>,
     seq: u64,
     /// Counter of the file last evicted from the SSD (admission threshold).
     pub last_evicted: Option<u32>,
@@ -141,8 +146,8 @@ pub struct Stats {
     pub served: Served,
     /// Per-group requests and bytes served.
     pub served_by_group: HashMap<Group, Served>,
-    dirty: HashSet<Ino>,
-    removed: HashSet<Ino>,
+    dirty: InoSet,
+    removed: InoSet,
     last_aged: Option<Timestamp>,
     /// Entries added one by one since the maps were last built in bulk.
     grown: usize,
@@ -155,6 +160,11 @@ pub const DEFAULT_AGING: Duration = Duration::from_secs(600);
 
 fn key(f: &FileStats, ino: Ino) -> Key {
     (f.counter, f.seq, ino)
+}
+
+/// Whether a file is ordered by the bitmaps of never accessed files.
+fn unaccessed(f: &FileStats) -> bool {
+    f.counter == 0 && f.seq == 0
 }
 
 impl Stats {
@@ -170,17 +180,17 @@ impl Stats {
 
     /// True if no file is tracked.
     pub fn is_empty(&self) -> bool {
-        self.files.is_empty()
+        self.files.len() == 0
     }
 
     /// One file's statistics.
-    pub fn get(&self, ino: Ino) -> Option<&FileStats> {
-        self.files.get(&ino)
+    pub fn get(&self, ino: Ino) -> Option<FileStats> {
+        self.files.get(ino)
     }
 
     /// All files, in inode order.
-    pub fn iter(&self) -> impl Iterator<Item = (Ino, &FileStats)> {
-        self.files.iter().map(|(i, f)| (*i, f))
+    pub fn iter(&self) -> impl Iterator<Item = (Ino, FileStats)> + '_ {
+        self.files.iter()
     }
 
     /// The admission threshold: a file may enter the SSD only if its
@@ -190,22 +200,48 @@ impl Stats {
     }
 
     fn unindex(&mut self, ino: Ino, f: &FileStats) {
-        if let Some(s) = self.index.get_mut(&(f.group, f.residence)) {
+        let at = (f.group, f.residence);
+        if unaccessed(f) {
+            if let Some(s) = self.unaccessed.get_mut(&at) {
+                s.remove(ino);
+            }
+        } else if let Some(s) = self.index.get_mut(&at) {
             s.remove(&key(f, ino));
         }
     }
 
     fn reindex(&mut self, ino: Ino, f: &FileStats) {
-        self.index.entry((f.group, f.residence)).or_default().insert(key(f, ino));
+        let at = (f.group, f.residence);
+        if unaccessed(f) {
+            self.unaccessed.entry(at).or_default().insert(ino);
+        } else {
+            self.index.entry(at).or_default().insert(key(f, ino));
+        }
+    }
+
+    /// The keys of one group and residence, coldest first.
+    fn keys(&self, group: Group, r: Residence) -> impl DoubleEndedIterator<Item = Key> + '_ {
+        let cold = self.unaccessed.get(&(group, r)).into_iter().flat_map(|s| s.iter()).map(|i| (0, 0, i));
+        cold.chain(self.index.get(&(group, r)).into_iter().flat_map(|s| s.iter().copied()))
+    }
+
+    /// Every (group, residence) with files.
+    fn sets(&self) -> Vec<(Group, Residence)> {
+        let mut v: Vec<_> = self.index.keys().chain(self.unaccessed.keys()).copied().collect();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     /// Changes one file through `change`, keeping the index right.
     fn update(&mut self, ino: Ino, change: impl FnOnce(&mut FileStats)) -> bool {
-        let Some(old) = self.files.get(&ino).copied() else { return false };
+        let Some(old) = self.files.get(ino) else { return false };
         let mut new = old;
         change(&mut new);
         if new != old {
             if key(&old, ino) != key(&new, ino) || (old.group, old.residence) != (new.group, new.residence) {
+                // (A file leaves the never accessed only by a change of
+                // its key, so this also moves it between the two orders.)
                 self.unindex(ino, &old);
                 self.reindex(ino, &new);
             }
@@ -224,7 +260,7 @@ impl Stats {
         self.reindex(ino, &f);
         self.seq = self.seq.max(f.seq);
         self.dirty.insert(ino);
-        self.removed.remove(&ino);
+        self.removed.remove(ino);
     }
 
     /// Replaces every entry at once (after loading). Building the maps in
@@ -232,7 +268,7 @@ impl Stats {
     /// by one, which matters at a million files.
     pub fn replace_all(&mut self, entries: Vec<(Ino, FileStats)>) {
         self.seq = entries.iter().map(|(_, f)| f.seq).max().unwrap_or(0).max(self.seq);
-        self.files = entries.into_iter().collect();
+        self.files = Files::from_sorted(entries);
         self.rebuild_index();
         self.dirty.clear();
     }
@@ -251,24 +287,30 @@ impl Stats {
 
     /// Builds both maps again in bulk, which packs their nodes full.
     fn rebuild_maps(&mut self) {
-        self.files = std::mem::take(&mut self.files).into_iter().collect();
+        self.files.rebuild();
         self.rebuild_index();
     }
 
     fn rebuild_index(&mut self) {
         self.grown = 0;
         let mut index: HashMap<(Group, Residence), Vec<Key>> = HashMap::new();
-        for (ino, f) in &self.files {
-            index.entry((f.group, f.residence)).or_default().push(key(f, *ino));
+        let mut cold: HashMap<(Group, Residence), InoSet> = HashMap::new();
+        for (ino, f) in self.files.iter() {
+            if unaccessed(&f) {
+                cold.entry((f.group, f.residence)).or_default().insert(ino);
+            } else {
+                index.entry((f.group, f.residence)).or_default().push(key(&f, ino));
+            }
         }
         self.index = index.into_iter().map(|(k, v)| (k, v.into_iter().collect())).collect();
+        self.unaccessed = cold;
     }
 
     /// Stops tracking a file.
     pub fn remove(&mut self, ino: Ino) -> Option<FileStats> {
-        let f = self.files.remove(&ino)?;
+        let f = self.files.remove(ino)?;
         self.unindex(ino, &f);
-        self.dirty.remove(&ino);
+        self.dirty.remove(ino);
         self.removed.insert(ino);
         Some(f)
     }
@@ -285,7 +327,7 @@ impl Stats {
 
     /// The tail of a split request: its bytes count, nothing else.
     fn fragment(&mut self, ino: Ino, write: bool, bytes: u64, tier: Tier) {
-        let group = self.files.get(&ino).map(|f| f.group);
+        let group = self.files.get(ino).map(|f| f.group);
         self.update(ino, |f| {
             if write {
                 f.write_bytes = f.write_bytes.saturating_add(bytes);
@@ -302,7 +344,7 @@ impl Stats {
     fn access(&mut self, ino: Ino, t: Timestamp, pages: u64, write: bool, bytes: u64, tier: Tier) {
         self.seq += 1;
         let seq = self.seq;
-        let group = self.files.get(&ino).map(|f| f.group);
+        let group = self.files.get(ino).map(|f| f.group);
         self.update(ino, |f| {
             f.counter = counter::bump(f.counter, pages);
             f.seq = seq;
@@ -361,7 +403,7 @@ impl Stats {
             }
             EventKind::Create { placement, parent, size } => {
                 let group = group_of(parent);
-                match self.files.get(&ino) {
+                match self.files.get(ino) {
                     Some(_) => {
                         self.update(ino, |f| {
                             f.residence = placement.into();
@@ -401,7 +443,8 @@ impl Stats {
             return 0;
         }
         self.last_aged = Some(last.plus(self.aging_period * periods));
-        for (ino, f) in self.files.iter_mut() {
+        // Cold entries have no counter to halve.
+        for (ino, f) in self.files.warm.iter_mut() {
             let c = f.counter.checked_shr(periods).unwrap_or(0);
             if c != f.counter {
                 f.counter = c;
@@ -415,38 +458,30 @@ impl Stats {
     }
 
     /// Files of one group and residence, hottest first.
-    pub fn hottest(&self, group: Group, r: Residence) -> impl Iterator<Item = (Ino, &FileStats)> + '_ {
-        self.index
-            .get(&(group, r))
-            .into_iter()
-            .flat_map(|s| s.iter().rev())
-            .filter_map(move |k| self.files.get(&k.2).map(|f| (k.2, f)))
+    pub fn hottest(&self, group: Group, r: Residence) -> impl Iterator<Item = (Ino, FileStats)> + '_ {
+        self.keys(group, r).rev().filter_map(move |k| self.files.get(k.2).map(|f| (k.2, f)))
     }
 
     /// Files of one group and residence, coldest first.
-    pub fn coldest(&self, group: Group, r: Residence) -> impl Iterator<Item = (Ino, &FileStats)> + '_ {
-        self.index
-            .get(&(group, r))
-            .into_iter()
-            .flat_map(|s| s.iter())
-            .filter_map(move |k| self.files.get(&k.2).map(|f| (k.2, f)))
+    pub fn coldest(&self, group: Group, r: Residence) -> impl Iterator<Item = (Ino, FileStats)> + '_ {
+        self.keys(group, r).filter_map(move |k| self.files.get(k.2).map(|f| (k.2, f)))
     }
 
     /// The coldest file taking SSD space, over every group, skipping
     /// files for which `skip` is true (pinned, open, already chosen).
     pub fn coldest_on_ssd(&self, skip: &mut dyn FnMut(Ino, &FileStats) -> bool) -> Option<(Ino, FileStats)> {
         let mut best: Option<(Key, FileStats)> = None;
-        for ((_, r), set) in &self.index {
+        for (g, r) in self.sets() {
             if !r.on_ssd() {
                 continue;
             }
-            for k in set.iter() {
-                let Some(f) = self.files.get(&k.2) else { continue };
-                if skip(k.2, f) {
+            for k in self.keys(g, r) {
+                let Some(f) = self.files.get(k.2) else { continue };
+                if skip(k.2, &f) {
                     continue;
                 }
-                if best.as_ref().is_none_or(|(b, _)| k < b) {
-                    best = Some((*k, *f));
+                if best.as_ref().is_none_or(|(b, _)| k < *b) {
+                    best = Some((k, f));
                 }
                 break;
             }
@@ -456,39 +491,39 @@ impl Stats {
 
     /// The hottest file of a residence over all groups.
     pub fn hottest_any(&self, r: Residence) -> Option<(Ino, FileStats)> {
-        self.index
-            .iter()
-            .filter(|((_, res), _)| *res == r)
-            .filter_map(|(_, s)| s.last())
+        self.sets()
+            .into_iter()
+            .filter(|(_, res)| *res == r)
+            .filter_map(|(g, r)| self.keys(g, r).next_back())
             .max()
-            .and_then(|k| self.files.get(&k.2).map(|f| (k.2, *f)))
+            .and_then(|k| self.files.get(k.2).map(|f| (k.2, f)))
     }
 
     /// The coldest file of a residence over all groups.
     pub fn coldest_any(&self, r: Residence) -> Option<(Ino, FileStats)> {
-        self.index
-            .iter()
-            .filter(|((_, res), _)| *res == r)
-            .filter_map(|(_, s)| s.first())
+        self.sets()
+            .into_iter()
+            .filter(|(_, res)| *res == r)
+            .filter_map(|(g, r)| self.keys(g, r).next())
             .min()
-            .and_then(|k| self.files.get(&k.2).map(|f| (k.2, *f)))
+            .and_then(|k| self.files.get(k.2).map(|f| (k.2, f)))
     }
 
     /// The `n` hottest files overall.
     pub fn top(&self, n: usize) -> Vec<(Ino, FileStats)> {
         let mut all: Vec<Key> = Vec::new();
-        for s in self.index.values() {
-            all.extend(s.iter().rev().take(n));
+        for (g, r) in self.sets() {
+            all.extend(self.keys(g, r).rev().take(n));
         }
         all.sort_unstable_by(|a, b| b.cmp(a));
         all.truncate(n);
-        all.into_iter().filter_map(|k| self.files.get(&k.2).map(|f| (k.2, *f))).collect()
+        all.into_iter().filter_map(|k| self.files.get(k.2).map(|f| (k.2, f))).collect()
     }
 
     /// Count and bytes of files per residence.
     pub fn residence_totals(&self) -> HashMap<Residence, (u64, u64)> {
         let mut out: HashMap<Residence, (u64, u64)> = HashMap::new();
-        for f in self.files.values() {
+        for (_, f) in self.files.iter() {
             let e = out.entry(f.residence).or_default();
             e.0 += 1;
             e.1 += f.size;
@@ -499,19 +534,9 @@ impl Stats {
     /// Up to `limit` of the entries changed or removed since they were
     /// last taken (for persistence).
     pub fn take_dirty(&mut self, limit: usize) -> (Vec<(Ino, FileStats)>, Vec<Ino>) {
-        let take = |set: &mut HashSet<Ino>, limit: usize| -> Vec<Ino> {
-            if set.len() <= limit {
-                return std::mem::take(set).into_iter().collect();
-            }
-            let part: Vec<Ino> = set.iter().take(limit).copied().collect();
-            for i in &part {
-                set.remove(i);
-            }
-            part
-        };
         let dirty: Vec<_> =
-            take(&mut self.dirty, limit).into_iter().filter_map(|i| self.files.get(&i).map(|f| (i, *f))).collect();
-        let removed = take(&mut self.removed, limit.saturating_sub(dirty.len()));
+            self.dirty.take(limit).into_iter().filter_map(|i| self.files.get(i).map(|f| (i, f))).collect();
+        let removed = self.removed.take(limit.saturating_sub(dirty.len()));
         (dirty, removed)
     }
 
@@ -539,12 +564,164 @@ impl Stats {
     /// A check for tests: the index holds exactly one key per file, in the
     /// right set.
     pub fn check_index(&self) -> bool {
-        let n: usize = self.index.values().map(|s| s.len()).sum();
+        let n: usize = self.index.values().map(|s| s.len()).sum::<usize>()
+            + self.unaccessed.values().map(|s| s.len()).sum::<usize>();
         n == self.files.len()
-            && self
-                .files
-                .iter()
-                .all(|(i, f)| self.index.get(&(f.group, f.residence)).is_some_and(|s| s.contains(&key(f, *i))))
+            && self.files.iter().all(|(i, f)| {
+                let at = (f.group, f.residence);
+                if unaccessed(&f) {
+                    self.unaccessed.get(&at).is_some_and(|s| s.contains(i))
+                } else {
+                    self.index.get(&at).is_some_and(|s| s.contains(&key(&f, i)))
+                }
+            })
+    }
+}
+
+/// The statistics of a file nothing has accessed since it was tracked:
+/// a quarter of a [`FileStats`]. Most files of a big adopted tree stay so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Cold {
+    size: u64,
+    group: Group,
+    residence: Residence,
+}
+
+impl Cold {
+    /// `f` as a cold entry, if every counter of it is zero.
+    fn of(f: &FileStats) -> Option<Cold> {
+        let c = Cold { size: f.size, group: f.group, residence: f.residence };
+        (c.stats() == *f).then_some(c)
+    }
+    fn stats(self) -> FileStats {
+        FileStats { size: self.size, group: self.group, residence: self.residence, ..FileStats::default() }
+    }
+}
+
+/// The entries, each in one of two maps: a file never accessed takes a
+/// [`Cold`] entry (24 bytes with its key, against 72), and moves to the
+/// warm map at its first access.
+#[derive(Debug, Default)]
+struct Files {
+    warm: BTreeMap<Ino, FileStats>,
+    cold: BTreeMap<Ino, Cold>,
+}
+
+impl Files {
+    fn from_sorted(entries: Vec<(Ino, FileStats)>) -> Self {
+        let mut warm = Vec::new();
+        let mut cold = Vec::new();
+        for (ino, f) in entries {
+            match Cold::of(&f) {
+                Some(c) => cold.push((ino, c)),
+                None => warm.push((ino, f)),
+            }
+        }
+        Files { warm: warm.into_iter().collect(), cold: cold.into_iter().collect() }
+    }
+    fn len(&self) -> usize {
+        self.warm.len() + self.cold.len()
+    }
+    fn get(&self, ino: Ino) -> Option<FileStats> {
+        self.warm.get(&ino).copied().or_else(|| self.cold.get(&ino).map(|c| c.stats()))
+    }
+    /// Stores `f` for `ino`; returns the entry it replaced.
+    fn insert(&mut self, ino: Ino, f: FileStats) -> Option<FileStats> {
+        match Cold::of(&f) {
+            Some(c) => {
+                let old = self.cold.insert(ino, c).map(Cold::stats);
+                old.or_else(|| self.warm.remove(&ino))
+            }
+            None => {
+                let old = self.warm.insert(ino, f);
+                old.or_else(|| self.cold.remove(&ino).map(Cold::stats))
+            }
+        }
+    }
+    fn remove(&mut self, ino: Ino) -> Option<FileStats> {
+        self.warm.remove(&ino).or_else(|| self.cold.remove(&ino).map(Cold::stats))
+    }
+    /// Every entry, in inode order.
+    fn iter(&self) -> impl Iterator<Item = (Ino, FileStats)> + '_ {
+        let mut warm = self.warm.iter().map(|(i, f)| (*i, *f)).peekable();
+        let mut cold = self.cold.iter().map(|(i, c)| (*i, c.stats())).peekable();
+        std::iter::from_fn(move || match (warm.peek(), cold.peek()) {
+            (Some(w), Some(c)) if c.0 < w.0 => cold.next(),
+            (Some(_), _) => warm.next(),
+            (None, _) => cold.next(),
+        })
+    }
+    /// Builds both maps again in bulk, which packs their nodes full.
+    fn rebuild(&mut self) {
+        self.warm = std::mem::take(&mut self.warm).into_iter().collect();
+        self.cold = std::mem::take(&mut self.cold).into_iter().collect();
+    }
+}
+
+/// A set of inode numbers as a bitmap in 64-number words: about 2 bits a
+/// number where numbers are dense (they are handed out in order), where a
+/// hash set takes over 9 bytes each.
+#[derive(Debug, Default)]
+struct InoSet {
+    words: BTreeMap<u64, u64>,
+    len: usize,
+}
+
+impl InoSet {
+    fn insert(&mut self, ino: Ino) {
+        let w = self.words.entry(ino >> 6).or_insert(0);
+        let bit = 1u64 << (ino & 63);
+        if *w & bit == 0 {
+            *w |= bit;
+            self.len += 1;
+        }
+    }
+    fn remove(&mut self, ino: Ino) {
+        let Some(w) = self.words.get_mut(&(ino >> 6)) else { return };
+        let bit = 1u64 << (ino & 63);
+        if *w & bit != 0 {
+            *w &= !bit;
+            self.len -= 1;
+            if *w == 0 {
+                self.words.remove(&(ino >> 6));
+            }
+        }
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn contains(&self, ino: Ino) -> bool {
+        self.words.get(&(ino >> 6)).is_some_and(|w| w & (1u64 << (ino & 63)) != 0)
+    }
+    /// The numbers in increasing order (reversible).
+    fn iter(&self) -> impl DoubleEndedIterator<Item = Ino> + '_ {
+        self.words.iter().flat_map(|(k, w)| {
+            let (k, w) = (*k, *w);
+            (0..64u64).filter(move |b| w & (1u64 << b) != 0).map(move |b| (k << 6) | b)
+        })
+    }
+    fn clear(&mut self) {
+        self.words.clear();
+        self.len = 0;
+    }
+    /// Takes up to `limit` numbers out of the set, smallest first.
+    fn take(&mut self, limit: usize) -> Vec<Ino> {
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let Some(mut e) = self.words.first_entry() else { break };
+            let base = *e.key() << 6;
+            let w = e.get_mut();
+            while *w != 0 && out.len() < limit {
+                let b = w.trailing_zeros() as u64;
+                *w &= !(1u64 << b);
+                out.push(base | b);
+            }
+            if *w == 0 {
+                e.remove();
+            }
+        }
+        self.len -= out.len();
+        out
     }
 }
 
@@ -610,11 +787,11 @@ mod tests {
         for ino in 0..20_000u64 {
             s.insert(ino, FileStats { counter: (ino % 97) as u32, seq: ino, ..FileStats::default() });
         }
-        let before: Vec<_> = s.hottest(0, Residence::Hdd).map(|(i, f)| (i, *f)).collect();
+        let before: Vec<_> = s.hottest(0, Residence::Hdd).map(|(i, f)| (i, f)).collect();
         assert!(s.compact_if_grown());
         assert!(!s.compact_if_grown(), "rebuilt maps are not rebuilt again");
         assert!(s.check_index());
-        let after: Vec<_> = s.hottest(0, Residence::Hdd).map(|(i, f)| (i, *f)).collect();
+        let after: Vec<_> = s.hottest(0, Residence::Hdd).map(|(i, f)| (i, f)).collect();
         assert_eq!(before, after);
         // Updates of tracked files do not count as growth.
         for ino in 0..20_000u64 {
@@ -783,6 +960,11 @@ mod tests {
                 }
                 prop_assert!(s.check_index());
                 prop_assert_eq!(s.len(), m.files.len());
+                // Cold and warm entries together, in inode order.
+                let mut want_inos: Vec<Ino> = m.files.keys().copied().collect();
+                want_inos.sort_unstable();
+                let got_inos: Vec<Ino> = s.iter().map(|(i, _)| i).collect();
+                prop_assert_eq!(got_inos, want_inos);
                 for g in 0..3u32 {
                     for r in [Residence::Ssd, Residence::Hdd, Residence::Cached] {
                         let mut want: Vec<(u32, u64, Ino)> = m.files.iter()
@@ -800,5 +982,55 @@ mod tests {
                 prop_assert_eq!(got_cold, want_cold);
             }
         }
+    }
+
+    #[derive(Clone, Debug)]
+    enum SetOp {
+        Insert(Ino),
+        Remove(Ino),
+        Take(usize),
+    }
+
+    proptest! {
+        /// The bitmap set of dirty and removed entries against a BTreeSet.
+        #[test]
+        fn ino_set_agrees_with_a_btree_set(ops in proptest::collection::vec(prop_oneof![
+            3 => (0..300u64).prop_map(SetOp::Insert),
+            2 => (0..300u64).prop_map(SetOp::Remove),
+            1 => (0..80usize).prop_map(SetOp::Take),
+        ], 1..300)) {
+            let mut s = InoSet::default();
+            let mut m = BTreeSet::new();
+            for op in ops {
+                match op {
+                    SetOp::Insert(i) => { s.insert(i); m.insert(i); }
+                    SetOp::Remove(i) => { s.remove(i); m.remove(&i); }
+                    SetOp::Take(n) => {
+                        let want: Vec<Ino> = m.iter().take(n).copied().collect();
+                        for i in &want { m.remove(i); }
+                        prop_assert_eq!(s.take(n), want);
+                    }
+                }
+                prop_assert_eq!(s.len(), m.len());
+                prop_assert!(s.iter().eq(m.iter().copied()));
+                prop_assert!(s.iter().rev().eq(m.iter().rev().copied()));
+                prop_assert!((0..300u64).all(|i| s.contains(i) == m.contains(&i)));
+            }
+            prop_assert_eq!(s.take(usize::MAX), m.into_iter().collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn a_file_never_accessed_takes_a_cold_entry_until_its_first_access() {
+        let mut s = Stats::new(DEFAULT_AGING);
+        s.apply(&create(7, Placement::On(Tier::Hdd)), &mut no_groups);
+        assert_eq!((s.files.cold.len(), s.files.warm.len()), (1, 0));
+        s.apply(&read(7, 10, 4096), &mut no_groups);
+        assert_eq!((s.files.cold.len(), s.files.warm.len()), (0, 1));
+        let f = s.get(7).unwrap();
+        assert_eq!((f.reads, f.read_bytes, f.residence), (1, 4096, Residence::Hdd));
+        assert!(f.counter > 0);
+        assert_eq!(s.remove(7).map(|f| f.reads), Some(1));
+        assert!(s.is_empty());
     }
 }

@@ -197,7 +197,7 @@ mod tests {
         assert!(err.is_none());
         assert_eq!(bad, 1);
         assert_eq!(t.len(), 2);
-        assert_eq!(t.get(1), Some(&f));
+        assert_eq!(t.get(1), Some(f));
         assert_eq!(t.last_evicted, Some(40));
         assert_eq!(t.seq(), 11);
         assert!(t.check_index());
