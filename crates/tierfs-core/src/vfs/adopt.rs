@@ -34,7 +34,7 @@ use crate::state::ns::{Dentry, Ino};
 use crate::store::{FileKind, Store, Target};
 use crate::tier::Tier;
 use parking_lot::{Condvar, Mutex};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::sync::{Arc, Weak};
 
@@ -51,10 +51,13 @@ struct Queue {
     /// The directory being reconciled by the adopter, and the last name
     /// it committed (every name up to it is in the database).
     running: Option<(Ino, Option<OsString>)>,
-    /// The previews of each directory whose reconciliation is pending,
-    /// oldest first: the inode numbers they reserved for names not
-    /// adopted yet, which the reconciliation gives those names.
-    previews: HashMap<Ino, Vec<Arc<Preview>>>,
+    /// The latest preview of each directory whose reconciliation is
+    /// pending: the inode numbers it reserved for names not adopted yet,
+    /// which the reconciliation gives those names.
+    previews: HashMap<Ino, Arc<Preview>>,
+    /// The reserved numbers a reconciliation gave a name, per directory:
+    /// each is given once, whatever happens to its name afterwards.
+    used: HashMap<Ino, HashSet<Ino>>,
 }
 
 /// The entries of a directory not reconciled yet, as its backing
@@ -63,19 +66,29 @@ struct Queue {
 pub(crate) struct Preview {
     /// The entries. A name the database knew has its inode number; a
     /// name it did not know has one reserved for it (by this preview, or
-    /// the same as an older preview of the directory gave it).
+    /// the one the previous preview of the directory reserved).
     pub(crate) entries: Vec<Dentry>,
-    /// Numbers from this one on were reserved by this preview (numbers
-    /// are handed out in increasing order, so every number the database
-    /// knew at the time is smaller).
-    base: Ino,
+    /// Which entries carry a reserved number.
+    reserved: Vec<bool>,
 }
 
 impl Preview {
-    /// The number this preview reserved for `name`, if it did.
+    /// The number reserved for `name`, if it has one.
     fn reserved(&self, name: &OsStr) -> Option<Ino> {
         let i = self.entries.binary_search_by(|e| e.name.as_os_str().cmp(name)).ok()?;
-        Some(self.entries[i].ino).filter(|ino| *ino >= self.base)
+        self.reserved[i].then_some(self.entries[i].ino)
+    }
+}
+
+/// Marks the adopter's job over when dropped, also if the reconciliation
+/// panicked: nothing then waits for it for ever.
+struct Running<'a>(&'a Adopter);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut q = self.0.q.lock();
+        q.running = None;
+        self.0.cv.notify_all();
     }
 }
 
@@ -97,9 +110,17 @@ impl std::fmt::Debug for Adopter {
 }
 
 impl Adopter {
-    /// True once shutdown began: a reconciliation stops between parts.
+    /// True once shutdown began.
     pub(crate) fn stopping(&self) -> bool {
         self.q.lock().stop
+    }
+
+    /// True if the reconciliation of `dir` is the adopter's and shutdown
+    /// began: it commits what it gathered and stops. (One a request runs
+    /// goes on: the request waits for it.)
+    pub(crate) fn should_stop(&self, dir: Ino) -> bool {
+        let q = self.q.lock();
+        q.stop && q.running.as_ref().is_some_and(|(d, _)| *d == dir)
     }
 
     /// Before a reconciliation of `dir` outside the adopter thread: takes
@@ -107,7 +128,12 @@ impl Adopter {
     /// waits until the adopter's job for `dir` is over.
     pub(crate) fn claim(&self, dir: Ino) {
         let mut q = self.q.lock();
+        let queued = q.queued.len();
         q.queued.retain(|d| *d != dir);
+        if q.queued.len() != queued {
+            // Who waits for the queued job waits for the caller now.
+            self.cv.notify_all();
+        }
         while q.running.as_ref().is_some_and(|(d, _)| *d == dir) {
             self.cv.wait(&mut q);
         }
@@ -125,11 +151,19 @@ impl Adopter {
     }
 
     /// The inode number a preview reserved for `name` in `dir`, if one
-    /// did: the caller adopts the name with it. (A name is adopted once
-    /// per reconciliation; the numbers are dropped when it is over.)
+    /// did and no name was given it yet: the caller adopts the name with
+    /// it.
     pub(crate) fn reserved(&self, dir: Ino, name: &OsStr) -> Option<Ino> {
-        let q = self.q.lock();
-        q.previews.get(&dir)?.iter().find_map(|p| p.reserved(name))
+        let mut q = self.q.lock();
+        let ino = q.previews.get(&dir)?.reserved(name)?;
+        q.used.entry(dir).or_default().insert(ino).then_some(ino)
+    }
+
+    /// Forgets the previews of `dir` and its used numbers.
+    fn forget(&self, dir: Ino) {
+        let mut q = self.q.lock();
+        q.previews.remove(&dir);
+        q.used.remove(&dir);
     }
 }
 
@@ -219,39 +253,51 @@ impl<S: Store> Volume<S> {
         // Both in name order: matched by a merge.
         let known = self.ns.children(dir)?;
         let mut known = known.into_iter().peekable();
-        let older: Vec<Arc<Preview>> = self.adopter.q.lock().previews.get(&dir).cloned().unwrap_or_default();
+        // The previous preview's reservations that no name took yet carry
+        // over (the same name keeps its number).
+        let (older, used) = {
+            let q = self.adopter.q.lock();
+            (q.previews.get(&dir).cloned(), q.used.get(&dir).cloned().unwrap_or_default())
+        };
         let mut entries = Vec::with_capacity(names.len());
+        let mut reserved = Vec::with_capacity(names.len());
         let mut unnumbered = Vec::new();
         for (name, kind) in names {
             while known.next_if(|k| k.name < name).is_some() {}
-            let ino = match known.next_if(|k| k.name == name) {
-                Some(k) => k.ino,
-                None => match older.iter().find_map(|p| p.reserved(&name)) {
-                    Some(i) => i,
+            let (ino, is_reserved) = match known.next_if(|k| k.name == name) {
+                Some(k) => (k.ino, false),
+                None => match older.as_ref().and_then(|p| p.reserved(&name)).filter(|i| !used.contains(i)) {
+                    Some(i) => (i, true),
                     None => {
                         unnumbered.push(entries.len());
-                        0
+                        (0, true)
                     }
                 },
             };
+            reserved.push(is_reserved);
             entries.push(Dentry { name, ino, kind });
         }
         // Numbers come from a reservation in memory: the database is
         // written once per 65 536.
-        let mut base = 0;
-        for (n, at) in unnumbered.into_iter().enumerate() {
-            let ino = self.ns.alloc_ino()?;
-            if n == 0 {
-                base = ino;
-            }
-            entries[at].ino = ino;
+        for at in unnumbered {
+            entries[at].ino = self.ns.alloc_ino()?;
         }
-        let preview = Arc::new(Preview { entries, base: if base == 0 { Ino::MAX } else { base } });
         let mut q = self.adopter.q.lock();
         if self.is_verified(dir) || !q.started {
             return Ok(None);
         }
-        q.previews.entry(dir).or_default().push(preview.clone());
+        // Another preview registered meanwhile: its numbers win, so that
+        // a name keeps one number whichever preview a listing read.
+        if let Some(c) = q.previews.get(&dir).filter(|c| !older.as_ref().is_some_and(|o| Arc::ptr_eq(o, c))) {
+            let used = q.used.get(&dir);
+            for (e, r) in entries.iter_mut().zip(&reserved) {
+                if let Some(n) = c.reserved(&e.name).filter(|n| *r && !used.is_some_and(|u| u.contains(n))) {
+                    e.ino = n;
+                }
+            }
+        }
+        let preview = Arc::new(Preview { entries, reserved });
+        q.previews.insert(dir, preview.clone());
         if !q.queued.contains(&dir) && q.running.as_ref().is_none_or(|(d, _)| *d != dir) {
             q.queued.push_back(dir);
             self.adopter.cv.notify_all();
@@ -299,6 +345,8 @@ impl<S: Store> Volume<S> {
         let mut q = self.adopter.q.lock();
         self.mark_verified(dir);
         q.previews.remove(&dir);
+        q.used.remove(&dir);
+        self.adopter.cv.notify_all();
     }
 }
 
@@ -329,20 +377,17 @@ fn adopter_loop<S: Store>(a: Arc<Adopter>, vol: Weak<Volume<S>>) {
                 a.cv.wait_for(&mut q, std::time::Duration::from_secs(1));
             }
         };
-        let r = match vol.upgrade() {
-            Some(v) => v.reconcile_now(dir, false),
-            None => return,
+        let Some(v) = vol.upgrade() else { return };
+        let r = {
+            let _running = Running(&a);
+            v.reconcile_now(dir, false)
         };
-        {
-            let mut q = a.q.lock();
-            q.running = None;
-            a.cv.notify_all();
-        }
         match r {
             Ok(()) => {}
             Err(e) if a.stopping() => tracing::debug!(dir, error = %e, "adoption stopped by the unmount"),
             // Removed since it was listed.
             Err(e) if e.is(libc::ENOENT) || e.is(libc::ENOTDIR) => {
+                a.forget(dir);
                 tracing::debug!(dir, error = %e, "a directory queued for adoption went away")
             }
             // The next request that needs the directory tries again (and
@@ -559,5 +604,53 @@ mod tests {
         assert_eq!(all.len(), NAMES + 4);
         assert_eq!(v.ns.children(ROOT_INO).unwrap().len(), NAMES + 2);
         assert_eq!(v.ns.links(all[OsStr::new("link-a")]).unwrap().len(), 2, "the link joined its first name");
+    }
+
+    /// A lookup waiting for a queued directory is woken when a request
+    /// takes the job over and finishes it, not when the adopter is next
+    /// done with another directory.
+    #[test]
+    fn a_lookup_waiting_for_a_queued_directory_wakes_when_a_request_reconciles_it() {
+        let rig = Rig::new();
+        let root = rig.hdd.root().unwrap();
+        for d in ["busy", "queued"] {
+            rig.hdd.mkdir(&root, OsStr::new(d), 0o755).unwrap();
+        }
+        let busy = rig.hdd.open_dir(&root, OsStr::new("busy")).unwrap();
+        rig.hdd.open(&busy, OsStr::new("held"), libc::O_CREAT | libc::O_WRONLY, 0o644).unwrap();
+        let queued = rig.hdd.open_dir(&root, OsStr::new("queued")).unwrap();
+        rig.hdd.open(&queued, OsStr::new("x"), libc::O_CREAT | libc::O_WRONLY, 0o644).unwrap();
+        let v = Arc::new(rig.mount());
+        let busy_ino = v.lookup(ROOT_INO, OsStr::new("busy")).unwrap().ino;
+        let queued_ino = v.lookup(ROOT_INO, OsStr::new("queued")).unwrap().ino;
+        v.start_adopter().unwrap();
+        // The adopter is held in the stat of `busy/held`.
+        let hold = Arc::new(AtomicBool::new(true));
+        let held = Arc::new(AtomicUsize::new(0));
+        let (h, n) = (hold.clone(), held.clone());
+        rig.hdd.set_gate(Some(Arc::new(move |op, name| {
+            if op == "stat" && name == "held" {
+                n.fetch_add(1, Ordering::SeqCst);
+                let t0 = std::time::Instant::now();
+                while h.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_secs(30) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        })));
+        v.releasedir(v.opendir(busy_ino).unwrap()).unwrap();
+        wait_held(&held);
+        v.releasedir(v.opendir(queued_ino).unwrap()).unwrap();
+        let waiter = std::thread::spawn({
+            let v = v.clone();
+            move || v.lookup(queued_ino, OsStr::new("x")).map(|a| a.ino)
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        // A create in `queued` takes its job over and reconciles it.
+        let (_, o) = v.create(&CTX, queued_ino, OsStr::new("y"), 0o644, 0, libc::O_RDWR).unwrap();
+        v.release(o.fh).unwrap();
+        let x = within(5, "the waiting lookup", move || waiter.join().unwrap());
+        assert!(x.is_ok(), "{x:?}");
+        hold.store(false, Ordering::SeqCst);
+        assert!(v.stop_adopter(Duration::from_secs(10)));
     }
 }

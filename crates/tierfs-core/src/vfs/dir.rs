@@ -80,8 +80,8 @@ impl<S: Store> Volume<S> {
 
     /// As [`Volume::readdir`], for an answer that carries attributes:
     /// every entry returned is in the database (a pending adoption is
-    /// waited for up to the last of them). An entry whose name went away
-    /// meanwhile keeps its old inode number, which getattr then refuses.
+    /// waited for up to the last of them), with the inode the database
+    /// has for its name.
     pub fn readdirplus(&self, fh: u64, off: u64) -> Result<Vec<DirEntryOut>> {
         self.read_dir(fh, off, true)
     }
@@ -153,22 +153,33 @@ impl<S: Store> Volume<S> {
             return self.ns.children_after(d.ino, after, limit);
         }
         let p = &p.entries;
-        let start = after.map_or(0, |a| p.partition_point(|e| e.name.as_os_str() <= a));
-        let mut page: Vec<Dentry> = p[start..].iter().take(limit).cloned().collect();
-        if plus {
-            if let Some(last) = page.last() {
-                self.await_adopted(d.ino, &last.name)?;
+        let mut after = after.map(OsStr::to_os_string);
+        loop {
+            let start = after.as_deref().map_or(0, |a| p.partition_point(|e| e.name.as_os_str() <= a));
+            let mut page: Vec<Dentry> = p[start..].iter().take(limit).cloned().collect();
+            let Some(last) = page.last().map(|e| e.name.clone()) else { return Ok(page) };
+            if !plus {
+                return Ok(page);
             }
+            self.await_adopted(d.ino, &last)?;
             // What the reconciliation made of each name: a second name of
-            // a hard-linked file has its first name's inode.
-            for e in &mut page {
+            // a hard-linked file has its first name's inode; a name gone
+            // meanwhile is left out (its old number may name a file that
+            // lives on elsewhere).
+            let mut kept = Vec::with_capacity(page.len());
+            for mut e in page.drain(..) {
                 if let Some((ino, kind)) = self.ns.lookup(d.ino, &e.name)? {
                     e.ino = ino;
                     e.kind = kind;
+                    kept.push(e);
                 }
             }
+            if !kept.is_empty() {
+                return Ok(kept);
+            }
+            // Not an empty answer, which would end the listing.
+            after = Some(last);
         }
-        Ok(page)
     }
 
     /// Closes a directory handle.

@@ -154,6 +154,7 @@ impl<S: Store> Volume<S> {
         let mut b = self.ns.batch();
         let mut events = Vec::new();
         let mut subdirs = 0u32;
+        let mut done = 0usize;
         for name in all {
             let k = l.known.get(&name).copied();
             let mut pres = l.names.get(&name).copied().unwrap_or_default();
@@ -173,10 +174,14 @@ impl<S: Store> Volume<S> {
             // A big directory is committed in parts, between names (each
             // name's writes are whole in one part), so that adopting it
             // takes memory for one part, not for the whole directory.
-            if b.len() >= RECONCILE_BATCH {
+            done += 1;
+            // The adopter stops soon after the unmount asks, with what it
+            // has gathered committed (a part of slow stats can take long).
+            let stop = done % 64 == 0 && self.adopter.should_stop(dir);
+            if b.len() >= RECONCILE_BATCH || stop {
                 self.commit_adopted(std::mem::take(&mut b), std::mem::take(&mut events))?;
                 self.adopter.progress(dir, &name);
-                if self.adopter.stopping() {
+                if stop {
                     return super::adopt::stopped();
                 }
             }
