@@ -123,3 +123,178 @@ fn a_directory_of_50000_entries_lists_every_entry_once_while_entries_come_and_go
     assert_eq!(seen.len(), KEEP + 3 * made + GONE.saturating_sub(made), "at rest");
     m.unmount();
 }
+
+/// The tree a mount finds is adopted in the background while four workers
+/// list, stat, read, create, remove and move files in it: every listing
+/// names each entry once and always the untouched ones, every operation
+/// sees what the worker's own model says, and at the end (and after a
+/// remount) the tree is exactly the model, hard links included.
+#[test]
+fn a_tree_adopted_in_the_background_stays_exact_under_concurrent_changes() {
+    use std::collections::{BTreeMap, HashMap};
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::Instant;
+    const DIRS: usize = 24;
+    const FILES: usize = 500;
+    /// Files with an index from here on are never changed by a worker.
+    const TOUCHED: usize = 300;
+    const WORKERS: usize = 4;
+    const LINKS: usize = 20;
+    let area = Area::new();
+    let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for d in 0..DIRS {
+        // Every fourth directory also has files on the SSD.
+        let tier = |i: usize| if d % 4 == 0 && i % 2 == 0 { area.ssd() } else { area.hdd() };
+        for t in [area.ssd(), area.hdd()] {
+            fs::create_dir_all(t.join(format!("d{d:02}"))).unwrap();
+        }
+        for i in 0..FILES {
+            let rel = format!("d{d:02}/f-{i:04}");
+            fs::write(tier(i).join(&rel), rel.as_bytes()).unwrap();
+            model.insert(rel.clone(), rel.into_bytes());
+        }
+    }
+    // Second names of untouched files, in another directory.
+    for i in 0..LINKS {
+        let (from, to) = (format!("d01/f-{:04}", TOUCHED + i), format!("d02/link-{i:02}"));
+        fs::hard_link(area.hdd().join(&from), area.hdd().join(&to)).unwrap();
+        model.insert(to, from.into_bytes());
+    }
+    let m = Mounted::new(&area, &[]);
+    let mnt = m.p("");
+    let stop = Arc::new(AtomicBool::new(false));
+    let t0 = Instant::now();
+    // Milliseconds since t0 when each worker's current operation began (0: none).
+    let busy: Arc<Vec<AtomicU64>> = Arc::new((0..WORKERS).map(|_| AtomicU64::new(0)).collect());
+    let mut workers = Vec::new();
+    for w in 0..WORKERS {
+        // Each worker owns the touched files with index = w (mod WORKERS),
+        // and the names it makes.
+        let mut own: HashMap<String, Vec<u8>> = model
+            .iter()
+            .filter(|(k, _)| {
+                k.rsplit_once("f-")
+                    .and_then(|(_, i)| i.parse::<usize>().ok())
+                    .is_some_and(|i| i < TOUCHED && i % WORKERS == w)
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let (mnt, stop, busy) = (mnt.clone(), stop.clone(), busy.clone());
+        workers.push(std::thread::spawn(move || {
+            let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (w as u64 + 1);
+            let mut next = move |n: usize| {
+                rng ^= rng >> 12;
+                rng ^= rng << 25;
+                rng ^= rng >> 27;
+                (rng.wrapping_mul(0x2545_F491_4F6C_DD1D) % n as u64) as usize
+            };
+            let mut made = 0usize;
+            let mut ops = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                busy[w].store(t0.elapsed().as_millis() as u64 + 1, Ordering::Relaxed);
+                // Directories in an order of the worker's own, so that many
+                // are still queued for adoption when first used.
+                let d = format!("d{:02}", (next(DIRS) * (w + 1) * 7) % DIRS);
+                let names: Vec<String> = own.keys().cloned().collect();
+                match next(6) {
+                    0 => {
+                        let mut seen: HashMap<String, usize> = HashMap::new();
+                        for e in fs::read_dir(mnt.join(&d)).unwrap() {
+                            *seen.entry(e.unwrap().file_name().into_string().unwrap()).or_default() += 1;
+                        }
+                        let twice: Vec<_> = seen.iter().filter(|(_, c)| **c > 1).collect();
+                        assert!(twice.is_empty(), "{d}: listed twice: {twice:?}");
+                        for i in TOUCHED..FILES {
+                            assert!(seen.contains_key(&format!("f-{i:04}")), "{d}: f-{i:04} missing from a listing");
+                        }
+                        for (rel, _) in own.iter().filter(|(k, _)| k.starts_with(&format!("{d}/"))) {
+                            let name = &rel[d.len() + 1..];
+                            assert!(seen.contains_key(name), "{rel} (mine) missing from a listing");
+                        }
+                    }
+                    1 | 2 => {
+                        let rel = &names[next(names.len())];
+                        assert_eq!(&fs::read(mnt.join(rel)).unwrap(), &own[rel], "{rel}");
+                    }
+                    3 => {
+                        let rel = names[next(names.len())].clone();
+                        fs::remove_file(mnt.join(&rel)).unwrap();
+                        own.remove(&rel);
+                        assert!(fs::symlink_metadata(mnt.join(&rel)).is_err(), "{rel} still there after its unlink");
+                    }
+                    4 => {
+                        let rel = format!("{d}/new-{w}-{made}");
+                        made += 1;
+                        fs::write(mnt.join(&rel), rel.as_bytes()).unwrap();
+                        own.insert(rel.clone(), rel.into_bytes());
+                    }
+                    _ => {
+                        let from = names[next(names.len())].clone();
+                        let to = format!("{d}/moved-{w}-{made}");
+                        made += 1;
+                        fs::rename(mnt.join(&from), mnt.join(&to)).unwrap();
+                        let data = own.remove(&from).unwrap();
+                        own.insert(to, data);
+                    }
+                }
+                ops += 1;
+                busy[w].store(0, Ordering::Relaxed);
+            }
+            (own, ops)
+        }));
+    }
+    // The watchdog: no operation takes more than 60 s.
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end && !workers.iter().all(|h| h.is_finished()) {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = t0.elapsed().as_millis() as u64;
+        if let Some(w) =
+            busy.iter().position(|b| b.load(Ordering::Relaxed).checked_sub(1).is_some_and(|s| now - s > 60_000))
+        {
+            let log = m.log_text();
+            m.kill();
+            panic!("worker {w} stuck for 60 s\n{log}");
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut ops = 0;
+    for (w, h) in workers.into_iter().enumerate() {
+        let (own, n) = h.join().unwrap_or_else(|_| panic!("worker {w} failed"));
+        ops += n;
+        model.retain(|k, _| {
+            !k.rsplit_once("f-")
+                .and_then(|(_, i)| i.parse::<usize>().ok())
+                .is_some_and(|i| i < TOUCHED && i % WORKERS == w)
+        });
+        model.extend(own);
+    }
+    assert!(ops > 100, "only {ops} operations");
+    eprintln!("{ops} operations while {} files were adopted", DIRS * FILES + LINKS);
+    let check = |mnt: &std::path::Path, when: &str| {
+        let mut got: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        for d in 0..DIRS {
+            let d = format!("d{d:02}");
+            for e in fs::read_dir(mnt.join(&d)).unwrap() {
+                let rel = format!("{d}/{}", e.unwrap().file_name().into_string().unwrap());
+                got.insert(rel.clone(), fs::read(mnt.join(&rel)).unwrap());
+            }
+        }
+        let missing: Vec<_> = model.keys().filter(|k| !got.contains_key(*k)).take(5).collect();
+        let extra: Vec<_> = got.keys().filter(|k| !model.contains_key(*k)).take(5).collect();
+        assert!(missing.is_empty() && extra.is_empty(), "{when}: missing {missing:?}, extra {extra:?}");
+        let wrong: Vec<_> = model.iter().filter(|(k, v)| got[*k] != **v).map(|(k, _)| k).take(5).collect();
+        assert!(wrong.is_empty(), "{when}: wrong content in {wrong:?}");
+        for i in 0..LINKS {
+            let a = fs::metadata(mnt.join(format!("d01/f-{:04}", TOUCHED + i))).unwrap();
+            let b = fs::metadata(mnt.join(format!("d02/link-{i:02}"))).unwrap();
+            assert_eq!((a.ino(), a.nlink()), (b.ino(), 2), "{when}: link-{i:02} is not a second name of its file");
+        }
+    };
+    check(&mnt, "after the workers");
+    m.unmount();
+    let m = Mounted::new(&area, &[]);
+    check(&m.p(""), "after a remount");
+    m.unmount();
+}

@@ -787,11 +787,11 @@ mod tests {
         for ino in 0..20_000u64 {
             s.insert(ino, FileStats { counter: (ino % 97) as u32, seq: ino, ..FileStats::default() });
         }
-        let before: Vec<_> = s.hottest(0, Residence::Hdd).map(|(i, f)| (i, f)).collect();
+        let before: Vec<_> = s.hottest(0, Residence::Hdd).collect();
         assert!(s.compact_if_grown());
         assert!(!s.compact_if_grown(), "rebuilt maps are not rebuilt again");
         assert!(s.check_index());
-        let after: Vec<_> = s.hottest(0, Residence::Hdd).map(|(i, f)| (i, f)).collect();
+        let after: Vec<_> = s.hottest(0, Residence::Hdd).collect();
         assert_eq!(before, after);
         // Updates of tracked files do not count as growth.
         for ino in 0..20_000u64 {
