@@ -1,5 +1,6 @@
-//! Statistics benchmarks: event ingestion rate, and hottest/coldest query
-//! time at 10^4, 10^5 and 10^6 tracked files.
+//! Statistics benchmarks: event ingestion rate, hottest/coldest query time
+//! at 10^4, 10^5 and 10^6 tracked files, and one aging pass (every counter
+//! halved, the maps rebuilt) at 10^5 and 10^6 accessed files.
 //!
 //! cargo bench --bench stats
 
@@ -62,5 +63,24 @@ fn queries(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, ingestion, queries);
+fn aging(c: &mut Criterion) {
+    let mut g = c.benchmark_group("age");
+    g.sample_size(10);
+    for n in [100_000u64, 1_000_000] {
+        let mut s = populated(n);
+        let mut t = 0u64;
+        s.age(Timestamp::from_secs(t));
+        // One aging period per call: every counter is halved (after 14
+        // calls they are all zero, and the pass still visits each file).
+        g.bench_function(BenchmarkId::new("one-period", n), |b| {
+            b.iter(|| {
+                t += DEFAULT_AGING.as_secs();
+                black_box(s.age(Timestamp::from_secs(t)))
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, ingestion, queries, aging);
 criterion_main!(benches);
