@@ -1,7 +1,24 @@
 //! Where a running daemon can be found from its mount point: a directory
-//! of pid files and control sockets named after the mount point.
+//! of pid files and control sockets named after the mount point; and how
+//! its background threads are ended.
 
 use std::path::{Component, Path, PathBuf};
+
+/// Joins `h` if it ends by `deadline`; gives it back if it does not (the
+/// caller names it in its report).
+pub(crate) fn join_by(
+    h: std::thread::JoinHandle<()>,
+    deadline: std::time::Instant,
+) -> Result<(), std::thread::JoinHandle<()>> {
+    while !h.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    if !h.is_finished() {
+        return Err(h);
+    }
+    let _ = h.join();
+    Ok(())
+}
 
 /// The runtime directory: `/run/tierfs` for root, else
 /// `$XDG_RUNTIME_DIR/tierfs` or `/tmp/tierfs-UID`.

@@ -1304,12 +1304,7 @@ impl<S: Store> Engine<S> {
         let threads: Vec<_> = self.threads.lock().drain(..).collect();
         let mut stuck = Vec::new();
         for h in threads {
-            while !h.is_finished() && std::time::Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            if h.is_finished() {
-                let _ = h.join();
-            } else {
+            if let Err(h) = crate::runtime::join_by(h, deadline) {
                 stuck.push(h.thread().name().unwrap_or("?").to_string());
             }
         }

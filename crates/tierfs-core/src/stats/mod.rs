@@ -268,7 +268,7 @@ impl Stats {
     /// by one, which matters at a million files.
     pub fn replace_all(&mut self, entries: Vec<(Ino, FileStats)>) {
         self.seq = entries.iter().map(|(_, f)| f.seq).max().unwrap_or(0).max(self.seq);
-        self.files = Files::from_sorted(entries);
+        self.files = Files::from_entries(entries);
         self.rebuild_index();
         self.dirty.clear();
     }
@@ -608,7 +608,7 @@ struct Files {
 }
 
 impl Files {
-    fn from_sorted(entries: Vec<(Ino, FileStats)>) -> Self {
+    fn from_entries(entries: Vec<(Ino, FileStats)>) -> Self {
         let mut warm = Vec::new();
         let mut cold = Vec::new();
         for (ino, f) in entries {

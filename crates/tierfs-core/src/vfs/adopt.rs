@@ -28,11 +28,11 @@
 //! a second name of a hard-linked file (it takes the first name's inode),
 //! or the same name on both tiers (one copy is renamed aside).
 
+use super::reconcile::Listed;
 use super::Volume;
 use crate::error::{err, Result};
 use crate::state::ns::{Dentry, Ino};
-use crate::store::{FileKind, Store, Target};
-use crate::tier::Tier;
+use crate::store::{FileKind, Store};
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
@@ -200,17 +200,11 @@ impl<S: Store> Volume<S> {
             self.adopter.cv.notify_all();
         }
         let Some(h) = self.adopter.thread.lock().take() else { return true };
-        let deadline = std::time::Instant::now() + wait;
-        while !h.is_finished() && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        if h.is_finished() {
-            let _ = h.join();
-            true
-        } else {
+        let ended = crate::runtime::join_by(h, std::time::Instant::now() + wait).is_ok();
+        if !ended {
             tracing::error!("the adopter thread did not stop within {wait:?}");
-            false
         }
+        ended
     }
 
     /// The entries of `dir`, which is not reconciled yet, from its backing
@@ -224,27 +218,15 @@ impl<S: Store> Volume<S> {
         self.check_tiers()?;
         let t0 = std::time::Instant::now();
         let mut names: Vec<(OsString, FileKind)> = Vec::new();
-        for t in Tier::ALL {
-            let Some(d) = self.backing_dir(dir, t)? else { continue };
-            let s = self.tiers.store(t);
-            for e in s.list(&d)? {
-                if super::is_reserved(dir, &e.name) {
-                    continue;
-                }
-                let kind = match e.kind {
-                    Some(k) => Some(k),
-                    // The backing file system did not say: ask it.
-                    None => match s.stat(Target::Entry(&d, &e.name)) {
-                        Ok(st) => st.kind(),
-                        Err(err) if err.raw_os_error() == Some(libc::ENOENT) => None,
-                        Err(err) => return Err(err.into()),
-                    },
-                };
-                if let Some(kind) = kind {
-                    names.push((e.name, kind));
-                }
+        self.list_backing(dir, |_, name, listed| {
+            let kind = match listed {
+                Listed::Kind(k) => Some(k),
+                Listed::Stat(st) => st.kind(),
+            };
+            if let Some(kind) = kind {
+                names.push((name, kind));
             }
-        }
+        })?;
         // In name order, as the database keeps them; a name on both tiers
         // once (the reconciliation decides which copy keeps it).
         names.sort_unstable_by(|a, b| a.0.cmp(&b.0));

@@ -95,7 +95,7 @@ impl<S: Store> Volume<S> {
         if off <= 1 {
             out.push(DirEntryOut { ino: d.parent, next: 2, kind: FileKind::Dir, name: "..".into() });
         }
-        if plus && !out.is_empty() && d.preview.lock().is_some() && !self.is_verified(d.ino) {
+        if plus && !out.is_empty() && self.live_preview(&d).is_some() {
             // The first readdirplus of a directory being adopted answers
             // `.` and `..` alone: the kernel asks for the rest by plain
             // readdir (it uses readdirplus from offset 0, and later only
@@ -146,12 +146,7 @@ impl<S: Store> Volume<S> {
     /// pending, from the database otherwise. Both are in name order, so a
     /// listing goes on from the same name when the preview is dropped.
     fn page(&self, d: &DirHandle, after: Option<&OsStr>, limit: usize, plus: bool) -> Result<Vec<Dentry>> {
-        let preview = d.preview.lock().clone();
-        let Some(p) = preview else { return self.ns.children_after(d.ino, after, limit) };
-        if self.is_verified(d.ino) {
-            *d.preview.lock() = None;
-            return self.ns.children_after(d.ino, after, limit);
-        }
+        let Some(p) = self.live_preview(d) else { return self.ns.children_after(d.ino, after, limit) };
         let p = &p.entries;
         let mut after = after.map(OsStr::to_os_string);
         loop {
@@ -180,6 +175,18 @@ impl<S: Store> Volume<S> {
             // Not an empty answer, which would end the listing.
             after = Some(last);
         }
+    }
+
+    /// The handle's preview while its directory's reconciliation is
+    /// pending; dropped once it is over.
+    fn live_preview(&self, d: &DirHandle) -> Option<Arc<super::adopt::Preview>> {
+        // The handle's lock is a leaf: not held while `verified` is read.
+        let p = d.preview.lock().clone()?;
+        if self.is_verified(d.ino) {
+            *d.preview.lock() = None;
+            return None;
+        }
+        Some(p)
     }
 
     /// Closes a directory handle.

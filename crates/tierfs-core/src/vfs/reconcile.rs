@@ -40,6 +40,14 @@ pub struct Conflict {
 /// 1 000 adopted names).
 const RECONCILE_BATCH: usize = 4096;
 
+/// What listing a backing directory tells of one entry.
+pub(crate) enum Listed {
+    /// Its kind, from the listing (`d_type`).
+    Kind(FileKind),
+    /// Its stat, where the listing gave no kind.
+    Stat(Stat),
+}
+
 struct Listing<S: Store> {
     dirs: [Option<Arc<S::Dir>>; 2],
     /// name -> per-tier stat of the entry there
@@ -64,19 +72,16 @@ impl<S: Store> Volume<S> {
         }
     }
 
-    /// Lists `dir` on both tiers. Names whose kind the listing reports are
-    /// not stat'ed yet: a remount checks a known tree by kinds alone, and
-    /// stats only where it must choose between copies or adopt, when it
-    /// gets to the name (see [`Volume::full_stats`]); so the first part of
-    /// a big directory is committed without waiting for the stats of all.
-    fn list_tiers(&self, dir: Ino, known: BTreeMap<OsString, (Ino, FileKind)>) -> Result<Listing<S>> {
-        let mut l = Listing {
-            dirs: [None, None],
-            names: BTreeMap::new(),
-            partial: HashSet::new(),
-            known,
-            links_learned: false,
-        };
+    /// Lists `dir` on both tiers, without tierfs's own name, calling `f`
+    /// with each entry: its kind as the listing reports it, or its stat
+    /// where the listing does not say (an entry gone meanwhile is left
+    /// out). Returns the backing directories listed.
+    pub(crate) fn list_backing(
+        &self,
+        dir: Ino,
+        mut f: impl FnMut(Tier, OsString, Listed),
+    ) -> Result<[Option<Arc<S::Dir>>; 2]> {
+        let mut dirs = [None, None];
         for t in Tier::ALL {
             let Some(d) = self.backing_dir(dir, t)? else { continue };
             let s = self.tiers.store(t);
@@ -85,20 +90,37 @@ impl<S: Store> Volume<S> {
                     continue;
                 }
                 if let Some(kind) = e.kind {
-                    let st = Stat { mode: kind.mode_bits(), ..Stat::default() };
-                    l.names.entry(e.name.clone()).or_default()[t.idx()] = Some(st);
-                    l.partial.insert(e.name);
+                    f(t, e.name, Listed::Kind(kind));
                     continue;
                 }
                 match s.stat(Target::Entry(&d, &e.name)) {
-                    Ok(st) => l.names.entry(e.name).or_default()[t.idx()] = Some(st),
+                    Ok(st) => f(t, e.name, Listed::Stat(st)),
                     Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {}
                     Err(err) => return Err(err.into()),
                 }
             }
-            l.dirs[t.idx()] = Some(d);
+            dirs[t.idx()] = Some(d);
         }
-        Ok(l)
+        Ok(dirs)
+    }
+
+    /// Lists `dir` on both tiers. Names whose kind the listing reports are
+    /// not stat'ed yet: a remount checks a known tree by kinds alone, and
+    /// stats only where it must choose between copies or adopt, when it
+    /// gets to the name (see [`Volume::full_stats`]); so the first part of
+    /// a big directory is committed without waiting for the stats of all.
+    fn list_tiers(&self, dir: Ino, known: BTreeMap<OsString, (Ino, FileKind)>) -> Result<Listing<S>> {
+        let mut names: BTreeMap<OsString, [Option<Stat>; 2]> = BTreeMap::new();
+        let mut partial = HashSet::new();
+        let dirs = self.list_backing(dir, |t, name, listed| match listed {
+            Listed::Kind(kind) => {
+                let st = Stat { mode: kind.mode_bits(), ..Stat::default() };
+                names.entry(name.clone()).or_default()[t.idx()] = Some(st);
+                partial.insert(name);
+            }
+            Listed::Stat(st) => names.entry(name).or_default()[t.idx()] = Some(st),
+        })?;
+        Ok(Listing { dirs, names, partial, known, links_learned: false })
     }
 
     /// The whole stats of `name` on each tier, stat'ing it now if the
