@@ -14,6 +14,7 @@ mod measured;
 mod multiuser;
 mod ops;
 mod persist;
+mod plan;
 mod policy;
 mod posix;
 mod stats;

@@ -37,6 +37,11 @@ pub enum Command {
     Where(WhereArgs),
     /// Run every directory's policy once now and say what moves and why.
     Migrate(MigrateArgs),
+    /// Access traces: import a block trace, make a synthetic one, show one.
+    Trace(TraceArgs),
+    /// Which devices to buy for a workload: HybridStore's capacity planner
+    /// over a trace and a device catalogue.
+    Plan(PlanArgs),
     /// Print the shell completion script for SHELL (bash, zsh, fish).
     Completions {
         /// The shell.
@@ -54,6 +59,114 @@ pub struct MigrateArgs {
     /// Only say what would move.
     #[arg(long, short = 'n')]
     pub dry_run: bool,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct TraceArgs {
+    #[command(subcommand)]
+    pub cmd: TraceCmd,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TraceFormatArg {
+    /// SNIA / MSR Cambridge CSV (Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime).
+    Msr,
+    /// The text blkparse prints (its Q events).
+    Blkparse,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TraceCmd {
+    /// Turn a block trace into a tierfs trace: each disk a directory, its
+    /// address space cut into files of --file-size bytes.
+    Import {
+        /// The block trace ("-" for standard input).
+        input: PathBuf,
+        /// The tierfs trace to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// The input's format [default: guessed from its first line].
+        #[arg(long, value_enum)]
+        format: Option<TraceFormatArg>,
+        /// Size of the files a disk is cut into.
+        #[arg(long, default_value = "64M")]
+        file_size: String,
+    },
+    /// Write one of HybridStore's synthetic workloads (Table IV: SR1..SR3,
+    /// RR1..RR3, SW1..SW3, RW1..RW3) as a trace.
+    Synth {
+        /// The workload's name.
+        name: String,
+        /// The trace to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// How long a stretch of the workload.
+        #[arg(long, default_value = "60s")]
+        duration: String,
+        /// The address space the requests fall in.
+        #[arg(long, default_value = "1T")]
+        span: String,
+        /// Size of the files the address space is cut into.
+        #[arg(long, default_value = "1G")]
+        file_size: String,
+        /// Random seed.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// Record what a mount sees (reads, writes, opens, creates, renames,
+    /// removals; no file contents) into a trace, until --duration has
+    /// passed or Ctrl-C.
+    Record {
+        /// The mount point [default: the only tierfs mounted].
+        mountpoint: Option<PathBuf>,
+        /// The trace to write (by the mount's daemon).
+        #[arg(long, required_unless_present = "stop")]
+        out: Option<PathBuf>,
+        /// Stop after this long [default: at Ctrl-C].
+        #[arg(long)]
+        duration: Option<String>,
+        /// End a recording left running (its command was killed).
+        #[arg(long, conflicts_with_all = ["out", "duration"])]
+        stop: bool,
+    },
+    /// Summarise a trace: its header, requests, files, bytes and length.
+    Show {
+        /// The trace.
+        trace: PathBuf,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    /// The workload, as a tierfs trace (`tierfs trace import` or `synth`).
+    #[arg(long)]
+    pub trace: PathBuf,
+    /// The device catalogue (TOML) [default: HybridStore's four devices,
+    /// as examples/devices.toml].
+    #[arg(long)]
+    pub devices: Option<PathBuf>,
+    /// Requests per second to provision for [default: the trace's rate].
+    #[arg(long)]
+    pub iops: Option<f64>,
+    /// The whole data set; what the trace does not touch is cold data
+    /// [default: only what the trace touches].
+    #[arg(long)]
+    pub capacity: Option<String>,
+    /// How long the devices must serve (wear) and draw power (cost).
+    #[arg(long, default_value = "5y")]
+    pub lifetime: String,
+    /// Leave out the wear constraint (flash may wear out early).
+    #[arg(long)]
+    pub no_wear: bool,
+    /// Share of a flash block one erase frees (1: no write amplification).
+    #[arg(long, default_value_t = 0.5)]
+    pub alpha: f64,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,

@@ -8,10 +8,12 @@ mod demo;
 mod migrate_cmd;
 mod mount_cmd;
 mod mounts;
+mod plan_cmd;
 mod policy;
 mod progress;
 mod shell_help;
 mod stats;
+mod trace_cmd;
 mod umount;
 mod where_cmd;
 
@@ -45,6 +47,8 @@ pub fn main() -> ExitCode {
         args::Command::Demo(d) => demo::run(&d),
         args::Command::Where(w) => where_cmd::run(&w),
         args::Command::Migrate(m) => migrate_cmd::run(&m),
+        args::Command::Trace(t) => trace_cmd::run(&t),
+        args::Command::Plan(p) => plan_cmd::run(&p),
         args::Command::Completions { shell } => shell_help::completions(shell),
         args::Command::Manpage => shell_help::manpage(),
     };

@@ -26,6 +26,7 @@ pub mod state;
 pub mod stats;
 pub mod store;
 pub mod tier;
+pub mod trace;
 pub mod vfs;
 
 #[cfg(test)]

@@ -40,6 +40,12 @@ pub enum Request {
         /// The new profile.
         profile: crate::device::Profile,
     },
+    /// Start recording the mount's events into the trace file `out`
+    /// (an absolute path), or with None end the recording.
+    Trace {
+        /// The trace file to write; None to stop.
+        out: Option<String>,
+    },
 }
 
 /// The daemon's answer.
@@ -56,6 +62,8 @@ pub enum Response {
     Plan(Vec<PlannedMove>),
     /// Answer to [`Request::Pins`].
     Pins(Vec<PinReport>),
+    /// Answer to [`Request::Trace`] when it ends a recording.
+    Traced(crate::engine::record::Recorded),
     /// A request that returns nothing was carried out.
     Done,
     /// The request failed.

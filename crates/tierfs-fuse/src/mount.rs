@@ -490,6 +490,14 @@ impl Handler for Control {
                     None => Response::Error("this mount emulates no devices".into()),
                 }
             }
+            Request::Trace { out: Some(path) } => match self.engine.start_trace(std::path::Path::new(&path)) {
+                Ok(()) => Response::Done,
+                Err(e) => Response::Error(e),
+            },
+            Request::Trace { out: None } => match self.engine.stop_trace() {
+                Ok(r) => Response::Traced(r),
+                Err(e) => Response::Error(e),
+            },
         }
     }
 }

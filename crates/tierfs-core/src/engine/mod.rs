@@ -18,6 +18,7 @@ mod chunks;
 pub mod groups;
 mod measure;
 pub mod rate;
+pub mod record;
 mod writeback;
 
 use crate::clock::{Clock, Timestamp};
@@ -113,6 +114,13 @@ impl QueueSink {
 pub fn queue() -> (Arc<QueueSink>, Receiver<Event>) {
     let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
     (Arc::new(QueueSink { tx, dropped: AtomicU64::new(0), lost_structural: AtomicBool::new(false) }), rx)
+}
+
+/// The recording of a trace, if one runs, and why the last one failed.
+#[derive(Default)]
+struct TraceState {
+    rec: Option<record::Recorder>,
+    failed: Option<String>,
 }
 
 /// Settings of the engine.
@@ -310,6 +318,8 @@ pub struct Engine<S: Store> {
     sink: Option<Arc<QueueSink>>,
     stop: AtomicBool,
     rx: Mutex<Option<Receiver<Event>>>,
+    /// A recording of the events (`tierfs trace record`); a leaf taken under `rx`.
+    trace: Mutex<TraceState>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     moves: Mutex<MoveQueue>,
     moves_cv: Condvar,
@@ -488,6 +498,7 @@ impl<S: Store> Engine<S> {
             sink,
             stop: AtomicBool::new(false),
             rx: Mutex::new(None),
+            trace: Mutex::new(TraceState::default()),
             threads: Mutex::new(Vec::new()),
             moves: Mutex::new(MoveQueue::default()),
             moves_cv: Condvar::new(),
@@ -897,11 +908,95 @@ impl<S: Store> Engine<S> {
             batch.push(ev);
             if batch.len() >= 4096 {
                 self.ingest(&batch);
+                self.record_trace(&batch);
                 batch.clear();
             }
         }
         if !batch.is_empty() {
             self.ingest(&batch);
+            self.record_trace(&batch);
+        }
+    }
+
+    /// Hands events to the recording, if one runs. A write error ends it;
+    /// [`Engine::stop_trace`] reports the error.
+    fn record_trace(&self, batch: &[Event]) {
+        let mut t = self.trace.lock();
+        let Some(r) = t.rec.as_mut() else { return };
+        let parent_of = |ino: Ino| self.parent_of(ino);
+        for ev in batch {
+            if let Err(e) = r.push(ev, &parent_of) {
+                let msg = format!("writing the trace {}: {e}", r.path().display());
+                tracing::error!("{msg}; the recording stops");
+                t.rec = None;
+                t.failed = Some(msg);
+                return;
+            }
+        }
+    }
+
+    /// Starts recording every event into a trace at `path` (created or
+    /// truncated by the daemon: the control socket is its owner's only).
+    /// Not on the mount itself: the engine thread would write into its own
+    /// file system.
+    pub fn start_trace(&self, path: &std::path::Path) -> std::result::Result<(), String> {
+        if self.stop.load(Ordering::Acquire) {
+            return Err("the mount is shutting down".into());
+        }
+        if path.starts_with(&self.cfg.mountpoint) {
+            return Err(format!("{}: a trace cannot be written on the mount it records", path.display()));
+        }
+        if let Some(r) = &self.trace.lock().rec {
+            return Err(format!(
+                "a recording to {} is already running (`tierfs trace record --stop` ends it)",
+                r.path().display()
+            ));
+        }
+        // Events queued before now are not part of the recording.
+        self.sync_events();
+        let unix_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64);
+        // The file is made without the lock: the engine thread takes it.
+        let r = record::Recorder::create(path, self.clock.now(), unix_ns, &self.cfg.mountpoint)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut t = self.trace.lock();
+        if let Some(other) = &t.rec {
+            return Err(format!("a recording to {} started meanwhile", other.path().display()));
+        }
+        tracing::info!(path = %path.display(), "recording a trace");
+        t.rec = Some(r);
+        t.failed = None;
+        Ok(())
+    }
+
+    /// Ends the recording: every event up to now is in the trace, which is
+    /// synced to its disk (after the lock is let go).
+    pub fn stop_trace(&self) -> std::result::Result<record::Recorded, String> {
+        self.sync_events();
+        let r = {
+            let mut t = self.trace.lock();
+            if let Some(msg) = t.failed.take() {
+                return Err(msg);
+            }
+            t.rec.take().ok_or("no recording is running on this mount")?
+        };
+        let path = r.path().display().to_string();
+        let done = r.finish().map_err(|e| format!("writing the trace {path}: {e}"))?;
+        tracing::info!(path, records = done.records, "the trace recording ended");
+        Ok(done)
+    }
+
+    /// Writes what a recording holds to its file, once a tick, so that a
+    /// crash loses at most the last tick of it.
+    fn flush_trace(&self) {
+        let mut t = self.trace.lock();
+        let Some(r) = t.rec.as_mut() else { return };
+        if let Err(e) = r.flush() {
+            let msg = format!("writing the trace {}: {e}", r.path().display());
+            tracing::error!("{msg}; the recording stops");
+            t.rec = None;
+            t.failed = Some(msg);
         }
     }
 
@@ -918,6 +1013,7 @@ impl<S: Store> Engine<S> {
                 std::thread::sleep(self.cfg.tick);
             }
             self.sync_events();
+            self.flush_trace();
             self.maintain(self.clock.now(), &mut last_flush, false);
             if stopping {
                 break;
@@ -1310,6 +1406,14 @@ impl<S: Store> Engine<S> {
         }
         // After the executors stopped: their last writes are counted.
         self.save_regulator();
+        // The engine thread took the last events: a recording is whole.
+        // (A stuck thread may hold `rx`: then what was flushed stays.)
+        let recording = self.trace.lock().rec.is_some();
+        if recording && stuck.is_empty() {
+            if let Err(e) = self.stop_trace() {
+                tracing::error!("{e}");
+            }
+        }
         if stuck.is_empty() {
             return true;
         }

@@ -1,0 +1,216 @@
+//! `tierfs trace`: import a block trace, write a synthetic workload, show
+//! what a trace holds. The format is `tierfs_core::trace`.
+
+use crate::args::{TraceArgs, TraceCmd, TraceFormatArg};
+use crate::stats::{ask, resolve_mount};
+use anyhow::{anyhow, bail, Context, Result};
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, BufWriter};
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tierfs_core::config::{format_size, parse_duration, parse_size};
+use tierfs_core::report::{Request, Response};
+use tierfs_core::trace::{self, Kind, Meta, Writer};
+use tierfs_fuse::runtime;
+use tierfs_sim::import::{self, Format};
+use tierfs_sim::synth;
+
+pub fn run(a: &TraceArgs) -> Result<ExitCode> {
+    match &a.cmd {
+        TraceCmd::Import { input, out, format, file_size } => {
+            let file_size = parse_size(file_size).map_err(|e| anyhow!("--file-size: {e}"))?;
+            import_cmd(input, out, *format, file_size)
+        }
+        TraceCmd::Synth { name, out, duration, span, file_size, seed } => {
+            let w = synth::by_name(name).ok_or_else(|| {
+                let names: Vec<_> = synth::table_iv().iter().map(|s| s.name).collect();
+                anyhow!("no synthetic workload {name:?} (there are {})", names.join(", "))
+            })?;
+            let duration = parse_duration(duration).map_err(|e| anyhow!("--duration: {e}"))?;
+            let span = parse_size(span).map_err(|e| anyhow!("--span: {e}"))?;
+            let file_size = parse_size(file_size).map_err(|e| anyhow!("--file-size: {e}"))?;
+            let recs = w.generate(duration.as_nanos() as u64, span, file_size, *seed);
+            let meta =
+                Meta { source: format!("synthetic:{}", w.name), note: format!("seed {seed}"), ..Meta::default() };
+            let n = write_records(out, &meta, &recs)?;
+            eprintln!("tierfs trace: {n} records of {} written to {}", w.name, out.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        TraceCmd::Show { trace, json } => show(trace, *json),
+        TraceCmd::Record { mountpoint, out, duration, stop } => {
+            let duration =
+                duration.as_deref().map(parse_duration).transpose().map_err(|e| anyhow!("--duration: {e}"))?;
+            record(mountpoint.as_deref(), out.as_deref(), duration, *stop)
+        }
+    }
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+fn record(mnt: Option<&Path>, out: Option<&Path>, duration: Option<Duration>, stop_only: bool) -> Result<ExitCode> {
+    let mnt = resolve_mount(mnt)?;
+    let stop = || -> Result<ExitCode> {
+        match ask(&mnt, &Request::Trace { out: None })? {
+            Response::Traced(r) => {
+                let again =
+                    if r.reordered > 0 { format!(", {} out of time order", r.reordered) } else { String::new() };
+                eprintln!("tierfs trace: {} records in {}{again}", r.records, r.path);
+                Ok(ExitCode::SUCCESS)
+            }
+            Response::Error(e) => bail!("{e}"),
+            other => bail!("unexpected answer: {other:?}"),
+        }
+    };
+    if stop_only {
+        return stop();
+    }
+    let out = out.ok_or_else(|| anyhow!("--out is required"))?;
+    let out = runtime::absolute(out);
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, on_interrupt as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_interrupt as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGHUP, on_interrupt as *const () as libc::sighandler_t);
+    }
+    match ask(&mnt, &Request::Trace { out: Some(out.display().to_string()) })? {
+        Response::Done => {}
+        Response::Error(e) => bail!("{e}"),
+        other => bail!("unexpected answer: {other:?}"),
+    }
+    let until = duration.map(|d| Instant::now() + d);
+    eprintln!(
+        "tierfs trace: recording {} into {} {}",
+        mnt.display(),
+        out.display(),
+        if until.is_some() { "for the duration asked" } else { "until Ctrl-C" }
+    );
+    while !INTERRUPTED.load(Ordering::SeqCst) && until.is_none_or(|u| Instant::now() < u) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A second Ctrl-C ends this command at once (`--stop` ends the recording then).
+    // SAFETY: restoring the default disposition has no preconditions.
+    unsafe {
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+    }
+    stop()
+}
+
+fn create(out: &Path) -> Result<BufWriter<std::fs::File>> {
+    let f = std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
+    Ok(BufWriter::new(f))
+}
+
+fn write_records(out: &Path, meta: &Meta, recs: &[trace::Record]) -> Result<u64> {
+    let mut w = Writer::new(create(out)?, meta)?;
+    for r in recs {
+        w.push(r)?;
+    }
+    let n = w.records();
+    w.finish().and_then(|f| f.into_inner().map_err(|e| e.into_error())).and_then(|f| f.sync_all())?;
+    Ok(n)
+}
+
+fn import_cmd(input: &Path, out: &Path, format: Option<TraceFormatArg>, file_size: u64) -> Result<ExitCode> {
+    let reader: Box<dyn BufRead> = if input == Path::new("-") {
+        Box::new(BufReader::new(std::io::stdin()))
+    } else {
+        let f = std::fs::File::open(input).with_context(|| format!("cannot open {}", input.display()))?;
+        Box::new(BufReader::with_capacity(1 << 20, f))
+    };
+    let mut reader = reader;
+    let format = match format {
+        Some(TraceFormatArg::Msr) => Format::Msr,
+        Some(TraceFormatArg::Blkparse) => Format::Blkparse,
+        None => {
+            let buf = reader.fill_buf()?;
+            let text = String::from_utf8_lossy(&buf[..buf.len().min(4096)]);
+            let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+            Format::detect(first)
+                .ok_or_else(|| anyhow!("cannot tell the format of {} from {first:?}: give --format", input.display()))?
+        }
+    };
+    let name = input.file_name().map_or_else(|| "stdin".into(), |n| n.to_string_lossy().into_owned());
+    let outf = create(out)?;
+    let done = import::import(reader, format, file_size, &name, outf)
+        .with_context(|| format!("importing {}", input.display()))
+        .and_then(|s| match s.requests {
+            0 => Err(anyhow!("{} holds no reads or writes in the {} format", input.display(), format.name())),
+            _ => Ok(s),
+        });
+    let s = match done {
+        Ok(s) => s,
+        Err(e) => {
+            // No half-written trace is left behind to be mistaken for a whole one.
+            let _ = std::fs::remove_file(out);
+            return Err(e);
+        }
+    };
+    eprintln!(
+        "tierfs trace: {} requests from {} disks as {} files of {} ({} records, {} lines skipped) in {}",
+        s.requests,
+        s.disks,
+        s.files,
+        format_size(file_size),
+        s.records,
+        s.skipped,
+        out.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn show(path: &Path, json: bool) -> Result<ExitCode> {
+    let r = trace::open(path)?;
+    let meta = r.meta().clone();
+    let mut kinds = [0u64; 8];
+    let (mut read, mut written, mut last) = (0u64, 0u64, 0u64);
+    let mut files = HashSet::new();
+    let mut dirs = HashSet::new();
+    for rec in r {
+        let rec = rec?;
+        kinds[rec.kind as usize] += 1;
+        match rec.kind {
+            Kind::Read => read = read.saturating_add(rec.len),
+            Kind::Write => written = written.saturating_add(rec.len),
+            _ => {}
+        }
+        files.insert(rec.file);
+        dirs.insert(rec.dir);
+        last = rec.time_ns;
+    }
+    let names = ["read", "write", "create", "remove", "truncate", "open", "close", "move"];
+    let secs = last as f64 / 1e9;
+    if json {
+        let counts: serde_json::Map<String, serde_json::Value> =
+            names.iter().zip(kinds).map(|(n, k)| (n.to_string(), k.into())).collect();
+        let v = serde_json::json!({
+            "format_version": trace::VERSION, "source": meta.source, "note": meta.note,
+            "records": counts, "files": files.len(), "directories": dirs.len(),
+            "bytes_read": read, "bytes_written": written, "seconds": secs,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("trace:     {} (format {})", path.display(), trace::VERSION);
+    println!("source:    {}", meta.source);
+    if !meta.note.is_empty() {
+        println!("note:      {}", meta.note);
+    }
+    println!("length:    {secs:.3} s");
+    println!("files:     {} in {} directories", files.len(), dirs.len());
+    println!("read:      {} in {} requests", format_size(read), kinds[0]);
+    println!("written:   {} in {} requests", format_size(written), kinds[1]);
+    let other: Vec<String> =
+        names.iter().zip(kinds).skip(2).filter(|(_, k)| *k > 0).map(|(n, k)| format!("{k} {n}")).collect();
+    if !other.is_empty() {
+        println!("other:     {}", other.join(", "));
+    }
+    Ok(ExitCode::SUCCESS)
+}
