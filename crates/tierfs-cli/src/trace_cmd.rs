@@ -5,7 +5,7 @@ use crate::args::{TraceArgs, TraceCmd, TraceFormatArg};
 use crate::stats::{ask, resolve_mount};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, BufWriter};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -63,7 +63,7 @@ fn record(mnt: Option<&Path>, out: Option<&Path>, duration: Option<Duration>, st
                 eprintln!("tierfs trace: {} records in {}{again}", r.records, r.path);
                 Ok(ExitCode::SUCCESS)
             }
-            Response::Error(e) => bail!("{e}"),
+            // `ask` turns the daemon's errors into `Err`.
             other => bail!("unexpected answer: {other:?}"),
         }
     };
@@ -80,7 +80,6 @@ fn record(mnt: Option<&Path>, out: Option<&Path>, duration: Option<Duration>, st
     }
     match ask(&mnt, &Request::Trace { out: Some(out.display().to_string()) })? {
         Response::Done => {}
-        Response::Error(e) => bail!("{e}"),
         other => bail!("unexpected answer: {other:?}"),
     }
     let until = duration.map(|d| Instant::now() + d);
@@ -103,9 +102,9 @@ fn record(mnt: Option<&Path>, out: Option<&Path>, duration: Option<Duration>, st
     stop()
 }
 
-fn create(out: &Path) -> Result<BufWriter<std::fs::File>> {
-    let f = std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
-    Ok(BufWriter::new(f))
+/// The trace writer buffers: no `BufWriter` is needed under it.
+fn create(out: &Path) -> Result<std::fs::File> {
+    std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))
 }
 
 fn write_records(out: &Path, meta: &Meta, recs: &[trace::Record]) -> Result<u64> {
@@ -114,18 +113,17 @@ fn write_records(out: &Path, meta: &Meta, recs: &[trace::Record]) -> Result<u64>
         w.push(r)?;
     }
     let n = w.records();
-    w.finish().and_then(|f| f.into_inner().map_err(|e| e.into_error())).and_then(|f| f.sync_all())?;
+    w.finish()?.sync_all()?;
     Ok(n)
 }
 
 fn import_cmd(input: &Path, out: &Path, format: Option<TraceFormatArg>, file_size: u64) -> Result<ExitCode> {
-    let reader: Box<dyn BufRead> = if input == Path::new("-") {
+    let mut reader: Box<dyn BufRead> = if input == Path::new("-") {
         Box::new(BufReader::new(std::io::stdin()))
     } else {
         let f = std::fs::File::open(input).with_context(|| format!("cannot open {}", input.display()))?;
         Box::new(BufReader::with_capacity(1 << 20, f))
     };
-    let mut reader = reader;
     let format = match format {
         Some(TraceFormatArg::Msr) => Format::Msr,
         Some(TraceFormatArg::Blkparse) => Format::Blkparse,
@@ -175,7 +173,7 @@ fn show(path: &Path, json: bool) -> Result<ExitCode> {
     let mut dirs = HashSet::new();
     for rec in r {
         let rec = rec?;
-        kinds[rec.kind as usize] += 1;
+        kinds[rec.kind as usize] += 1; // Kind::ALL's order
         match rec.kind {
             Kind::Read => read = read.saturating_add(rec.len),
             Kind::Write => written = written.saturating_add(rec.len),
@@ -185,11 +183,10 @@ fn show(path: &Path, json: bool) -> Result<ExitCode> {
         dirs.insert(rec.dir);
         last = rec.time_ns;
     }
-    let names = ["read", "write", "create", "remove", "truncate", "open", "close", "move"];
     let secs = last as f64 / 1e9;
     if json {
         let counts: serde_json::Map<String, serde_json::Value> =
-            names.iter().zip(kinds).map(|(n, k)| (n.to_string(), k.into())).collect();
+            Kind::ALL.iter().zip(kinds).map(|(n, k)| (n.name().to_string(), k.into())).collect();
         let v = serde_json::json!({
             "format_version": trace::VERSION, "source": meta.source, "note": meta.note,
             "records": counts, "files": files.len(), "directories": dirs.len(),
@@ -208,7 +205,7 @@ fn show(path: &Path, json: bool) -> Result<ExitCode> {
     println!("read:      {} in {} requests", format_size(read), kinds[0]);
     println!("written:   {} in {} requests", format_size(written), kinds[1]);
     let other: Vec<String> =
-        names.iter().zip(kinds).skip(2).filter(|(_, k)| *k > 0).map(|(n, k)| format!("{k} {n}")).collect();
+        Kind::ALL.iter().zip(kinds).skip(2).filter(|(_, k)| *k > 0).map(|(n, k)| format!("{k} {}", n.name())).collect();
     if !other.is_empty() {
         println!("other:     {}", other.join(", "));
     }

@@ -66,8 +66,14 @@ pub enum Kind {
 }
 
 impl Kind {
-    const ALL: [Kind; 8] =
+    /// Every kind, in the order of their bytes on disk.
+    pub const ALL: [Kind; 8] =
         [Kind::Read, Kind::Write, Kind::Create, Kind::Remove, Kind::Truncate, Kind::Open, Kind::Close, Kind::Move];
+
+    /// Its name, lower case, for people and JSON.
+    pub fn name(self) -> &'static str {
+        ["read", "write", "create", "remove", "truncate", "open", "close", "move"][self as usize]
+    }
 
     fn byte(self) -> u8 {
         // The discriminants are the on-disk bytes: keep ALL in this order.

@@ -62,12 +62,18 @@ impl Chunker {
 
     /// Adds one request.
     pub fn push(&mut self, io: &BlockIo) {
-        let n = self.disks.len() as u64 + 1;
-        let dir = *self.disks.entry(io.disk.clone()).or_insert(n);
+        let dir = match self.disks.get(&io.disk) {
+            Some(&d) => d,
+            None => {
+                let d = self.disks.len() as u64 + 1;
+                self.disks.insert(io.disk.clone(), d);
+                d
+            }
+        };
         let (mut off, end) = (io.off, io.off.saturating_add(io.len.max(1)));
         while off < end {
-            let k = off / self.file_size;
-            let piece = (end - off).min(self.file_size - off % self.file_size);
+            let (k, within) = (off / self.file_size, off % self.file_size);
+            let piece = (end - off).min(self.file_size - within);
             let n = self.files.len() as u64 + 1;
             let file = *self.files.entry((dir, k)).or_insert(n);
             if file == n {
@@ -80,7 +86,7 @@ impl Chunker {
                     len: self.file_size,
                 });
             }
-            self.out.push(Record::io(io.time_ns, file, dir, io.write, off - k * self.file_size, piece));
+            self.out.push(Record::io(io.time_ns, file, dir, io.write, within, piece));
             off += piece;
         }
     }

@@ -301,6 +301,9 @@ fn solve(w: &Workload, cat: &Catalogue, which: &[usize], p: &Params) -> Result<P
         let (buy, power) = cost_per_device(&cat.device[i], cat.dollars_per_kwh, p);
         objective += (buy + power) * y[k];
     }
+    // Per gigabyte of class j on device k: (busy share, bytes worn).
+    let coef: Vec<Vec<(f64, f64)>> =
+        which.iter().map(|&i| classes.iter().map(|c| per_gb(c, &cat.device[i], t, p)).collect()).collect();
     let mut model = vars.minimise(objective).using(good_lp::microlp);
     for (j, c) in classes.iter().enumerate() {
         let placed: Expression = x.iter().map(|xk| xk[j]).sum();
@@ -312,10 +315,9 @@ fn solve(w: &Workload, cat: &Catalogue, which: &[usize], p: &Params) -> Result<P
         model = model.with(constraint!(used <= d.utilization * d.capacity_gb * y[k]));
         let mut busy = Expression::from(0.0);
         let mut worn = Expression::from(0.0);
-        for (j, c) in classes.iter().enumerate() {
-            let (b, wr) = per_gb(c, d, t, p);
-            busy += b * x[k][j];
-            worn += wr * x[k][j];
+        for (&(b, wr), &xj) in coef[k].iter().zip(&x[k]) {
+            busy += b * xj;
+            worn += wr * xj;
         }
         model = model.with(constraint!(busy <= y[k]));
         if let Some(e) = endurance(d, p) {
@@ -342,10 +344,9 @@ fn solve(w: &Workload, cat: &Catalogue, which: &[usize], p: &Params) -> Result<P
         let (buy, power) = cost_per_device(d, cat.dollars_per_kwh, p);
         let n = count as f64;
         let (mut busy, mut worn) = (0.0, 0.0);
-        for (j, c) in classes.iter().enumerate() {
-            let (b, wr) = per_gb(c, d, t, p);
-            busy += b * gbs[j];
-            worn += wr * gbs[j];
+        for (&(b, wr), g) in coef[k].iter().zip(&gbs) {
+            busy += b * g;
+            worn += wr * g;
         }
         let wear = d.erase_cycles.map_or(0.0, |e| worn / (p.alpha * e * d.capacity_gb * n));
         plan.devices.push(Chosen {

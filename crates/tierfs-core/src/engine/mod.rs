@@ -123,6 +123,16 @@ struct TraceState {
     failed: Option<String>,
 }
 
+impl TraceState {
+    /// Ends the recording after a write error, keeping it for `stop_trace`.
+    fn fail(&mut self, e: std::io::Error) {
+        let path = self.rec.take().map(|r| r.path().display().to_string()).unwrap_or_default();
+        let msg = format!("writing the trace {path}: {e}");
+        tracing::error!("{msg}; the recording stops");
+        self.failed = Some(msg);
+    }
+}
+
 /// Settings of the engine.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -924,14 +934,8 @@ impl<S: Store> Engine<S> {
         let mut t = self.trace.lock();
         let Some(r) = t.rec.as_mut() else { return };
         let parent_of = |ino: Ino| self.parent_of(ino);
-        for ev in batch {
-            if let Err(e) = r.push(ev, &parent_of) {
-                let msg = format!("writing the trace {}: {e}", r.path().display());
-                tracing::error!("{msg}; the recording stops");
-                t.rec = None;
-                t.failed = Some(msg);
-                return;
-            }
+        if let Err(e) = batch.iter().try_for_each(|ev| r.push(ev, &parent_of)) {
+            t.fail(e);
         }
     }
 
@@ -993,10 +997,7 @@ impl<S: Store> Engine<S> {
         let mut t = self.trace.lock();
         let Some(r) = t.rec.as_mut() else { return };
         if let Err(e) = r.flush() {
-            let msg = format!("writing the trace {}: {e}", r.path().display());
-            tracing::error!("{msg}; the recording stops");
-            t.rec = None;
-            t.failed = Some(msg);
+            t.fail(e);
         }
     }
 

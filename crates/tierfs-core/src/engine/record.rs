@@ -14,7 +14,7 @@ use crate::state::ns::Ino;
 use crate::trace::{Kind, Meta, Record, Writer};
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, BufWriter};
+use std::io;
 use std::path::{Path, PathBuf};
 
 /// Pieces of a request more than this apart (ns) are separate requests.
@@ -34,7 +34,7 @@ pub struct Recorded {
 
 /// A recording in progress.
 pub struct Recorder {
-    out: Writer<BufWriter<File>>,
+    out: Writer<File>,
     path: PathBuf,
     start: Timestamp,
     parents: HashMap<Ino, Ino>,
@@ -48,7 +48,8 @@ impl Recorder {
         let f = File::create(path)?;
         let meta =
             Meta { source: format!("mount:{mountpoint}"), start_unix_ns: Some(start_unix_ns), note: String::new() };
-        let out = Writer::new(BufWriter::with_capacity(256 * 1024, f), &meta)?;
+        // The writer buffers: the file gets whole 60 KiB writes and a flush a tick.
+        let out = Writer::new(f, &meta)?;
         Ok(Recorder { out, path: path.to_path_buf(), start, parents: HashMap::new(), pending: None })
     }
 
@@ -130,7 +131,7 @@ impl Recorder {
     pub fn finish(mut self) -> io::Result<Recorded> {
         self.flush_pending()?;
         let (records, reordered) = (self.out.records(), self.out.reordered());
-        let f = self.out.finish()?.into_inner().map_err(|e| e.into_error())?;
+        let f = self.out.finish()?;
         f.sync_all()?;
         Ok(Recorded { path: self.path.display().to_string(), records, reordered })
     }
