@@ -138,3 +138,104 @@ fn a_mount_records_what_it_sees_until_interrupted_and_the_trace_plans() {
     assert!(String::from_utf8_lossy(&stop.stderr).contains("no recording is running"));
     m.unmount();
 }
+
+#[test]
+fn a_workload_trace_replays_in_the_simulator_the_same_every_time() {
+    use crate::harness::{Area, Mounted};
+    let area = Area::new();
+    let m = Mounted::new(&area, &["--io-mode", "userspace", "--policy", "hdd-only"]);
+    let trace = area.path("web.trace");
+    let t = trace.to_str().unwrap();
+    let dir = m.p("w");
+    let d = dir.to_str().unwrap();
+    let out = tierfs(&[
+        "bench",
+        "workload",
+        "webserver-zipf",
+        d,
+        "--scale",
+        "0.004",
+        "--duration",
+        "1s",
+        "--trace",
+        t,
+        "--warmup",
+        "500ms",
+    ]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("operations in the measured run"));
+    let r = tierfs_core::trace::open(&trace).unwrap();
+    let meta = r.meta().clone();
+    assert_eq!(meta.source, "workload:webserver-zipf");
+    let recs: Vec<_> = r.map(|r| r.unwrap()).collect();
+    use tierfs_core::trace::Kind;
+    let phases: Vec<u64> = recs.iter().filter(|r| r.kind == Kind::Phase).map(|r| r.off).collect();
+    assert_eq!(phases, vec![0, 1, 2], "preparation, warm-up, measured run");
+    let ops = recs.iter().filter(|r| r.kind == Kind::Op).count() as u64;
+    assert_eq!(meta.ops, Some(ops));
+    assert!(ops > 10, "{ops} operations");
+    // The tree the generator made is known, so a type-aware replay can
+    // find the policy directory of every file.
+    assert!(meta.dirs.len() >= 3, "{:?}", meta.dirs);
+    let on_mount = tierfs(&["bench", "workload", "webserver", d, "--trace", m.p("x.trace").to_str().unwrap()]);
+    assert!(!on_mount.status.success());
+    m.unmount();
+
+    let sim = |policy: &str, cap: &str| -> serde_json::Value {
+        let args = ["sim", "--trace", t, "--policy", policy, "--ssd-capacity", cap, "--duration", "1s", "--json"];
+        serde_json::from_str(&ok(&args)).unwrap()
+    };
+    let a = ok(&["sim", "--trace", t, "--policy", "on-demand-cache", "--ssd-capacity", "300K", "--json"]);
+    let b = ok(&["sim", "--trace", t, "--policy", "on-demand-cache", "--ssd-capacity", "300K", "--json"]);
+    assert_eq!(a, b, "the same trace and settings give the same report, byte for byte");
+    let hdd = sim("hdd-only", "1M");
+    let ssd = sim("ssd-only", "1G");
+    let cache = sim("on-demand-cache", "1G");
+    let ops = |v: &serde_json::Value| v["report"]["ops_per_sec"].as_f64().unwrap();
+    assert_eq!(hdd["ssd_hit_ratio"].as_f64(), Some(0.0), "{hdd}");
+    assert_eq!(ssd["ssd_hit_ratio"].as_f64(), Some(1.0), "{ssd}");
+    assert!(ops(&ssd) > 3.0 * ops(&hdd), "SSD {} against HDD {}", ops(&ssd), ops(&hdd));
+    assert!(cache["moves"].as_u64().unwrap() > 0, "{cache}");
+    assert!(ops(&cache) > ops(&hdd), "{cache}");
+    for (args, why) in [
+        (vec!["sim", "--trace", t, "--policy", "hystor", "--ssd-capacity", "1M"], "not simulated"),
+        (vec!["sim", "--trace", t, "--policy", "nope", "--ssd-capacity", "1M"], "unknown policy"),
+        (vec!["sim", "--trace", "/etc/hostname", "--ssd-capacity", "1M"], "not a tierfs trace"),
+    ] {
+        let out = tierfs(&args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(why), "{args:?}");
+    }
+}
+
+#[test]
+fn the_sweep_runs_in_the_simulator_and_writes_the_usual_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let work = dir.path().join("work");
+    let args = [
+        "bench",
+        "sweep",
+        "--sim",
+        "--only",
+        "webserver-zipf",
+        "--arch",
+        "on-demand-cache",
+        "--scale",
+        "0.004",
+        "--out",
+        out.to_str().unwrap(),
+        "--work",
+        work.to_str().unwrap(),
+    ];
+    ok(&args);
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(out.join("rows.json")).unwrap()).unwrap();
+    let archs: Vec<&str> = rows.iter().map(|r| r["arch"].as_str().unwrap()).collect();
+    assert_eq!(archs, ["hdd-only", "ssd-only", "on-demand-cache", "on-demand-cache", "on-demand-cache"]);
+    assert!(out.join("README.md").exists() && out.join("chart-webserver-zipf.svg").exists());
+    // The trace is kept and reused: a second sweep gives the same rows.
+    let first = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    ok(&args);
+    assert_eq!(std::fs::read_to_string(out.join("results.csv")).unwrap(), first);
+}

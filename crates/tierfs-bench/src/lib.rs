@@ -5,6 +5,7 @@
 //! findings ([`report`]).
 #![warn(missing_docs)]
 
+pub mod capture;
 pub mod report;
 pub mod rng;
 pub mod sweep;

@@ -651,3 +651,118 @@ mod tests {
         assert!(rows[2].ends_with("|  |"), "{}", rows[2]);
     }
 }
+
+/// Kendall's tau (tau-a) between two scorings of the same items: +1 the
+/// same order, -1 the reverse. Pairs tied in either count as neither.
+pub fn kendall_tau(a: &[f64], b: &[f64]) -> f64 {
+    let n = a.len().min(b.len());
+    let (mut agree, mut disagree) = (0i64, 0i64);
+    for i in 0..n {
+        for j in i + 1..n {
+            let s = (a[i] - a[j]).signum() * (b[i] - b[j]).signum();
+            if s > 0.0 {
+                agree += 1;
+            } else if s < 0.0 {
+                disagree += 1;
+            }
+        }
+    }
+    let pairs = (n * n.saturating_sub(1) / 2) as f64;
+    if pairs == 0.0 {
+        1.0
+    } else {
+        (agree - disagree) as f64 / pairs
+    }
+}
+
+/// How one workload's simulated runs compare with its live ones.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fidelity {
+    /// Workload.
+    pub workload: String,
+    /// Kendall's tau of the runs' throughputs (every architecture and
+    /// size the two have in common, baselines included).
+    pub tau: f64,
+    /// Kendall's tau per SSD size over the architectures.
+    pub tau_by_size: Vec<(u32, f64)>,
+    /// Runs compared.
+    pub runs: usize,
+    /// Runs whose simulated throughput is within 25 % of the live one.
+    pub within_25: usize,
+    /// (architecture, size, live, simulated) of every run compared.
+    pub pairs: Vec<(String, u32, f64, f64)>,
+}
+
+/// Compares a simulated sweep with a live one, workload by workload.
+pub fn fidelity(live: &[Row], sim: &[Row]) -> Vec<Fidelity> {
+    let mut out = Vec::new();
+    let mut workloads: Vec<&str> = Vec::new();
+    for r in live {
+        if !workloads.contains(&r.workload.as_str()) {
+            workloads.push(&r.workload);
+        }
+    }
+    for w in workloads {
+        let pairs: Vec<(String, u32, f64, f64)> = live
+            .iter()
+            .filter(|l| l.workload == w)
+            .filter_map(|l| {
+                let s = sim.iter().find(|s| s.workload == w && s.arch == l.arch && s.pct == l.pct)?;
+                Some((l.arch.clone(), l.pct, l.report.ops_per_sec, s.report.ops_per_sec))
+            })
+            .collect();
+        if pairs.is_empty() {
+            continue;
+        }
+        let tau =
+            kendall_tau(&pairs.iter().map(|p| p.2).collect::<Vec<_>>(), &pairs.iter().map(|p| p.3).collect::<Vec<_>>());
+        let mut sizes: Vec<u32> = pairs.iter().map(|p| p.1).filter(|&s| s > 0).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        let tau_by_size = sizes
+            .iter()
+            .filter_map(|&s| {
+                let at: Vec<_> = pairs.iter().filter(|p| p.1 == s).collect();
+                (at.len() > 1).then(|| {
+                    (
+                        s,
+                        kendall_tau(
+                            &at.iter().map(|p| p.2).collect::<Vec<_>>(),
+                            &at.iter().map(|p| p.3).collect::<Vec<_>>(),
+                        ),
+                    )
+                })
+            })
+            .collect();
+        let within_25 = pairs.iter().filter(|p| p.2 > 0.0 && (p.3 / p.2 - 1.0).abs() <= 0.25).count();
+        out.push(Fidelity { workload: w.to_string(), tau, tau_by_size, runs: pairs.len(), within_25, pairs });
+    }
+    out
+}
+
+/// The comparison as Markdown: a summary line per workload, then every
+/// run side by side.
+pub fn fidelity_markdown(f: &[Fidelity]) -> String {
+    let mut s = String::from(
+        "| workload | Kendall's tau, all runs | tau per SSD size | runs within 25 % |\n|---|---|---|---|\n",
+    );
+    for w in f {
+        let by: Vec<String> = w.tau_by_size.iter().map(|(p, t)| format!("{p}%: {t:.2}")).collect();
+        s += &format!(
+            "| {} | {:.2} | {} | {} of {} |\n",
+            w.workload,
+            w.tau,
+            if by.is_empty() { "-".into() } else { by.join(", ") },
+            w.within_25,
+            w.runs
+        );
+    }
+    for w in f {
+        s += &format!("\n### {}\n\n| architecture | SSD | live ops/s | simulated ops/s | simulated / live |\n|---|---|---|---|---|\n", w.workload);
+        for (arch, pct, l, sim) in &w.pairs {
+            let size = if *pct == 0 { "-".to_string() } else { format!("{pct}%") };
+            s += &format!("| {arch} | {size} | {l:.1} | {sim:.1} | {} |\n", ratio(*sim, *l));
+        }
+    }
+    s
+}

@@ -277,7 +277,8 @@ impl Preset {
         self.plan.iter().map(|(_, archs)| 2 + archs.len() * self.sizes.len()).sum()
     }
 
-    fn params_for(&self, workload: &str) -> Params {
+    /// The settings of `workload`'s measured run.
+    pub fn params_for(&self, workload: &str) -> Params {
         let mut p = self.params;
         if workload == "mail" || workload == "postmark" {
             p.scale = self.mail_scale;
@@ -286,7 +287,7 @@ impl Preset {
     }
 
     /// The warm-up run: the same workload, another seed, `warmup` long.
-    fn warmup_params(&self, workload: &str) -> Params {
+    pub fn warmup_params(&self, workload: &str) -> Params {
         let mut p = self.params_for(workload);
         p.seed += 1000;
         p.duration = self.warmup;
@@ -459,6 +460,20 @@ fn set_policy(dir: &Path, policy: &str) -> io::Result<()> {
 }
 
 impl Runner<'_> {
+    /// An empty folder `name` in the scratch directory, and its ssd, hdd,
+    /// mnt and state subfolders.
+    fn fresh(&self, name: &str) -> io::Result<(PathBuf, [PathBuf; 4])> {
+        let dir = self.work.join(name);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+        let subs = ["ssd", "hdd", "mnt", "state"].map(|s| dir.join(s));
+        for d in &subs {
+            std::fs::create_dir_all(d)?;
+        }
+        Ok((dir, subs))
+    }
+
     /// Runs one workload under one architecture on a fresh mount.
     pub fn run_one(
         &self,
@@ -467,14 +482,7 @@ impl Runner<'_> {
         arch: &Arch,
         capacity: Option<u64>,
     ) -> io::Result<(Report, RunStats, StatusReport, u64)> {
-        let dir = self.work.join("run");
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir)?;
-        }
-        let (ssd, hdd, mnt, state) = (dir.join("ssd"), dir.join("hdd"), dir.join("mnt"), dir.join("state"));
-        for d in [&ssd, &hdd, &mnt, &state] {
-            std::fs::create_dir_all(d)?;
-        }
+        let (dir, [ssd, hdd, mnt, state]) = self.fresh("run")?;
         let spec = format!("ssd={},hdd={},cache={}", self.preset.ssd, self.preset.hdd, self.preset.cache);
         let mut cmd = Command::new(&self.bin);
         cmd.arg("mount").args([&ssd, &hdd, &mnt]).arg("--daemon").args(["--io-mode", "userspace", "--emulate", &spec]);
@@ -554,6 +562,31 @@ impl Runner<'_> {
         unmounted?;
         let _ = std::fs::remove_dir_all(&dir);
         Ok((r, run, s, ws))
+    }
+
+    /// Records the trace of `w` (its preparation, `warm`, its measured run)
+    /// on a fresh mount without emulation, for the simulator; returns the
+    /// workload's report of the (unemulated) measured run.
+    pub fn record_trace(&self, w: &dyn Workload, warm: Option<&dyn Workload>, out: &Path) -> io::Result<Report> {
+        let (dir, [ssd, hdd, mnt, state]) = self.fresh("record")?;
+        // Every request reaches the daemon (userspace I/O); nothing moves.
+        run_cmd(
+            Command::new(&self.bin)
+                .arg("mount")
+                .args([&ssd, &hdd, &mnt])
+                .args(["--daemon", "--io-mode", "userspace", "--policy", "hdd-only", "--threads", "4"])
+                .arg("--state-dir")
+                .arg(&state),
+        )?;
+        (self.progress)(Progress::Phase { name: "recording", length: Length::Unknown });
+        let p = self.preset.params_for(w.name());
+        let note = format!("preset {}, scale {}, seed {}, run {:?}", self.preset.name, p.scale, p.seed, p.duration);
+        let r = crate::capture::record(&mnt, &mnt, w, warm, false, out, note);
+        let unmounted = run_cmd(Command::new(&self.bin).arg("umount").arg(&mnt));
+        let (report, _) = r?;
+        unmounted?;
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(report)
     }
 
     /// Runs the whole preset.

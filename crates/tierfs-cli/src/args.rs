@@ -42,6 +42,9 @@ pub enum Command {
     /// Which devices to buy for a workload: HybridStore's capacity planner
     /// over a trace and a device catalogue.
     Plan(PlanArgs),
+    /// Replay a trace through a policy at virtual time on modelled devices:
+    /// the simulator (same trace and settings, same report).
+    Sim(SimArgs),
     /// Print the shell completion script for SHELL (bash, zsh, fish).
     Completions {
         /// The shell.
@@ -167,6 +170,45 @@ pub struct PlanArgs {
     /// Share of a flash block one erase frees (1: no write amplification).
     #[arg(long, default_value_t = 0.5)]
     pub alpha: f64,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// The trace (`tierfs bench workload --trace`, `trace record`,
+    /// `trace import`, `trace synth`).
+    #[arg(long)]
+    pub trace: PathBuf,
+    /// The policy (as `mount --policy`).
+    #[arg(long, default_value = "dynamic-hot-dst")]
+    pub policy: String,
+    /// The interval of an interval policy.
+    #[arg(long)]
+    pub interval: Option<String>,
+    /// Most user data the SSD holds.
+    #[arg(long)]
+    pub ssd_capacity: String,
+    /// Device models: ssd=PROFILE,hdd=PROFILE[,cache=SIZE] (as `mount
+    /// --emulate`).
+    #[arg(long, default_value = "ssd=ssd-sata,hdd=hdd-7200,cache=2M")]
+    pub emulate: String,
+    /// More device profiles (TOML), as `mount --profiles`.
+    #[arg(long)]
+    pub profiles: Option<PathBuf>,
+    /// Give the directories the trace names their own policies (the mixed
+    /// workload's type-aware configuration).
+    #[arg(long)]
+    pub type_aware: bool,
+    /// Length of the measured run in virtual time [default: until the
+    /// trace ends].
+    #[arg(long)]
+    pub duration: Option<String>,
+    /// Cost of a request outside the devices [default: the trace's own,
+    /// as recorded without emulation].
+    #[arg(long)]
+    pub overhead: Option<String>,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -457,6 +499,15 @@ pub enum BenchCmd {
         /// Reuse a file set prepared before.
         #[arg(long)]
         no_prepare: bool,
+        /// Record the workload's trace (DIR must be on a tierfs mount; the
+        /// trace marks the preparation, the warm-up and each operation of
+        /// the run, for `tierfs sim`).
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// With --trace: a warm-up run (another seed) this long before the
+        /// measured run.
+        #[arg(long)]
+        warmup: Option<String>,
     },
     /// Architectures x SSD sizes x workloads on emulated devices; writes a
     /// results folder (CSV, Markdown tables, SVG charts, findings).
@@ -487,12 +538,32 @@ pub enum BenchCmd {
         /// mail is scaled in the same proportion.
         #[arg(long)]
         scale: Option<f64>,
+        /// Run the preset in the simulator: each workload is recorded once
+        /// (without emulation) and every architecture and size replayed at
+        /// virtual time.
+        #[arg(long)]
+        sim: bool,
+        /// With --sim: keep the recorded traces in this folder and reuse
+        /// those already there.
+        #[arg(long)]
+        traces: Option<PathBuf>,
     },
     /// Re-render a results folder (tables, charts, findings, README) from
     /// its rows.json, merging its notes.md.
     Report {
         /// The results folder.
         dir: PathBuf,
+    },
+    /// Compare a simulated sweep with a live one (Kendall's tau of the
+    /// architectures' order, throughput side by side); writes fidelity.md
+    /// into the simulated results folder.
+    Fidelity {
+        /// The live results folder.
+        #[arg(long)]
+        live: PathBuf,
+        /// The simulated results folder.
+        #[arg(long)]
+        sim: PathBuf,
     },
 }
 

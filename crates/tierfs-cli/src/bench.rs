@@ -100,7 +100,7 @@ fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta,
 
 pub fn run(a: &BenchArgs) -> Result<ExitCode> {
     match &a.cmd {
-        BenchCmd::Workload { name, dir, scale, seed, duration, json, no_prepare } => {
+        BenchCmd::Workload { name, dir, scale, seed, duration, json, no_prepare, trace, warmup } => {
             let p = Params {
                 scale: *scale,
                 seed: *seed,
@@ -109,6 +109,33 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
             let w = workload::by_name(name, p)
                 .ok_or_else(|| anyhow::anyhow!("unknown workload {name:?} (one of: {})", workload::NAMES.join(", ")))?;
             std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
+            if warmup.is_some() && trace.is_none() {
+                bail!("--warmup goes with --trace");
+            }
+            if let Some(out) = trace {
+                let mnt = crate::stats::mount_of(dir)?;
+                let warm = match warmup {
+                    Some(d) => {
+                        let d = parse_duration(d).map_err(|e| anyhow::anyhow!("--warmup: {e}"))?;
+                        workload::by_name(name, Params { seed: p.seed + 1000, duration: d, ..p })
+                    }
+                    None => None,
+                };
+                let note = format!("scale {scale}, seed {seed}, duration {duration}");
+                let t = Instant::now();
+                let (r, c) =
+                    tierfs_bench::capture::record(&mnt, dir, w.as_ref(), warm.as_deref(), *no_prepare, out, note)
+                        .with_context(|| format!("recording {name} in {}", dir.display()))?;
+                eprintln!(
+                    "tierfs bench: {name} recorded in {:.1} s: {} records, {} operations in the measured run ({:.1} ops/s without emulation) in {}",
+                    t.elapsed().as_secs_f64(),
+                    c.records,
+                    c.ops,
+                    r.ops_per_sec,
+                    out.display()
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
             let progress = Progress::new(None);
             if !no_prepare {
                 let t = Instant::now();
@@ -135,7 +162,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 );
             }
         }
-        BenchCmd::Sweep { preset, out, work, only, arch, sizes, scale } => {
+        BenchCmd::Sweep { preset, out, work, only, arch, sizes, scale, sim, traces } => {
             let mut p =
                 Preset::named(preset).ok_or_else(|| anyhow::anyhow!("unknown preset {preset:?} (small or full)"))?;
             if !only.is_empty() {
@@ -178,7 +205,15 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
             };
             let mut runner =
                 Runner { bin, work: work.clone(), preset: &p, progress: &progress, prepared: Default::default() };
-            let rows = runner.run();
+            let rows = if *sim {
+                let traces = traces.clone().unwrap_or_else(|| work.join("traces"));
+                crate::sim_cmd::sweep(&runner, &traces)
+            } else {
+                if traces.is_some() {
+                    bail!("--traces goes with --sim");
+                }
+                runner.run().map_err(anyhow::Error::from)
+            };
             bars.finish();
             let rows = rows?;
             let took = started.elapsed();
@@ -196,6 +231,24 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
             let fm = render(out, &rows, &meta, &notes)?;
             println!("{fm}");
             println!("results in {}", out.display());
+        }
+        BenchCmd::Fidelity { live, sim } => {
+            let rows = |d: &std::path::Path| -> Result<Vec<tierfs_bench::sweep::Row>> {
+                let f = d.join("rows.json");
+                Ok(serde_json::from_str(&std::fs::read_to_string(&f).with_context(|| format!("{}", f.display()))?)?)
+            };
+            let f = report::fidelity(&rows(live)?, &rows(sim)?);
+            if f.is_empty() {
+                bail!("the two folders have no run in common");
+            }
+            let text = format!(
+                "# The simulator against the live sweep\n\nLive runs: `{}`; simulated runs: `{}`. Throughput in operations per second of the measured run.\n\n{}",
+                live.display(),
+                sim.display(),
+                report::fidelity_markdown(&f)
+            );
+            std::fs::write(sim.join("fidelity.md"), &text)?;
+            println!("{text}");
         }
         BenchCmd::Report { dir } => {
             let rows: Vec<tierfs_bench::sweep::Row> =

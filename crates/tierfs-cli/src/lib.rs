@@ -12,6 +12,7 @@ mod plan_cmd;
 mod policy;
 mod progress;
 mod shell_help;
+mod sim_cmd;
 mod stats;
 mod trace_cmd;
 mod umount;
@@ -49,6 +50,7 @@ pub fn main() -> ExitCode {
         args::Command::Migrate(m) => migrate_cmd::run(&m),
         args::Command::Trace(t) => trace_cmd::run(&t),
         args::Command::Plan(p) => plan_cmd::run(&p),
+        args::Command::Sim(s) => sim_cmd::run(&s),
         args::Command::Completions { shell } => shell_help::completions(shell),
         args::Command::Manpage => shell_help::manpage(),
     };

@@ -167,7 +167,8 @@ fn import_cmd(input: &Path, out: &Path, format: Option<TraceFormatArg>, file_siz
 fn show(path: &Path, json: bool) -> Result<ExitCode> {
     let r = trace::open(path)?;
     let meta = r.meta().clone();
-    let mut kinds = [0u64; 8];
+    let version = r.version();
+    let mut kinds = [0u64; Kind::ALL.len()];
     let (mut read, mut written, mut last) = (0u64, 0u64, 0u64);
     let mut files = HashSet::new();
     let mut dirs = HashSet::new();
@@ -179,8 +180,10 @@ fn show(path: &Path, json: bool) -> Result<ExitCode> {
             Kind::Write => written = written.saturating_add(rec.len),
             _ => {}
         }
-        files.insert(rec.file);
-        dirs.insert(rec.dir);
+        if !rec.kind.is_mark() {
+            files.insert(rec.file);
+            dirs.insert(rec.dir);
+        }
         last = rec.time_ns;
     }
     let secs = last as f64 / 1e9;
@@ -188,14 +191,14 @@ fn show(path: &Path, json: bool) -> Result<ExitCode> {
         let counts: serde_json::Map<String, serde_json::Value> =
             Kind::ALL.iter().zip(kinds).map(|(n, k)| (n.name().to_string(), k.into())).collect();
         let v = serde_json::json!({
-            "format_version": trace::VERSION, "source": meta.source, "note": meta.note,
+            "format_version": version, "source": meta.source, "note": meta.note,
             "records": counts, "files": files.len(), "directories": dirs.len(),
             "bytes_read": read, "bytes_written": written, "seconds": secs,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("trace:     {} (format {})", path.display(), trace::VERSION);
+    println!("trace:     {} (format {version})", path.display());
     println!("source:    {}", meta.source);
     if !meta.note.is_empty() {
         println!("note:      {}", meta.note);

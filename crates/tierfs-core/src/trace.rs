@@ -2,7 +2,9 @@
 //! block trace holds, without file contents. The simulator replays them and
 //! the capacity planner analyses them (ARCHITECTURE.md, "Traces").
 //!
-//! Format version 1 is a text header of two lines and then binary records:
+//! Format version 2 (version 1 without the kinds `op` and `phase`, which
+//! this build reads too) is a text header of two lines and then binary
+//! records:
 //!
 //! ```text
 //! tierfs-trace 1\n
@@ -26,7 +28,9 @@ use std::io::{self, BufRead, Write};
 /// The first line of every trace, without its version number.
 pub const MAGIC: &str = "tierfs-trace";
 /// The format version this build writes and reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
+/// The oldest format version this build reads.
+pub const OLDEST: u32 = 1;
 
 /// What a trace says about itself (its second line).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -42,6 +46,21 @@ pub struct Meta {
     /// Anything else the producer wants a reader to know.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub note: String,
+    /// The directory tree, as `[directory, its parent]` pairs, when the
+    /// producer knew it (a workload's recording): a replay needs it to find
+    /// the policy directory a file is below.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dirs: Vec<[u64; 2]>,
+    /// Directories that take a policy of their own in a type-aware
+    /// configuration (the mixed workload's `web` and `fs`), with the policy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<(u64, String)>,
+    /// Application operations the workload counted in its measured phase.
+    /// The records of kind `op` hold when each of its steps ended: as many
+    /// as this, or more when an operation has several (a mail transaction
+    /// reads or appends, then delivers or deletes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops: Option<u64>,
 }
 
 /// What happened.
@@ -63,16 +82,39 @@ pub enum Kind {
     Close,
     /// The file now lives in directory `dir` (a rename).
     Move,
+    /// A step of an application operation ended (a whole-file read, one
+    /// half of a mail transaction); file, dir, off and len are 0.
+    Op,
+    /// A phase of a workload begins: `off` is 0 for the preparation, 1 for
+    /// the warm-up, 2 for the measured run.
+    Phase,
 }
+
+/// The phases a workload's trace marks with [`Kind::Phase`].
+pub const PHASE_PREPARE: u64 = 0;
+/// See [`PHASE_PREPARE`].
+pub const PHASE_WARMUP: u64 = 1;
+/// See [`PHASE_PREPARE`].
+pub const PHASE_MEASURE: u64 = 2;
 
 impl Kind {
     /// Every kind, in the order of their bytes on disk.
-    pub const ALL: [Kind; 8] =
-        [Kind::Read, Kind::Write, Kind::Create, Kind::Remove, Kind::Truncate, Kind::Open, Kind::Close, Kind::Move];
+    pub const ALL: [Kind; 10] = [
+        Kind::Read,
+        Kind::Write,
+        Kind::Create,
+        Kind::Remove,
+        Kind::Truncate,
+        Kind::Open,
+        Kind::Close,
+        Kind::Move,
+        Kind::Op,
+        Kind::Phase,
+    ];
 
     /// Its name, lower case, for people and JSON.
     pub fn name(self) -> &'static str {
-        ["read", "write", "create", "remove", "truncate", "open", "close", "move"][self as usize]
+        ["read", "write", "create", "remove", "truncate", "open", "close", "move", "op", "phase"][self as usize]
     }
 
     fn byte(self) -> u8 {
@@ -87,6 +129,11 @@ impl Kind {
     /// Reads and writes carry data.
     pub fn is_io(self) -> bool {
         matches!(self, Kind::Read | Kind::Write)
+    }
+
+    /// Marks of a workload's structure, not requests to a file.
+    pub fn is_mark(self) -> bool {
+        matches!(self, Kind::Op | Kind::Phase)
     }
 }
 
@@ -199,6 +246,7 @@ fn bad(msg: String) -> io::Error {
 pub struct Reader<R: BufRead> {
     inp: R,
     meta: Meta,
+    version: u32,
     time_ns: u64,
     index: u64,
     failed: bool,
@@ -213,21 +261,26 @@ impl<R: BufRead> Reader<R> {
         let Some(version) = first.trim_end().strip_prefix(MAGIC).map(str::trim) else {
             return Err(bad("not a tierfs trace (it does not start with \"tierfs-trace\")".into()));
         };
-        match version.parse::<u32>() {
-            Ok(VERSION) => {}
+        let version = match version.parse::<u32>() {
+            Ok(v) if (OLDEST..=VERSION).contains(&v) => v,
             Ok(v) => {
                 return Err(bad(format!(
-                    "trace format version {v}; this tierfs reads version {VERSION} (use a tierfs of that version)"
+                    "trace format version {v}; this tierfs reads versions {OLDEST} to {VERSION} (use a tierfs of that version)"
                 )))
             }
             Err(_) => return Err(bad(format!("bad trace header {:?}", first.trim_end()))),
-        }
+        };
         let mut line = Vec::new();
         io::Read::take(&mut inp, 1 << 20).read_until(b'\n', &mut line)?;
         let line = String::from_utf8(line).map_err(|_| bad("bad trace header line 2: not UTF-8".into()))?;
         let meta: Meta =
             serde_json::from_str(line.trim_end()).map_err(|e| bad(format!("bad trace header line 2: {e}")))?;
-        Ok(Reader { inp, meta, time_ns: 0, index: 0, failed: false })
+        Ok(Reader { inp, meta, version, time_ns: 0, index: 0, failed: false })
+    }
+
+    /// The format version of the file.
+    pub fn version(&self) -> u32 {
+        self.version
     }
 
     /// The header.
@@ -309,7 +362,7 @@ mod tests {
     }
 
     fn arb_record() -> impl Strategy<Value = Record> {
-        (0u64..1 << 40, any::<u64>(), any::<u64>(), 0usize..8, any::<u64>(), any::<u64>())
+        (0u64..1 << 40, any::<u64>(), any::<u64>(), 0usize..Kind::ALL.len(), any::<u64>(), any::<u64>())
             .prop_map(|(time_ns, file, dir, k, off, len)| Record { time_ns, file, dir, kind: Kind::ALL[k], off, len })
     }
 
@@ -317,7 +370,14 @@ mod tests {
         #[test]
         fn records_in_time_order_come_back_unchanged(mut recs in proptest::collection::vec(arb_record(), 0..200)) {
             recs.sort_by_key(|r| r.time_ns);
-            let meta = Meta { source: "test".into(), start_unix_ns: Some(5), note: "n".into() };
+            let meta = Meta {
+                source: "test".into(),
+                start_unix_ns: Some(5),
+                note: "n".into(),
+                dirs: vec![[5, 1]],
+                policies: vec![(5, "on-demand-cache".into())],
+                ops: Some(3),
+            };
             let (m, back) = decode(&encode(&meta, &recs)).unwrap();
             prop_assert_eq!(m, meta);
             prop_assert_eq!(back, recs);
@@ -362,8 +422,12 @@ mod tests {
         assert!(e.to_string().contains("not a tierfs trace"), "{e}");
         let e = decode(b"tierfs-trace 9\n{}\n").unwrap_err();
         assert!(e.to_string().contains("version 9"), "{e}");
-        let e = decode(b"tierfs-trace 1\n{}\n\x09\x00\x00\x00\x00\x00").unwrap_err();
-        assert!(e.to_string().contains("unknown kind 9"), "{e}");
-        assert!(decode(b"tierfs-trace 1\n{\"source\":\"x\"}\n").unwrap().1.is_empty());
+        let e = decode(b"tierfs-trace 2\n{}\n\x0b\x00\x00\x00\x00\x00").unwrap_err();
+        assert!(e.to_string().contains("unknown kind 11"), "{e}");
+        assert!(decode(b"tierfs-trace 2\n{\"source\":\"x\"}\n").unwrap().1.is_empty());
+        // Version 1 traces (no marks) are still read.
+        let (m, recs) = decode(b"tierfs-trace 1\n{\"source\":\"x\"}\n\x00\x01\x02\x03\x04\x05").unwrap();
+        assert_eq!(m.source, "x");
+        assert_eq!(recs, vec![Record { time_ns: 1, file: 2, dir: 3, kind: Kind::Read, off: 4, len: 5 }]);
     }
 }

@@ -252,7 +252,7 @@ pub fn import<R: BufRead, W: Write>(
     stats.files = chunker.files.len() as u64;
     let records = chunker.finish();
     let note = format!("{} bytes per file; one directory per disk", file_size.max(4096));
-    let mut w = Writer::new(out, &Meta { source: format!("{}:{source}", format.name()), start_unix_ns: None, note })?;
+    let mut w = Writer::new(out, &Meta { source: format!("{}:{source}", format.name()), note, ..Meta::default() })?;
     for r in &records {
         w.push(r)?;
     }

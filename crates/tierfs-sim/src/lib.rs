@@ -6,4 +6,5 @@
 pub mod classify;
 pub mod import;
 pub mod plan;
+pub mod sim;
 pub mod synth;

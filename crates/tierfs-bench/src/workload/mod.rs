@@ -146,6 +146,7 @@ impl Recorder {
         let t = Instant::now();
         let (r, w) = f()?;
         self.lat.push(t.elapsed().as_micros().min(u32::MAX as u128) as u32);
+        log_op();
         self.read += r;
         self.written += w;
         Ok(())
@@ -187,6 +188,38 @@ impl Recorder {
             files,
         }
     }
+}
+
+/// When each operation ended (nanoseconds since the Unix epoch), while a
+/// trace of the workload is being recorded (`bench workload --trace`).
+static OP_LOG: std::sync::Mutex<Option<Vec<u64>>> = std::sync::Mutex::new(None);
+
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn log_op() {
+    // A poisoned log (a workload thread panicked) records nothing more.
+    if let Ok(mut log) = OP_LOG.lock() {
+        if let Some(v) = log.as_mut() {
+            v.push(unix_ns());
+        }
+    }
+}
+
+/// Starts logging when operations end (see [`take_op_log`]).
+pub fn start_op_log() {
+    if let Ok(mut log) = OP_LOG.lock() {
+        *log = Some(Vec::new());
+    }
+}
+
+/// Stops logging and returns the ends of the operations since
+/// [`start_op_log`] (nanoseconds since the Unix epoch, in order).
+pub fn take_op_log() -> Vec<u64> {
+    let mut v = OP_LOG.lock().ok().and_then(|mut l| l.take()).unwrap_or_default();
+    v.sort_unstable();
+    v
 }
 
 /// Writes a new file of `size` bytes in `io` pieces.

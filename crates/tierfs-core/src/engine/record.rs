@@ -47,7 +47,7 @@ impl Recorder {
     pub fn create(path: &Path, start: Timestamp, start_unix_ns: u64, mountpoint: &str) -> io::Result<Recorder> {
         let f = File::create(path)?;
         let meta =
-            Meta { source: format!("mount:{mountpoint}"), start_unix_ns: Some(start_unix_ns), note: String::new() };
+            Meta { source: format!("mount:{mountpoint}"), start_unix_ns: Some(start_unix_ns), ..Meta::default() };
         // The writer buffers: the file gets whole 60 KiB writes and a flush a tick.
         let out = Writer::new(f, &meta)?;
         Ok(Recorder { out, path: path.to_path_buf(), start, parents: HashMap::new(), pending: None })

@@ -1,0 +1,878 @@
+//! The simulator (`tierfs sim`, `tierfs bench sweep --sim`): a trace
+//! replayed through the engine's statistics and policies, with the moves
+//! they plan applied to a model of the two tiers (the device models of
+//! `tierfs_core::device`) at virtual time.
+//!
+//! What is shared with the mount, not copied: `stats::Stats` takes the same
+//! events, `policy::Policy::{on_access, on_tick}` decide from the same
+//! [`View`], `policy::evict_for` picks the same victims, and
+//! `device::Device` times the requests as `--emulate` does. What the
+//! simulator does itself is what the mount's executors do: it keeps each
+//! file's place and size, charges the SSD what its files take, runs one
+//! migrator (a move reads the file from one device, writes it to the other
+//! and syncs it, while requests go on), and evicts the coldest SSD files
+//! when a move or a write needs room.
+//!
+//! A workload's trace (`bench workload --trace`) marks its phases and its
+//! operations. The preparation and the warm-up replay with the device
+//! models paused, at the times recorded (moves take no time), as the sweep
+//! runs them; then the models start cold and the measured run replays
+//! closed-loop: each request is issued when the one before completed, plus
+//! the cost of a request outside the devices (the trace's own: the time the
+//! recorded, unemulated run took per request), until the run's duration of
+//! virtual time is over. A trace without marks (an imported block trace, a
+//! recording of a mount) replays open-loop at its recorded times and is
+//! measured whole.
+//!
+//! Same trace, same settings: same report, byte for byte (nothing here
+//! reads a real clock or iterates a hash map into the output).
+
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io;
+use std::time::Duration;
+use tierfs_bench::workload::{Latency, Report};
+use tierfs_core::clock::Timestamp;
+use tierfs_core::device::{Device, Profile, Req};
+use tierfs_core::event::{Event, EventKind};
+use tierfs_core::migrate::Move;
+use tierfs_core::policy::{evict_for, off_ssd, Params, Plan, PolicyKind, Reason, Space, Step, View};
+use tierfs_core::stats::{FileStats, Group, Residence, Stats};
+use tierfs_core::tier::{Placement, Tier};
+use tierfs_core::trace::{Kind, Meta, Record, PHASE_MEASURE};
+
+/// What to simulate.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The policy of the root (and of every directory unless `type_aware`).
+    pub policy: PolicyKind,
+    /// Its settings (interval, sieve).
+    pub params: Params,
+    /// Most user data the SSD may hold.
+    pub ssd_capacity: u64,
+    /// The SSD's device model.
+    pub ssd: Profile,
+    /// The HDD's device model.
+    pub hdd: Profile,
+    /// Modelled RAM cache per device, bytes.
+    pub cache: u64,
+    /// Give the directories the trace names their own policies.
+    pub type_aware: bool,
+    /// Length of the measured run in virtual time (None: until the trace
+    /// ends).
+    pub duration: Option<Duration>,
+    /// Cost of a request outside the devices (None: the trace's own).
+    pub overhead: Option<Duration>,
+    /// Counters are halved every this long.
+    pub aging: Duration,
+    /// How often the policies' periodic work runs.
+    pub tick: Duration,
+}
+
+impl Config {
+    /// The defaults of a mount: `ssd-sata` and `hdd-7200` with 2 MiB of
+    /// modelled cache, the engine's aging and tick.
+    pub fn new(policy: PolicyKind, ssd_capacity: u64) -> Config {
+        Config {
+            policy,
+            params: Params::default(),
+            ssd_capacity,
+            ssd: Profile::named("ssd-sata").unwrap_or_else(|| Profile::from_iops("ssd", 500.0, 450.0, 90e3, 80e3)),
+            hdd: Profile::named("hdd-7200").unwrap_or_else(|| Profile::from_iops("hdd", 150.0, 150.0, 120.0, 120.0)),
+            cache: 2 << 20,
+            type_aware: false,
+            duration: None,
+            overhead: None,
+            aging: tierfs_core::stats::DEFAULT_AGING,
+            tick: Duration::from_millis(100),
+        }
+    }
+}
+
+/// What a replay measured (of the measured run alone).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SimReport {
+    /// The workload's measure, in the sweep's form.
+    pub report: Report,
+    /// Requests replayed in the measured run.
+    pub requests: u64,
+    /// Their latencies, microseconds.
+    pub request_latency: Latency,
+    /// Requests the SSD served over all.
+    pub ssd_hit_ratio: f64,
+    /// Moves made (promotions, demotions, copies, dropped copies).
+    pub moves: u64,
+    /// Of those, evictions.
+    pub evictions: u64,
+    /// Bytes moved between the tiers.
+    pub bytes_moved: u64,
+    /// Seconds the HDD model was busy.
+    pub hdd_busy_secs: f64,
+    /// Seconds the SSD model was busy.
+    pub ssd_busy_secs: f64,
+    /// The cost per request outside the devices that was used, µs.
+    pub overhead_us: f64,
+    /// The trace ended before the run's duration did.
+    pub trace_exhausted: bool,
+    /// Files at the end.
+    pub files: u64,
+    /// Bytes they hold (the working set, as the sweep measures it after
+    /// the HDD-only run).
+    pub bytes_held: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct File {
+    size: u64,
+    residence: Residence,
+}
+
+/// The tiers and the migrator at virtual time.
+struct Sim {
+    cfg: Config,
+    stats: Stats,
+    files: HashMap<u64, File>,
+    /// Bytes the SSD holds (with moves to it under way).
+    used: u64,
+    devices: [Device; 2],
+    /// Device models off (preparation, warm-up).
+    paused: bool,
+    /// Policy of each group; the group a directory heads.
+    groups: Vec<(PolicyKind, Params)>,
+    heads: HashMap<u64, Group>,
+    parents: HashMap<u64, u64>,
+    group_cache: HashMap<u64, Group>,
+    last_run: Vec<Option<Timestamp>>,
+    next_tick: Timestamp,
+    /// Moves to make, with when they were planned.
+    queue: VecDeque<(Timestamp, Step)>,
+    busy: HashSet<u64>,
+    /// The move under way, when it completes, and the SSD room it took.
+    in_flight: Option<(Timestamp, Step, u64)>,
+    migrator_free: Timestamp,
+    evicted_bytes: u64,
+    counters: Counters,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Counters {
+    moves: u64,
+    evictions: u64,
+    bytes_moved: u64,
+    ssd_requests: u64,
+    hdd_requests: u64,
+}
+
+fn tier_index(t: Tier) -> usize {
+    match t {
+        Tier::Ssd => 0,
+        Tier::Hdd => 1,
+    }
+}
+
+/// The tier a read of a file in `r` is served by.
+fn read_tier(r: Residence) -> Tier {
+    if r.on_ssd() {
+        Tier::Ssd
+    } else {
+        Tier::Hdd
+    }
+}
+
+/// Latency percentiles of `v` (sorted here), microseconds.
+fn latency(v: &mut [u64]) -> Latency {
+    v.sort_unstable();
+    let pct = |q: f64| if v.is_empty() { 0 } else { v[((v.len() - 1) as f64 * q).round() as usize] };
+    Latency {
+        p50_us: pct(0.5),
+        p90_us: pct(0.9),
+        p99_us: pct(0.99),
+        max_us: pct(1.0),
+        mean_us: v.iter().sum::<u64>().checked_div(v.len() as u64).unwrap_or(0),
+    }
+}
+
+impl Sim {
+    fn new(cfg: Config, meta: &Meta, start: Timestamp) -> Sim {
+        let mut groups = vec![(cfg.policy, cfg.params)];
+        let mut heads = HashMap::new();
+        if cfg.type_aware {
+            for (dir, name) in &meta.policies {
+                if let Some(kind) = PolicyKind::parse(name) {
+                    heads.insert(*dir, groups.len() as Group);
+                    groups.push((kind, cfg.params));
+                }
+            }
+        }
+        let parents = meta.dirs.iter().map(|&[d, p]| (d, p)).collect();
+        let devices = [Device::new(cfg.ssd.clone(), cfg.cache), Device::new(cfg.hdd.clone(), cfg.cache)];
+        let n = groups.len();
+        Sim {
+            stats: Stats::new(cfg.aging),
+            files: HashMap::new(),
+            used: 0,
+            devices,
+            paused: true,
+            groups,
+            heads,
+            parents,
+            group_cache: HashMap::new(),
+            last_run: vec![None; n],
+            next_tick: start,
+            queue: VecDeque::new(),
+            busy: HashSet::new(),
+            in_flight: None,
+            migrator_free: start,
+            evicted_bytes: 0,
+            counters: Counters::default(),
+            cfg,
+        }
+    }
+
+    /// The group whose policy governs the files of `dir`.
+    fn group_of(&mut self, dir: u64) -> Group {
+        if let Some(&g) = self.group_cache.get(&dir) {
+            return g;
+        }
+        let mut d = dir;
+        let mut g = 0;
+        // Bounded: a tree with a loop in it (a broken trace) ends in group 0.
+        for _ in 0..4096 {
+            if let Some(&h) = self.heads.get(&d) {
+                g = h;
+                break;
+            }
+            match self.parents.get(&d) {
+                Some(&p) if p != d => d = p,
+                _ => break,
+            }
+        }
+        self.group_cache.insert(dir, g);
+        g
+    }
+
+    fn view_plan(&self, group: Group, now: Timestamp, f: impl FnOnce(&View<'_>) -> Plan) -> Plan {
+        let (_, params) = self.groups[group as usize];
+        let busy = |i: u64| self.busy.contains(&i);
+        let none = |_: u64| None;
+        let zero = |_: u64| 0;
+        let yes = |_: u64| true;
+        let v = View {
+            stats: &self.stats,
+            now,
+            space: Space { used: self.used, limit: self.cfg.ssd_capacity },
+            group,
+            params,
+            pin: &none,
+            busy: &busy,
+            evicted_bytes: self.evicted_bytes,
+            speeds: Default::default(),
+            tokens: 0,
+            moves: &zero,
+            ssd_admits: &yes,
+        };
+        f(&v)
+    }
+
+    fn enqueue(&mut self, now: Timestamp, plan: Plan) {
+        for s in plan.steps {
+            if self.busy.insert(s.ino) {
+                self.queue.push_back((now, s));
+            }
+        }
+    }
+
+    /// Submits a request to a tier's device; returns when it is done.
+    fn submit(&mut self, now: Timestamp, tier: Tier, req: Req) -> Timestamp {
+        if self.paused {
+            return now;
+        }
+        self.devices[tier_index(tier)].submit(now, req)
+    }
+
+    /// One event to the statistics, and the file's policy's answer.
+    fn event(&mut self, ino: u64, now: Timestamp, kind: EventKind, group_dir: u64) {
+        let ev = Event { ino, time: now, kind };
+        let g = self.group_of(group_dir);
+        self.stats.apply(&ev, &mut |_| g);
+        let Some(f) = self.stats.get(ino) else { return };
+        let (kind_p, _) = self.groups[f.group as usize];
+        let plan = self.view_plan(f.group, now, |v| kind_p.policy().on_access(v, ino, &f, &kind));
+        self.enqueue(now, plan);
+    }
+
+    /// The periodic work due by `now`: the policies' interval runs and
+    /// cleaners, and aging.
+    fn ticks(&mut self, now: Timestamp) {
+        while self.next_tick <= now {
+            let t = self.next_tick;
+            for g in 0..self.groups.len() {
+                let (kind, _) = self.groups[g];
+                let last = self.last_run[g];
+                let mut ran = false;
+                let plan = self.view_plan(g as Group, t, |v| {
+                    let (p, r) = kind.policy().on_tick(v, last);
+                    ran = r;
+                    p
+                });
+                if ran {
+                    self.last_run[g] = Some(t);
+                }
+                self.enqueue(t, plan);
+            }
+            self.stats.age(t);
+            self.next_tick = t.plus(self.cfg.tick);
+        }
+    }
+
+    /// Copies a file between the devices, starting at `at`; returns when
+    /// the copy is synced.
+    fn copy(&mut self, at: Timestamp, ino: u64, size: u64, from: Tier, to: Tier) -> Timestamp {
+        let read = self.submit(at, from, Req::Read { file: ino, off: 0, len: size });
+        let created = self.submit(read, to, Req::MetaWrite { key: ino });
+        let written = self.submit(created, to, Req::Write { file: ino, off: 0, len: size });
+        self.submit(written, to, Req::Sync)
+    }
+
+    /// Where a move leaves a file, if the move fits where the file is.
+    fn target(mv: Move, r: Residence) -> Option<Residence> {
+        match (mv, r) {
+            (Move::Promote, Residence::Hdd) => Some(Residence::Ssd),
+            (Move::Copy, Residence::Hdd) => Some(Residence::Cached),
+            (Move::Demote, Residence::Ssd) => Some(Residence::Hdd),
+            (Move::DropCopy, Residence::Cached) => Some(Residence::Hdd),
+            _ => None,
+        }
+    }
+
+    /// Takes a file off the SSD now (an eviction or an evacuation); returns
+    /// when that is done.
+    fn take_off(&mut self, at: Timestamp, ino: u64, reason: Reason) -> Timestamp {
+        let Some(f) = self.files.get(&ino).copied() else { return at };
+        let Some(mv) = off_ssd(f.residence) else { return at };
+        let done = match mv {
+            Move::Demote => self.copy(at, ino, f.size, Tier::Ssd, Tier::Hdd),
+            _ => self.submit(at, Tier::Ssd, Req::MetaWrite { key: ino }),
+        };
+        self.finish(Step { ino, mv, reason, size: f.size });
+        done
+    }
+
+    /// Evicts the coldest SSD files until `need` bytes are free (never
+    /// `keep`), starting at `at`; returns when the evictions are done.
+    fn make_room(&mut self, at: Timestamp, need: u64, keep: u64) -> Timestamp {
+        if self.cfg.ssd_capacity.saturating_sub(self.used) >= need {
+            return at;
+        }
+        let exclude: HashSet<u64> = std::iter::once(keep).collect();
+        let plan = self.view_plan(0, at, |v| {
+            let (steps, _) = evict_for(v, need, &exclude, |counter| Reason::Evict { counter });
+            Plan { steps, skipped: Vec::new() }
+        });
+        let mut t = at;
+        for s in plan.steps {
+            let counter = self.stats.get(s.ino).map_or(0, |f| f.counter);
+            t = self.take_off(t, s.ino, s.reason);
+            self.evicted_bytes += s.size;
+            self.counters.evictions += 1;
+            self.stats.last_evicted = Some(counter);
+        }
+        t
+    }
+
+    /// Applies a completed move to the model and the statistics.
+    fn finish(&mut self, s: Step) {
+        let Some(f) = self.files.get_mut(&s.ino) else { return };
+        let Some(to) = Sim::target(s.mv, f.residence) else { return };
+        let was_on_ssd = f.residence.on_ssd();
+        f.residence = to;
+        let size = f.size;
+        if was_on_ssd && !to.on_ssd() {
+            self.used = self.used.saturating_sub(size);
+        }
+        self.counters.moves += 1;
+        self.counters.bytes_moved += size;
+        let placement = match to {
+            Residence::Ssd => Placement::On(Tier::Ssd),
+            Residence::Hdd => Placement::On(Tier::Hdd),
+            Residence::Cached => Placement::Cached,
+        };
+        self.stats.apply(&Event { ino: s.ino, time: Timestamp(0), kind: EventKind::Placed { placement } }, &mut |_| 0);
+    }
+
+    /// Lets the migrator work until `now`: completes the move under way if
+    /// it is done, starts the next ones. With the models paused every move
+    /// takes no time.
+    fn migrate(&mut self, now: Timestamp) {
+        loop {
+            if let Some((done, s, reserved)) = self.in_flight {
+                if !self.paused && done > now {
+                    return;
+                }
+                self.in_flight = None;
+                // The room taken when the move started is given back; the
+                // file is charged what it holds now.
+                self.used = self.used.saturating_sub(reserved);
+                let fits = self.files.get(&s.ino).is_some_and(|f| Sim::target(s.mv, f.residence).is_some());
+                if fits {
+                    self.finish(s);
+                    if matches!(s.mv, Move::Promote | Move::Copy) {
+                        self.used += self.files.get(&s.ino).map_or(0, |f| f.size);
+                    }
+                }
+                self.busy.remove(&s.ino);
+            }
+            let Some(&(queued, _)) = self.queue.front() else { return };
+            let start = if self.paused { now } else { self.migrator_free.max(queued) };
+            if start > now {
+                return;
+            }
+            let Some((_, s)) = self.queue.pop_front() else { return };
+            let Some(f) = self.files.get(&s.ino).copied().filter(|f| Sim::target(s.mv, f.residence).is_some()) else {
+                self.busy.remove(&s.ino);
+                continue;
+            };
+            let (done, reserved) = match s.mv {
+                Move::Promote | Move::Copy => {
+                    let t = self.make_room(start, f.size, s.ino);
+                    if f.size > self.cfg.ssd_capacity.saturating_sub(self.used) {
+                        // Nothing (more) to evict: the move gives up.
+                        self.busy.remove(&s.ino);
+                        continue;
+                    }
+                    self.used += f.size;
+                    (self.copy(t, s.ino, f.size, Tier::Hdd, Tier::Ssd), f.size)
+                }
+                Move::Demote => (self.copy(start, s.ino, f.size, Tier::Ssd, Tier::Hdd), 0),
+                Move::DropCopy => (self.submit(start, Tier::Ssd, Req::MetaWrite { key: s.ino }), 0),
+            };
+            self.migrator_free = done;
+            self.in_flight = Some((done, s, reserved));
+        }
+    }
+
+    /// Everything the background does up to `now`.
+    fn advance(&mut self, now: Timestamp) {
+        self.ticks(now);
+        self.migrate(now);
+    }
+
+    /// The model's invariants: the SSD holds what its files and the move
+    /// under way take, and (but for a policy that puts every new file
+    /// there, `ssd-only`) no more than the capacity.
+    #[cfg(test)]
+    fn check(&self) {
+        let on_ssd: u64 = self.files.values().filter(|f| f.residence.on_ssd()).map(|f| f.size).sum();
+        let reserved = self.in_flight.map_or(0, |(_, _, r)| r);
+        assert_eq!(self.used, on_ssd + reserved, "the SSD account drifted");
+        for (ino, f) in &self.files {
+            let st = self.stats.get(*ino).map(|s| s.residence);
+            assert_eq!(st, Some(f.residence), "the statistics disagree on where {ino} is");
+        }
+    }
+
+    /// Serves one request issued at `now`; returns when it completes.
+    fn request(&mut self, now: Timestamp, r: &Record) -> Timestamp {
+        let done = self.serve(now, r);
+        #[cfg(test)]
+        if CHECK.with(|c| c.get()) {
+            self.check();
+        }
+        done
+    }
+
+    fn serve(&mut self, now: Timestamp, r: &Record) -> Timestamp {
+        let ino = r.file;
+        let known = self.files.contains_key(&ino);
+        if !known && !matches!(r.kind, Kind::Create | Kind::Remove) {
+            // A file that existed before the trace began: on the HDD.
+            self.files.insert(ino, File { size: 0, residence: Residence::Hdd });
+            let g = self.group_of(r.dir);
+            self.stats.insert(ino, FileStats { residence: Residence::Hdd, group: g, ..FileStats::default() });
+        }
+        match r.kind {
+            Kind::Create => {
+                let g = self.group_of(r.dir);
+                let (kind, _) = self.groups[g as usize];
+                let tier = kind.policy().initial_tier();
+                let residence = if tier == Tier::Ssd { Residence::Ssd } else { Residence::Hdd };
+                if let Some(old) = self.files.insert(ino, File { size: r.len, residence }) {
+                    if old.residence.on_ssd() {
+                        self.used = self.used.saturating_sub(old.size);
+                    }
+                }
+                if residence.on_ssd() {
+                    self.used += r.len;
+                }
+                let done = self.submit(now, tier, Req::MetaWrite { key: ino });
+                let placement = Placement::On(tier);
+                self.event(ino, now, EventKind::Create { placement, parent: r.dir, size: r.len }, r.dir);
+                done
+            }
+            Kind::Remove => {
+                let Some(f) = self.files.remove(&ino) else { return now };
+                if f.residence.on_ssd() {
+                    self.used = self.used.saturating_sub(f.size);
+                }
+                let done = self.submit(now, read_tier(f.residence), Req::MetaWrite { key: ino });
+                self.event(ino, now, EventKind::Remove, r.dir);
+                done
+            }
+            Kind::Open => {
+                let f = self.files.get(&ino).copied().unwrap_or_default();
+                let tier = read_tier(f.residence);
+                let done = self.submit(now, tier, Req::MetaRead { key: ino });
+                let kind = EventKind::Open { write: r.off == 1, tier, size: f.size, passthrough: false };
+                self.event(ino, now, kind, r.dir);
+                done
+            }
+            Kind::Close => {
+                let size = self.files.get(&ino).map_or(0, |f| f.size);
+                self.event(ino, now, EventKind::Close { size }, r.dir);
+                now
+            }
+            Kind::Truncate => {
+                let done = self.resize(now, ino, r.len);
+                self.event(ino, now, EventKind::Resize { size: r.len }, r.dir);
+                done
+            }
+            Kind::Move => {
+                self.event(ino, now, EventKind::Moved { parent: r.dir }, r.dir);
+                let tier = read_tier(self.files.get(&ino).map_or(Residence::Hdd, |f| f.residence));
+                self.submit(now, tier, Req::MetaWrite { key: ino })
+            }
+            Kind::Read => {
+                let f = self.files.get(&ino).copied().unwrap_or_default();
+                let tier = read_tier(f.residence);
+                self.count(tier);
+                let done = self.submit(now, tier, Req::Read { file: ino, off: r.off, len: r.len });
+                self.event(ino, now, EventKind::Read { off: r.off, len: r.len, tier, fragment: false }, r.dir);
+                done
+            }
+            Kind::Write => {
+                let end = r.off.saturating_add(r.len);
+                let mut t = now;
+                let size = self.files.get(&ino).map_or(0, |f| f.size);
+                if end > size {
+                    t = self.resize(now, ino, end);
+                }
+                let f = self.files.get(&ino).copied().unwrap_or_default();
+                let req = Req::Write { file: ino, off: r.off, len: r.len };
+                let (tier, done) = match f.residence {
+                    Residence::Ssd => (Tier::Ssd, self.submit(t, Tier::Ssd, req)),
+                    Residence::Hdd => (Tier::Hdd, self.submit(t, Tier::Hdd, req)),
+                    // The primary on the HDD, the copy kept up to date.
+                    Residence::Cached => {
+                        let a = self.submit(t, Tier::Hdd, req);
+                        (Tier::Hdd, a.max(self.submit(t, Tier::Ssd, req)))
+                    }
+                };
+                self.count(tier);
+                let kind = EventKind::Write { off: r.off, len: r.len, tier, size: f.size, fragment: false };
+                self.event(ino, now, kind, r.dir);
+                done
+            }
+            Kind::Op | Kind::Phase => now,
+        }
+    }
+
+    fn count(&mut self, tier: Tier) {
+        match tier {
+            Tier::Ssd => self.counters.ssd_requests += 1,
+            Tier::Hdd => self.counters.hdd_requests += 1,
+        }
+    }
+
+    /// A file's size changes; one on the SSD that would pass the capacity
+    /// makes room first, or leaves the SSD if there is none. Returns when
+    /// the writer may go on.
+    fn resize(&mut self, now: Timestamp, ino: u64, size: u64) -> Timestamp {
+        let Some(f) = self.files.get(&ino).copied() else { return now };
+        let mut t = now;
+        if f.residence.on_ssd() && size > f.size {
+            let grow = size - f.size;
+            if self.cfg.ssd_capacity.saturating_sub(self.used) < grow {
+                t = self.make_room(now, grow, ino);
+                if self.cfg.ssd_capacity.saturating_sub(self.used) < grow && !self.busy.contains(&ino) {
+                    t = self.take_off(t, ino, Reason::Evict { counter: 0 });
+                }
+            }
+        }
+        let Some(f) = self.files.get_mut(&ino) else { return t };
+        if f.residence.on_ssd() {
+            self.used = (self.used + size).saturating_sub(f.size);
+        }
+        f.size = size;
+        t
+    }
+}
+
+/// Replays `records` (with the trace's `meta`) as `cfg` says.
+pub fn replay(cfg: &Config, meta: &Meta, records: impl Iterator<Item = io::Result<Record>>) -> io::Result<SimReport> {
+    let marked = meta.ops.is_some();
+    let records: Vec<Record> = records.collect::<io::Result<_>>()?;
+    let measure_at =
+        if marked { records.iter().position(|r| r.kind == Kind::Phase && r.off == PHASE_MEASURE) } else { Some(0) };
+    let Some(measure_at) = measure_at else {
+        return Err(io::Error::other("the trace marks no measured run (record it with `bench workload --trace`)"));
+    };
+    let measured = &records[measure_at..];
+    // The workload's operations per `op` mark (a mail transaction has two).
+    let marks = measured.iter().filter(|r| r.kind == Kind::Op).count() as u64;
+    let per_mark = match meta.ops {
+        Some(n) if marks > 0 => n as f64 / marks as f64,
+        _ => 1.0,
+    };
+    // The cost of a request outside the devices, as the recording ran
+    // without emulation: its measured run's time per request.
+    let requests_recorded = measured.iter().filter(|r| !r.kind.is_mark()).count() as u64;
+    let span = match (measured.first(), measured.last()) {
+        (Some(a), Some(b)) => b.time_ns - a.time_ns,
+        _ => 0,
+    };
+    let overhead = cfg.overhead.unwrap_or_else(|| {
+        if marked && requests_recorded > 0 {
+            Duration::from_nanos(span / requests_recorded)
+        } else {
+            Duration::ZERO
+        }
+    });
+    let base = Timestamp::from_secs(1);
+    let mut sim = Sim::new(cfg.clone(), meta, base);
+    // Preparation and warm-up: the models paused, the recorded times.
+    for r in &records[..measure_at] {
+        let now = Timestamp(base.0 + r.time_ns);
+        sim.advance(now);
+        if !r.kind.is_mark() {
+            sim.request(now, r);
+        }
+        sim.migrate(now);
+    }
+    // The moves the preparation caused finish before the run (the sweep
+    // waits for them), then the models start cold.
+    let t0 = Timestamp(base.0 + measured.first().map_or(0, |r| r.time_ns));
+    sim.advance(t0);
+    sim.migrate(t0);
+    sim.paused = false;
+    sim.migrator_free = t0;
+    for d in &mut sim.devices {
+        d.reset(t0);
+    }
+    sim.counters = Counters::default();
+    let end = cfg.duration.map(|d| t0.plus(d));
+    let mut now = t0;
+    let (mut ops, mut op_start) = (0u64, t0);
+    let mut op_lat: Vec<u64> = Vec::new();
+    let mut req_lat: Vec<u64> = Vec::new();
+    let (mut read, mut written) = (0u64, 0u64);
+    let mut exhausted = true;
+    for r in measured {
+        if marked {
+            if end.is_some_and(|e| now > e) {
+                exhausted = false;
+                break;
+            }
+        } else {
+            // Open loop: issued at the recorded time.
+            now = now.max(Timestamp(base.0 + r.time_ns));
+        }
+        match r.kind {
+            Kind::Phase => continue,
+            Kind::Op => {
+                ops += 1;
+                op_lat.push(now.since(op_start).as_micros() as u64);
+                op_start = now;
+                continue;
+            }
+            _ => {}
+        }
+        sim.advance(now);
+        let issued = Timestamp(if marked { now.0 } else { base.0 + r.time_ns });
+        let done = sim.request(now, r);
+        match r.kind {
+            Kind::Read => read += r.len,
+            Kind::Write => written += r.len,
+            _ => {}
+        }
+        req_lat.push(done.since(issued).as_micros() as u64);
+        if marked {
+            now = done.plus(overhead);
+        } else {
+            ops += 1;
+            op_lat.push(done.since(issued).as_micros() as u64);
+        }
+    }
+    let finish = if marked { now } else { now.max(Timestamp(base.0 + measured.last().map_or(0, |r| r.time_ns))) };
+    let secs = match end {
+        Some(e) if marked && !exhausted => e.since(t0).as_secs_f64().min(finish.since(t0).as_secs_f64()),
+        _ => finish.since(t0).as_secs_f64(),
+    };
+    let c = sim.counters;
+    let all = c.ssd_requests + c.hdd_requests;
+    // Open loop: an operation is a request.
+    let lat = latency(&mut op_lat);
+    let ops = if marked { (ops as f64 * per_mark).round() as u64 } else { ops };
+    let report = Report {
+        workload: meta.source.strip_prefix("workload:").unwrap_or(&meta.source).to_string(),
+        ops,
+        secs,
+        ops_per_sec: if secs > 0.0 { ops as f64 / secs } else { 0.0 },
+        txn_time_secs: None,
+        bytes_read: read,
+        bytes_written: written,
+        latency: lat,
+        files: sim.files.len() as u64,
+    };
+    Ok(SimReport {
+        report,
+        requests: req_lat.len() as u64,
+        request_latency: latency(&mut req_lat),
+        ssd_hit_ratio: if all == 0 { 0.0 } else { c.ssd_requests as f64 / all as f64 },
+        moves: c.moves,
+        evictions: c.evictions,
+        bytes_moved: c.bytes_moved,
+        hdd_busy_secs: sim.devices[1].busy.as_secs_f64(),
+        ssd_busy_secs: sim.devices[0].busy.as_secs_f64(),
+        overhead_us: overhead.as_secs_f64() * 1e6,
+        trace_exhausted: marked && exhausted && cfg.duration.is_some(),
+        files: sim.files.len() as u64,
+        bytes_held: sim.files.values().map(|f| f.size).sum(),
+    })
+}
+
+/// Replays the trace in `path`.
+pub fn replay_file(cfg: &Config, path: &std::path::Path) -> io::Result<SimReport> {
+    let rd = tierfs_core::trace::open(path)?;
+    let meta = rd.meta().clone();
+    replay(cfg, &meta, rd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use tierfs_core::trace::PHASE_PREPARE;
+
+    const MS: u64 = 1_000_000;
+
+    fn rec(time_ns: u64, file: u64, kind: Kind, off: u64, len: u64) -> Record {
+        Record { time_ns, file, dir: 1, kind, off, len }
+    }
+
+    /// A workload's trace: `files` files of 64 KiB made, then `ops`
+    /// whole-file reads, file `i % hot` (a few hot files).
+    fn web(files: u64, hot: u64, ops: u64) -> (Meta, Vec<Record>) {
+        let mut v = vec![rec(0, 0, Kind::Phase, PHASE_PREPARE, 0)];
+        let mut t = MS;
+        for f in 10..10 + files {
+            v.push(rec(t, f, Kind::Create, 0, 0));
+            v.push(rec(t, f, Kind::Write, 0, 64 << 10));
+            v.push(rec(t, f, Kind::Close, 0, 64 << 10));
+            t += MS;
+        }
+        v.push(rec(t, 0, Kind::Phase, PHASE_MEASURE, 0));
+        for i in 0..ops {
+            let f = 10 + i % hot;
+            t += 50_000;
+            v.push(rec(t, f, Kind::Open, 0, 64 << 10));
+            v.push(rec(t, f, Kind::Read, 0, 64 << 10));
+            v.push(rec(t, f, Kind::Close, 0, 64 << 10));
+            v.push(rec(t, 0, Kind::Op, 0, 0));
+        }
+        let meta = Meta { source: "workload:test".into(), dirs: vec![[1, 1]], ops: Some(ops), ..Meta::default() };
+        (meta, v)
+    }
+
+    fn run(policy: PolicyKind, cap: u64, meta: &Meta, recs: &[Record]) -> SimReport {
+        let mut cfg = Config::new(policy, cap);
+        // No RAM cache in the models: it would hold the hot set.
+        cfg.cache = 0;
+        cfg.duration = Some(Duration::from_secs(2));
+        cfg.overhead = Some(Duration::from_micros(20));
+        replay(&cfg, meta, recs.iter().map(|r| Ok(*r))).unwrap()
+    }
+
+    #[test]
+    fn the_same_trace_gives_the_same_report_byte_for_byte() {
+        let (meta, recs) = web(200, 20, 20_000);
+        let a = serde_json::to_string(&run(PolicyKind::DynamicHotDst, 1 << 20, &meta, &recs)).unwrap();
+        let b = serde_json::to_string(&run(PolicyKind::DynamicHotDst, 1 << 20, &meta, &recs)).unwrap();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn hot_files_move_up_and_the_run_gets_faster_than_the_hdd_alone() {
+        let (meta, recs) = web(200, 10, 20_000);
+        let hdd = run(PolicyKind::HddOnly, 1 << 20, &meta, &recs);
+        let ssd = run(PolicyKind::SsdOnly, 1 << 30, &meta, &recs);
+        let hot = run(PolicyKind::DynamicHotDst, 1 << 20, &meta, &recs);
+        let cache = run(PolicyKind::OnDemandCache, 1 << 20, &meta, &recs);
+        assert_eq!(hdd.ssd_hit_ratio, 0.0);
+        assert_eq!(ssd.ssd_hit_ratio, 1.0);
+        assert_eq!((hdd.moves, ssd.moves), (0, 0));
+        for r in [&hot, &cache] {
+            assert!(r.moves >= 10 && r.moves < 100, "{r:?}");
+            assert!(r.ssd_hit_ratio > 0.9, "{r:?}");
+            assert!(r.report.ops_per_sec > 5.0 * hdd.report.ops_per_sec, "{r:?} against {hdd:?}");
+            assert!(r.report.ops_per_sec <= ssd.report.ops_per_sec * 1.01, "{r:?} against {ssd:?}");
+        }
+        // Time-bounded: the run ends at 2 s of virtual time.
+        assert!((hdd.report.secs - 2.0).abs() < 0.05, "{hdd:?}");
+        assert!(!hdd.trace_exhausted);
+    }
+
+    #[test]
+    fn an_ssd_too_small_for_the_hot_set_evicts_and_never_overfills() {
+        // 20 hot files of 64 KiB, an SSD of 5 of them: evictions, and the
+        // account stays within the capacity (checked after every request).
+        let (meta, recs) = web(100, 20, 5_000);
+        let mut cfg = Config::new(PolicyKind::OnDemandCache, 5 * (64 << 10));
+        cfg.overhead = Some(Duration::from_micros(20));
+        let r = replay_checked(&cfg, &meta, &recs);
+        assert!(r.evictions > 0, "{r:?}");
+    }
+
+    /// [`replay`], checking the model's invariants after every request.
+    fn replay_checked(cfg: &Config, meta: &Meta, recs: &[Record]) -> SimReport {
+        CHECK.with(|c| c.set(true));
+        let r = replay(cfg, meta, recs.iter().map(|r| Ok(*r))).unwrap();
+        CHECK.with(|c| c.set(false));
+        r
+    }
+
+    fn arb_trace() -> impl Strategy<Value = Vec<Record>> {
+        let op = (0u64..8, 0u8..6, 0u64..4, 1u64..200_000);
+        proptest::collection::vec(op, 1..300).prop_map(|ops| {
+            let mut v = vec![rec(0, 0, Kind::Phase, PHASE_MEASURE, 0)];
+            for (i, (f, k, off, len)) in ops.into_iter().enumerate() {
+                let t = i as u64 * 10 * MS;
+                let kind =
+                    [Kind::Create, Kind::Write, Kind::Read, Kind::Remove, Kind::Truncate, Kind::Open][k as usize];
+                v.push(rec(t, 10 + f, kind, off * 4096, len));
+                v.push(rec(t, 0, Kind::Op, 0, 0));
+            }
+            v
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn the_ssd_account_matches_the_files_on_it_whatever_the_trace(
+            recs in arb_trace(), cap in 0u64..600_000, p in 0usize..4,
+        ) {
+            let policy = [PolicyKind::DynamicHotDst, PolicyKind::OnDemandCache, PolicyKind::DynamicColdDst,
+                PolicyKind::SsdOnly][p];
+            let meta = Meta { ops: Some(0), ..Meta::default() };
+            let mut cfg = Config::new(policy, cap);
+            cfg.overhead = Some(Duration::from_micros(20));
+            replay_checked(&cfg, &meta, &recs);
+        }
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: check the model after every request.
+    static CHECK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
