@@ -7,7 +7,7 @@
 //! policy of their own. The simulator needs all of it to replay the run the
 //! way the sweep measures it.
 
-use crate::workload::{self, Workload};
+use crate::workload::{self, unix_ns, Workload};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -22,10 +22,6 @@ pub struct Captured {
     pub records: u64,
     /// Operations of the measured run.
     pub ops: u64,
-}
-
-fn unix_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 fn control(mnt: &Path, out: Option<&Path>) -> io::Result<Option<tierfs_core::engine::record::Recorded>> {

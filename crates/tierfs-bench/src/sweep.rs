@@ -272,6 +272,11 @@ impl Preset {
         }
     }
 
+    /// Its device models as `mount --emulate` takes them.
+    pub fn emulation(&self) -> String {
+        format!("ssd={},hdd={},cache={}", self.ssd, self.hdd, self.cache)
+    }
+
     /// Number of runs (baselines included).
     pub fn runs(&self) -> usize {
         self.plan.iter().map(|(_, archs)| 2 + archs.len() * self.sizes.len()).sum()
@@ -483,7 +488,7 @@ impl Runner<'_> {
         capacity: Option<u64>,
     ) -> io::Result<(Report, RunStats, StatusReport, u64)> {
         let (dir, [ssd, hdd, mnt, state]) = self.fresh("run")?;
-        let spec = format!("ssd={},hdd={},cache={}", self.preset.ssd, self.preset.hdd, self.preset.cache);
+        let spec = self.preset.emulation();
         let mut cmd = Command::new(&self.bin);
         cmd.arg("mount").args([&ssd, &hdd, &mnt]).arg("--daemon").args(["--io-mode", "userspace", "--emulate", &spec]);
         // The papers' architectures clean only when a write or a migration

@@ -98,6 +98,12 @@ fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta,
     Ok(fm)
 }
 
+/// The runs of a results folder (its rows.json).
+fn read_rows(dir: &std::path::Path) -> Result<Vec<tierfs_bench::sweep::Row>> {
+    let f = dir.join("rows.json");
+    Ok(serde_json::from_str(&std::fs::read_to_string(&f).with_context(|| format!("{}", f.display()))?)?)
+}
+
 pub fn run(a: &BenchArgs) -> Result<ExitCode> {
     match &a.cmd {
         BenchCmd::Workload { name, dir, scale, seed, duration, json, no_prepare, trace, warmup } => {
@@ -233,11 +239,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
             println!("results in {}", out.display());
         }
         BenchCmd::Fidelity { live, sim } => {
-            let rows = |d: &std::path::Path| -> Result<Vec<tierfs_bench::sweep::Row>> {
-                let f = d.join("rows.json");
-                Ok(serde_json::from_str(&std::fs::read_to_string(&f).with_context(|| format!("{}", f.display()))?)?)
-            };
-            let f = report::fidelity(&rows(live)?, &rows(sim)?);
+            let f = report::fidelity(&read_rows(live)?, &read_rows(sim)?);
             if f.is_empty() {
                 bail!("the two folders have no run in common");
             }
@@ -251,8 +253,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
             println!("{text}");
         }
         BenchCmd::Report { dir } => {
-            let rows: Vec<tierfs_bench::sweep::Row> =
-                serde_json::from_str(&std::fs::read_to_string(dir.join("rows.json")).context("rows.json")?)?;
+            let rows = read_rows(dir)?;
             let meta: Meta =
                 serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).context("meta.json")?)?;
             let notes = std::fs::read_to_string(dir.join("notes.md")).unwrap_or_default();

@@ -136,13 +136,7 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
         })?,
         params: Params {
             sieve: parse_size(&a.sieve).map_err(|e| anyhow::anyhow!("--sieve: {e}"))?,
-            interval: {
-                let d = parse_duration(&a.interval).map_err(|e| anyhow::anyhow!("--interval: {e}"))?;
-                if d.is_zero() {
-                    bail!("--interval must be more than 0");
-                }
-                d
-            },
+            interval: parse_interval(&a.interval)?,
             chunk: {
                 let n = parse_size(&a.chunk).map_err(|e| anyhow::anyhow!("--chunk: {e}"))?;
                 if tierfs_core::extent::ChunkSize::new(n).is_none() {
@@ -328,6 +322,15 @@ fn parse_profiles(text: &str, path: &Path) -> Result<Vec<Profile>> {
         });
     }
     Ok(out)
+}
+
+/// Parses --interval: a duration of more than 0.
+pub fn parse_interval(s: &str) -> Result<std::time::Duration> {
+    let d = parse_duration(s).map_err(|e| anyhow::anyhow!("--interval: {e}"))?;
+    if d.is_zero() {
+        bail!("--interval must be more than 0");
+    }
+    Ok(d)
 }
 
 /// Parses --emulate: ssd=NAME,hdd=NAME[,cache=SIZE] (',', ':' or '+' between).

@@ -23,19 +23,12 @@ pub fn config(
             PolicyKind::ALL.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
         )
     })?;
-    let p = kind.policy();
-    if p.chunks() || p.whole_file_write_back() || p.default_write_back() > 0 || kind == PolicyKind::Measured {
-        bail!(
-            "{policy} is not simulated yet: the simulator models whole-file placement (sub-file extents, write-back areas and measured speeds are the mount's alone)"
-        );
+    if let Some(why) = sim::unsupported(kind) {
+        bail!(why);
     }
     let mut cfg = Config::new(kind, ssd_capacity);
     if let Some(i) = interval {
-        let d = parse_duration(i).map_err(|e| anyhow!("--interval: {e}"))?;
-        if d.is_zero() {
-            bail!("--interval must be more than 0");
-        }
-        cfg.params.interval = d;
+        cfg.params.interval = crate::mount_cmd::parse_interval(i)?;
     }
     (cfg.ssd, cfg.hdd, cfg.cache) = emulate;
     Ok(cfg)
@@ -48,7 +41,8 @@ pub fn run(a: &SimArgs) -> Result<ExitCode> {
     cfg.type_aware = a.type_aware;
     cfg.duration = a.duration.as_deref().map(parse_duration).transpose().map_err(|e| anyhow!("--duration: {e}"))?;
     cfg.overhead = a.overhead.as_deref().map(parse_duration).transpose().map_err(|e| anyhow!("--overhead: {e}"))?;
-    let r = sim::replay_file(&cfg, &a.trace).with_context(|| format!("replaying {}", a.trace.display()))?;
+    let (meta, records) = sim::load(&a.trace)?;
+    let r = sim::replay(&cfg, &meta, &records).with_context(|| format!("replaying {}", a.trace.display()))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(ExitCode::SUCCESS);
@@ -99,8 +93,7 @@ pub fn sweep(runner: &tierfs_bench::sweep::Runner<'_>, traces: &std::path::Path)
     use tierfs_bench::sweep::Progress as P;
     let preset = runner.preset;
     std::fs::create_dir_all(traces).with_context(|| format!("{}", traces.display()))?;
-    let emulate = crate::mount_cmd::parse_emulate(&format!("ssd={},hdd={}", preset.ssd, preset.hdd), None)?;
-    let emulate = (emulate.0, emulate.1, preset.cache);
+    let emulate = crate::mount_cmd::parse_emulate(&preset.emulation(), None)?;
     let total = preset.runs();
     let mut done = 0;
     let mut rows = Vec::new();
@@ -121,6 +114,8 @@ pub fn sweep(runner: &tierfs_bench::sweep::Runner<'_>, traces: &std::path::Path)
                 .record_trace(w.as_ref(), warm.as_deref(), &path)
                 .with_context(|| format!("recording {wname} for the simulator"))?;
         }
+        // Read once, replayed for every run.
+        let (meta, records) = sim::load(&path)?;
         let mut one = |arch: &Arch, pct: u32, cap: u64, ws: u64| -> Result<Option<Row>> {
             let label = if pct == 0 { arch.label.clone() } else { format!("{} at {pct}%", arch.label) };
             (runner.progress)(P::Run { done, total, label: &format!("{wname}: {label} (simulated)") });
@@ -142,7 +137,7 @@ pub fn sweep(runner: &tierfs_bench::sweep::Runner<'_>, traces: &std::path::Path)
             };
             cfg.type_aware = arch.type_aware;
             cfg.duration = w.time_bounded().then_some(p.duration);
-            let r = sim::replay_file(&cfg, &path).with_context(|| format!("replaying {}", path.display()))?;
+            let r = sim::replay(&cfg, &meta, &records).with_context(|| format!("replaying {}", path.display()))?;
             let mut report = r.report.clone();
             report.workload = wname.clone();
             if !w.time_bounded() {

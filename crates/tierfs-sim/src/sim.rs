@@ -37,7 +37,7 @@ use tierfs_core::device::{Device, Profile, Req};
 use tierfs_core::event::{Event, EventKind};
 use tierfs_core::migrate::Move;
 use tierfs_core::policy::{evict_for, off_ssd, Params, Plan, PolicyKind, Reason, Space, Step, View};
-use tierfs_core::stats::{FileStats, Group, Residence, Stats};
+use tierfs_core::stats::{FileStats, Group, Stats};
 use tierfs_core::tier::{Placement, Tier};
 use tierfs_core::trace::{Kind, Meta, Record, PHASE_MEASURE};
 
@@ -77,8 +77,9 @@ impl Config {
             policy,
             params: Params::default(),
             ssd_capacity,
-            ssd: Profile::named("ssd-sata").unwrap_or_else(|| Profile::from_iops("ssd", 500.0, 450.0, 90e3, 80e3)),
-            hdd: Profile::named("hdd-7200").unwrap_or_else(|| Profile::from_iops("hdd", 150.0, 150.0, 120.0, 120.0)),
+            // Both are in `Profile::builtin()`.
+            ssd: Profile::named("ssd-sata").expect("ssd-sata is a built-in profile"),
+            hdd: Profile::named("hdd-7200").expect("hdd-7200 is a built-in profile"),
             cache: 2 << 20,
             type_aware: false,
             duration: None,
@@ -114,18 +115,19 @@ pub struct SimReport {
     pub overhead_us: f64,
     /// The trace ended before the run's duration did.
     pub trace_exhausted: bool,
-    /// Files at the end.
-    pub files: u64,
-    /// Bytes they hold (the working set, as the sweep measures it after
+    /// Bytes the files hold at the end (the working set, as the sweep measures it after
     /// the HDD-only run).
     pub bytes_held: u64,
 }
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 struct File {
     size: u64,
-    residence: Residence,
+    placement: Placement,
 }
+
+/// A file the trace has not shown before: empty, on the HDD.
+const NEW: File = File { size: 0, placement: Placement::On(Tier::Hdd) };
 
 /// The tiers and the migrator at virtual time.
 struct Sim {
@@ -159,37 +161,8 @@ struct Counters {
     moves: u64,
     evictions: u64,
     bytes_moved: u64,
-    ssd_requests: u64,
-    hdd_requests: u64,
-}
-
-fn tier_index(t: Tier) -> usize {
-    match t {
-        Tier::Ssd => 0,
-        Tier::Hdd => 1,
-    }
-}
-
-/// The tier a read of a file in `r` is served by.
-fn read_tier(r: Residence) -> Tier {
-    if r.on_ssd() {
-        Tier::Ssd
-    } else {
-        Tier::Hdd
-    }
-}
-
-/// Latency percentiles of `v` (sorted here), microseconds.
-fn latency(v: &mut [u64]) -> Latency {
-    v.sort_unstable();
-    let pct = |q: f64| if v.is_empty() { 0 } else { v[((v.len() - 1) as f64 * q).round() as usize] };
-    Latency {
-        p50_us: pct(0.5),
-        p90_us: pct(0.9),
-        p99_us: pct(0.99),
-        max_us: pct(1.0),
-        mean_us: v.iter().sum::<u64>().checked_div(v.len() as u64).unwrap_or(0),
-    }
+    /// Reads and writes each tier served, by `Tier::idx`.
+    requests: [u64; 2],
 }
 
 impl Sim {
@@ -251,7 +224,9 @@ impl Sim {
         g
     }
 
-    fn view_plan(&self, group: Group, now: Timestamp, f: impl FnOnce(&View<'_>) -> Plan) -> Plan {
+    /// Runs `f` with a view of group `g` at `now`, as the engine's policies
+    /// see it.
+    fn with_view<R>(&self, group: Group, now: Timestamp, f: impl FnOnce(&View<'_>) -> R) -> R {
         let (_, params) = self.groups[group as usize];
         let busy = |i: u64| self.busy.contains(&i);
         let none = |_: u64| None;
@@ -287,7 +262,7 @@ impl Sim {
         if self.paused {
             return now;
         }
-        self.devices[tier_index(tier)].submit(now, req)
+        self.devices[tier.idx()].submit(now, req)
     }
 
     /// One event to the statistics, and the file's policy's answer.
@@ -297,7 +272,7 @@ impl Sim {
         self.stats.apply(&ev, &mut |_| g);
         let Some(f) = self.stats.get(ino) else { return };
         let (kind_p, _) = self.groups[f.group as usize];
-        let plan = self.view_plan(f.group, now, |v| kind_p.policy().on_access(v, ino, &f, &kind));
+        let plan = self.with_view(f.group, now, |v| kind_p.policy().on_access(v, ino, &f, &kind));
         self.enqueue(now, plan);
     }
 
@@ -309,12 +284,7 @@ impl Sim {
             for g in 0..self.groups.len() {
                 let (kind, _) = self.groups[g];
                 let last = self.last_run[g];
-                let mut ran = false;
-                let plan = self.view_plan(g as Group, t, |v| {
-                    let (p, r) = kind.policy().on_tick(v, last);
-                    ran = r;
-                    p
-                });
+                let (plan, ran) = self.with_view(g as Group, t, |v| kind.policy().on_tick(v, last));
                 if ran {
                     self.last_run[g] = Some(t);
                 }
@@ -335,12 +305,12 @@ impl Sim {
     }
 
     /// Where a move leaves a file, if the move fits where the file is.
-    fn target(mv: Move, r: Residence) -> Option<Residence> {
-        match (mv, r) {
-            (Move::Promote, Residence::Hdd) => Some(Residence::Ssd),
-            (Move::Copy, Residence::Hdd) => Some(Residence::Cached),
-            (Move::Demote, Residence::Ssd) => Some(Residence::Hdd),
-            (Move::DropCopy, Residence::Cached) => Some(Residence::Hdd),
+    fn target(mv: Move, p: Placement) -> Option<Placement> {
+        match (mv, p) {
+            (Move::Promote, Placement::On(Tier::Hdd)) => Some(Placement::On(Tier::Ssd)),
+            (Move::Copy, Placement::On(Tier::Hdd)) => Some(Placement::Cached),
+            (Move::Demote, Placement::On(Tier::Ssd)) => Some(Placement::On(Tier::Hdd)),
+            (Move::DropCopy, Placement::Cached) => Some(Placement::On(Tier::Hdd)),
             _ => None,
         }
     }
@@ -349,7 +319,7 @@ impl Sim {
     /// when that is done.
     fn take_off(&mut self, at: Timestamp, ino: u64, reason: Reason) -> Timestamp {
         let Some(f) = self.files.get(&ino).copied() else { return at };
-        let Some(mv) = off_ssd(f.residence) else { return at };
+        let Some(mv) = off_ssd(f.placement.into()) else { return at };
         let done = match mv {
             Move::Demote => self.copy(at, ino, f.size, Tier::Ssd, Tier::Hdd),
             _ => self.submit(at, Tier::Ssd, Req::MetaWrite { key: ino }),
@@ -365,12 +335,9 @@ impl Sim {
             return at;
         }
         let exclude: HashSet<u64> = std::iter::once(keep).collect();
-        let plan = self.view_plan(0, at, |v| {
-            let (steps, _) = evict_for(v, need, &exclude, |counter| Reason::Evict { counter });
-            Plan { steps, skipped: Vec::new() }
-        });
+        let steps = self.with_view(0, at, |v| evict_for(v, need, &exclude, |counter| Reason::Evict { counter }).0);
         let mut t = at;
-        for s in plan.steps {
+        for s in steps {
             let counter = self.stats.get(s.ino).map_or(0, |f| f.counter);
             t = self.take_off(t, s.ino, s.reason);
             self.evicted_bytes += s.size;
@@ -383,21 +350,16 @@ impl Sim {
     /// Applies a completed move to the model and the statistics.
     fn finish(&mut self, s: Step) {
         let Some(f) = self.files.get_mut(&s.ino) else { return };
-        let Some(to) = Sim::target(s.mv, f.residence) else { return };
-        let was_on_ssd = f.residence.on_ssd();
-        f.residence = to;
+        let Some(to) = Sim::target(s.mv, f.placement) else { return };
+        let was_on_ssd = f.placement.uses_ssd();
+        f.placement = to;
         let size = f.size;
-        if was_on_ssd && !to.on_ssd() {
+        if was_on_ssd && !to.uses_ssd() {
             self.used = self.used.saturating_sub(size);
         }
         self.counters.moves += 1;
         self.counters.bytes_moved += size;
-        let placement = match to {
-            Residence::Ssd => Placement::On(Tier::Ssd),
-            Residence::Hdd => Placement::On(Tier::Hdd),
-            Residence::Cached => Placement::Cached,
-        };
-        self.stats.apply(&Event { ino: s.ino, time: Timestamp(0), kind: EventKind::Placed { placement } }, &mut |_| 0);
+        self.stats.set_residence(s.ino, to.into());
     }
 
     /// Lets the migrator work until `now`: completes the move under way if
@@ -413,7 +375,7 @@ impl Sim {
                 // The room taken when the move started is given back; the
                 // file is charged what it holds now.
                 self.used = self.used.saturating_sub(reserved);
-                let fits = self.files.get(&s.ino).is_some_and(|f| Sim::target(s.mv, f.residence).is_some());
+                let fits = self.files.get(&s.ino).is_some_and(|f| Sim::target(s.mv, f.placement).is_some());
                 if fits {
                     self.finish(s);
                     if matches!(s.mv, Move::Promote | Move::Copy) {
@@ -428,7 +390,7 @@ impl Sim {
                 return;
             }
             let Some((_, s)) = self.queue.pop_front() else { return };
-            let Some(f) = self.files.get(&s.ino).copied().filter(|f| Sim::target(s.mv, f.residence).is_some()) else {
+            let Some(f) = self.files.get(&s.ino).copied().filter(|f| Sim::target(s.mv, f.placement).is_some()) else {
                 self.busy.remove(&s.ino);
                 continue;
             };
@@ -462,12 +424,12 @@ impl Sim {
     /// there, `ssd-only`) no more than the capacity.
     #[cfg(test)]
     fn check(&self) {
-        let on_ssd: u64 = self.files.values().filter(|f| f.residence.on_ssd()).map(|f| f.size).sum();
+        let on_ssd: u64 = self.files.values().filter(|f| f.placement.uses_ssd()).map(|f| f.size).sum();
         let reserved = self.in_flight.map_or(0, |(_, _, r)| r);
         assert_eq!(self.used, on_ssd + reserved, "the SSD account drifted");
         for (ino, f) in &self.files {
             let st = self.stats.get(*ino).map(|s| s.residence);
-            assert_eq!(st, Some(f.residence), "the statistics disagree on where {ino} is");
+            assert_eq!(st, Some(f.placement.into()), "the statistics disagree on where {ino} is");
         }
     }
 
@@ -486,41 +448,40 @@ impl Sim {
         let known = self.files.contains_key(&ino);
         if !known && !matches!(r.kind, Kind::Create | Kind::Remove) {
             // A file that existed before the trace began: on the HDD.
-            self.files.insert(ino, File { size: 0, residence: Residence::Hdd });
+            self.files.insert(ino, NEW);
             let g = self.group_of(r.dir);
-            self.stats.insert(ino, FileStats { residence: Residence::Hdd, group: g, ..FileStats::default() });
+            self.stats.insert(ino, FileStats { residence: NEW.placement.into(), group: g, ..FileStats::default() });
         }
         match r.kind {
             Kind::Create => {
                 let g = self.group_of(r.dir);
                 let (kind, _) = self.groups[g as usize];
                 let tier = kind.policy().initial_tier();
-                let residence = if tier == Tier::Ssd { Residence::Ssd } else { Residence::Hdd };
-                if let Some(old) = self.files.insert(ino, File { size: r.len, residence }) {
-                    if old.residence.on_ssd() {
+                let placement = Placement::On(tier);
+                if let Some(old) = self.files.insert(ino, File { size: r.len, placement }) {
+                    if old.placement.uses_ssd() {
                         self.used = self.used.saturating_sub(old.size);
                     }
                 }
-                if residence.on_ssd() {
+                if placement.uses_ssd() {
                     self.used += r.len;
                 }
                 let done = self.submit(now, tier, Req::MetaWrite { key: ino });
-                let placement = Placement::On(tier);
                 self.event(ino, now, EventKind::Create { placement, parent: r.dir, size: r.len }, r.dir);
                 done
             }
             Kind::Remove => {
                 let Some(f) = self.files.remove(&ino) else { return now };
-                if f.residence.on_ssd() {
+                if f.placement.uses_ssd() {
                     self.used = self.used.saturating_sub(f.size);
                 }
-                let done = self.submit(now, read_tier(f.residence), Req::MetaWrite { key: ino });
+                let done = self.submit(now, f.placement.read_tier(), Req::MetaWrite { key: ino });
                 self.event(ino, now, EventKind::Remove, r.dir);
                 done
             }
             Kind::Open => {
-                let f = self.files.get(&ino).copied().unwrap_or_default();
-                let tier = read_tier(f.residence);
+                let f = self.files.get(&ino).copied().unwrap_or(NEW);
+                let tier = f.placement.read_tier();
                 let done = self.submit(now, tier, Req::MetaRead { key: ino });
                 let kind = EventKind::Open { write: r.off == 1, tier, size: f.size, passthrough: false };
                 self.event(ino, now, kind, r.dir);
@@ -538,13 +499,12 @@ impl Sim {
             }
             Kind::Move => {
                 self.event(ino, now, EventKind::Moved { parent: r.dir }, r.dir);
-                let tier = read_tier(self.files.get(&ino).map_or(Residence::Hdd, |f| f.residence));
+                let tier = self.files.get(&ino).unwrap_or(&NEW).placement.read_tier();
                 self.submit(now, tier, Req::MetaWrite { key: ino })
             }
             Kind::Read => {
-                let f = self.files.get(&ino).copied().unwrap_or_default();
-                let tier = read_tier(f.residence);
-                self.count(tier);
+                let tier = self.files.get(&ino).unwrap_or(&NEW).placement.read_tier();
+                self.counters.requests[tier.idx()] += 1;
                 let done = self.submit(now, tier, Req::Read { file: ino, off: r.off, len: r.len });
                 self.event(ino, now, EventKind::Read { off: r.off, len: r.len, tier, fragment: false }, r.dir);
                 done
@@ -556,30 +516,20 @@ impl Sim {
                 if end > size {
                     t = self.resize(now, ino, end);
                 }
-                let f = self.files.get(&ino).copied().unwrap_or_default();
+                let f = self.files.get(&ino).copied().unwrap_or(NEW);
                 let req = Req::Write { file: ino, off: r.off, len: r.len };
-                let (tier, done) = match f.residence {
-                    Residence::Ssd => (Tier::Ssd, self.submit(t, Tier::Ssd, req)),
-                    Residence::Hdd => (Tier::Hdd, self.submit(t, Tier::Hdd, req)),
-                    // The primary on the HDD, the copy kept up to date.
-                    Residence::Cached => {
-                        let a = self.submit(t, Tier::Hdd, req);
-                        (Tier::Hdd, a.max(self.submit(t, Tier::Ssd, req)))
-                    }
-                };
-                self.count(tier);
+                let tier = f.placement.primary();
+                let mut done = self.submit(t, tier, req);
+                if f.placement == Placement::Cached {
+                    // The copy is kept up to date.
+                    done = done.max(self.submit(t, Tier::Ssd, req));
+                }
+                self.counters.requests[tier.idx()] += 1;
                 let kind = EventKind::Write { off: r.off, len: r.len, tier, size: f.size, fragment: false };
                 self.event(ino, now, kind, r.dir);
                 done
             }
             Kind::Op | Kind::Phase => now,
-        }
-    }
-
-    fn count(&mut self, tier: Tier) {
-        match tier {
-            Tier::Ssd => self.counters.ssd_requests += 1,
-            Tier::Hdd => self.counters.hdd_requests += 1,
         }
     }
 
@@ -589,7 +539,7 @@ impl Sim {
     fn resize(&mut self, now: Timestamp, ino: u64, size: u64) -> Timestamp {
         let Some(f) = self.files.get(&ino).copied() else { return now };
         let mut t = now;
-        if f.residence.on_ssd() && size > f.size {
+        if f.placement.uses_ssd() && size > f.size {
             let grow = size - f.size;
             if self.cfg.ssd_capacity.saturating_sub(self.used) < grow {
                 t = self.make_room(now, grow, ino);
@@ -599,7 +549,7 @@ impl Sim {
             }
         }
         let Some(f) = self.files.get_mut(&ino) else { return t };
-        if f.residence.on_ssd() {
+        if f.placement.uses_ssd() {
             self.used = (self.used + size).saturating_sub(f.size);
         }
         f.size = size;
@@ -607,10 +557,31 @@ impl Sim {
     }
 }
 
-/// Replays `records` (with the trace's `meta`) as `cfg` says.
-pub fn replay(cfg: &Config, meta: &Meta, records: impl Iterator<Item = io::Result<Record>>) -> io::Result<SimReport> {
+/// Why the simulator cannot stand in for the mount under `kind`, if so: it
+/// models whole-file placement only.
+pub fn unsupported(kind: PolicyKind) -> Option<String> {
+    let p = kind.policy();
+    let needs = if p.chunks() {
+        "sub-file extents"
+    } else if p.whole_file_write_back() || p.default_write_back() > 0 {
+        "a write-back area"
+    } else if kind == PolicyKind::Measured {
+        "the mount's measured speeds"
+    } else {
+        return None;
+    };
+    Some(format!("{kind} is not simulated yet: it needs {needs}, and the simulator models whole-file placement only"))
+}
+
+/// Replays `records` (with the trace's `meta`) as `cfg` says. A policy
+/// the simulator cannot stand in for (see [`unsupported`]), the root's or
+/// a type-aware directory's, is refused.
+pub fn replay(cfg: &Config, meta: &Meta, records: &[Record]) -> io::Result<SimReport> {
+    let type_aware = meta.policies.iter().filter(|_| cfg.type_aware).filter_map(|(_, p)| PolicyKind::parse(p));
+    if let Some(why) = std::iter::once(cfg.policy).chain(type_aware).find_map(unsupported) {
+        return Err(io::Error::new(io::ErrorKind::Unsupported, why));
+    }
     let marked = meta.ops.is_some();
-    let records: Vec<Record> = records.collect::<io::Result<_>>()?;
     let measure_at =
         if marked { records.iter().position(|r| r.kind == Kind::Phase && r.off == PHASE_MEASURE) } else { Some(0) };
     let Some(measure_at) = measure_at else {
@@ -687,7 +658,8 @@ pub fn replay(cfg: &Config, meta: &Meta, records: impl Iterator<Item = io::Resul
             _ => {}
         }
         sim.advance(now);
-        let issued = Timestamp(if marked { now.0 } else { base.0 + r.time_ns });
+        // Closed loop, and open loop too: `now` is when it was issued.
+        let issued = now;
         let done = sim.request(now, r);
         match r.kind {
             Kind::Read => read += r.len,
@@ -708,9 +680,9 @@ pub fn replay(cfg: &Config, meta: &Meta, records: impl Iterator<Item = io::Resul
         _ => finish.since(t0).as_secs_f64(),
     };
     let c = sim.counters;
-    let all = c.ssd_requests + c.hdd_requests;
+    let all: u64 = c.requests.iter().sum();
     // Open loop: an operation is a request.
-    let lat = latency(&mut op_lat);
+    let lat = Latency::of(&mut op_lat);
     let ops = if marked { (ops as f64 * per_mark).round() as u64 } else { ops };
     let report = Report {
         workload: meta.source.strip_prefix("workload:").unwrap_or(&meta.source).to_string(),
@@ -726,8 +698,8 @@ pub fn replay(cfg: &Config, meta: &Meta, records: impl Iterator<Item = io::Resul
     Ok(SimReport {
         report,
         requests: req_lat.len() as u64,
-        request_latency: latency(&mut req_lat),
-        ssd_hit_ratio: if all == 0 { 0.0 } else { c.ssd_requests as f64 / all as f64 },
+        request_latency: Latency::of(&mut req_lat),
+        ssd_hit_ratio: if all == 0 { 0.0 } else { c.requests[Tier::Ssd.idx()] as f64 / all as f64 },
         moves: c.moves,
         evictions: c.evictions,
         bytes_moved: c.bytes_moved,
@@ -735,16 +707,16 @@ pub fn replay(cfg: &Config, meta: &Meta, records: impl Iterator<Item = io::Resul
         ssd_busy_secs: sim.devices[0].busy.as_secs_f64(),
         overhead_us: overhead.as_secs_f64() * 1e6,
         trace_exhausted: marked && exhausted && cfg.duration.is_some(),
-        files: sim.files.len() as u64,
         bytes_held: sim.files.values().map(|f| f.size).sum(),
     })
 }
 
-/// Replays the trace in `path`.
-pub fn replay_file(cfg: &Config, path: &std::path::Path) -> io::Result<SimReport> {
+/// Reads the trace in `path` whole, to replay it (as many times as
+/// wanted) with [`replay`].
+pub fn load(path: &std::path::Path) -> io::Result<(Meta, Vec<Record>)> {
     let rd = tierfs_core::trace::open(path)?;
     let meta = rd.meta().clone();
-    replay(cfg, &meta, rd)
+    Ok((meta, rd.collect::<io::Result<_>>()?))
 }
 
 #[cfg(test)]
@@ -789,7 +761,7 @@ mod tests {
         cfg.cache = 0;
         cfg.duration = Some(Duration::from_secs(2));
         cfg.overhead = Some(Duration::from_micros(20));
-        replay(&cfg, meta, recs.iter().map(|r| Ok(*r))).unwrap()
+        replay(&cfg, meta, recs).unwrap()
     }
 
     #[test]
@@ -835,7 +807,7 @@ mod tests {
     /// [`replay`], checking the model's invariants after every request.
     fn replay_checked(cfg: &Config, meta: &Meta, recs: &[Record]) -> SimReport {
         CHECK.with(|c| c.set(true));
-        let r = replay(cfg, meta, recs.iter().map(|r| Ok(*r))).unwrap();
+        let r = replay(cfg, meta, recs).unwrap();
         CHECK.with(|c| c.set(false));
         r
     }

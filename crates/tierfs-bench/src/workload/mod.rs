@@ -64,6 +64,27 @@ pub struct Latency {
     pub mean_us: u64,
 }
 
+impl Latency {
+    /// The percentiles and mean of `v`, microseconds (sorts `v`).
+    pub fn of<T: Copy + Ord + Into<u64>>(v: &mut [T]) -> Latency {
+        v.sort_unstable();
+        let pct = |q: f64| -> u64 {
+            if v.is_empty() {
+                0
+            } else {
+                v[((v.len() - 1) as f64 * q).round() as usize].into()
+            }
+        };
+        Latency {
+            p50_us: pct(0.5),
+            p90_us: pct(0.9),
+            p99_us: pct(0.99),
+            max_us: pct(1.0),
+            mean_us: v.iter().map(|&l| l.into()).sum::<u64>().checked_div(v.len() as u64).unwrap_or(0),
+        }
+    }
+}
+
 /// What a run measured.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Report {
@@ -161,14 +182,6 @@ impl Recorder {
 
     /// The report of a run that took `secs`.
     pub fn report(mut self, workload: &str, secs: f64, files: u64) -> Report {
-        self.lat.sort_unstable();
-        let pct = |q: f64| -> u64 {
-            if self.lat.is_empty() {
-                0
-            } else {
-                self.lat[((self.lat.len() - 1) as f64 * q).round() as usize] as u64
-            }
-        };
         let ops = self.lat.len() as u64;
         Report {
             workload: workload.into(),
@@ -178,13 +191,7 @@ impl Recorder {
             txn_time_secs: None,
             bytes_read: self.read,
             bytes_written: self.written,
-            latency: Latency {
-                p50_us: pct(0.5),
-                p90_us: pct(0.9),
-                p99_us: pct(0.99),
-                max_us: pct(1.0),
-                mean_us: self.lat.iter().map(|&l| l as u64).sum::<u64>().checked_div(ops).unwrap_or(0),
-            },
+            latency: Latency::of(&mut self.lat),
             files,
         }
     }
@@ -194,7 +201,9 @@ impl Recorder {
 /// trace of the workload is being recorded (`bench workload --trace`).
 static OP_LOG: std::sync::Mutex<Option<Vec<u64>>> = std::sync::Mutex::new(None);
 
-fn unix_ns() -> u64 {
+/// Nanoseconds since the Unix epoch, now (the clock a mount's trace
+/// recording counts from).
+pub fn unix_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
