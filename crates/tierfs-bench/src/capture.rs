@@ -96,8 +96,13 @@ pub fn record(
     })();
     // The recording ends whatever happened.
     let stopped = control(mnt, None);
-    let (report, ops) = run?;
-    stopped?;
+    let (report, ops) = match run.and_then(|r| stopped.map(|_| r)) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = std::fs::remove_file(&raw);
+            return Err(e);
+        }
+    };
     let dirs = tree(mnt)?;
     let mut policies = Vec::new();
     for (sub, policy) in w.type_aware() {
@@ -141,7 +146,10 @@ fn merge(
         policies,
         ops: Some(counted),
     };
-    let f = std::fs::File::create(out).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", out.display())))?;
+    // Written aside and renamed: a trace that exists is whole (the
+    // simulated sweep reuses the traces it finds).
+    let tmp = PathBuf::from(format!("{}.tmp", out.display()));
+    let f = std::fs::File::create(&tmp).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", tmp.display())))?;
     let mut w = Writer::new(io::BufWriter::new(f), &meta)?;
     let mut marks = marks.into_iter().peekable();
     for r in rd {
@@ -158,6 +166,7 @@ fn merge(
     }
     let records = w.records();
     w.finish()?.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    std::fs::rename(&tmp, out)?;
     Ok(Captured { records, ops: counted })
 }
 

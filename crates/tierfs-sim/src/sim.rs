@@ -150,7 +150,7 @@ struct Sim {
     queue: VecDeque<(Timestamp, Step)>,
     busy: HashSet<u64>,
     /// The move under way, when it completes, and the SSD room it took.
-    in_flight: Option<(Timestamp, Step, u64)>,
+    in_flight: Option<(Timestamp, Step, u64, u32)>,
     migrator_free: Timestamp,
     evicted_bytes: u64,
     counters: Counters,
@@ -358,7 +358,10 @@ impl Sim {
             self.used = self.used.saturating_sub(size);
         }
         self.counters.moves += 1;
-        self.counters.bytes_moved += size;
+        if s.mv != Move::DropCopy {
+            // Dropping a copy moves no data.
+            self.counters.bytes_moved += size;
+        }
         self.stats.set_residence(s.ino, to.into());
     }
 
@@ -367,7 +370,7 @@ impl Sim {
     /// takes no time.
     fn migrate(&mut self, now: Timestamp) {
         loop {
-            if let Some((done, s, reserved)) = self.in_flight {
+            if let Some((done, s, reserved, counter)) = self.in_flight {
                 if !self.paused && done > now {
                     return;
                 }
@@ -375,11 +378,21 @@ impl Sim {
                 // The room taken when the move started is given back; the
                 // file is charged what it holds now.
                 self.used = self.used.saturating_sub(reserved);
+                let size = self.files.get(&s.ino).map_or(0, |f| f.size);
                 let fits = self.files.get(&s.ino).is_some_and(|f| Sim::target(s.mv, f.placement).is_some());
-                if fits {
+                let up = matches!(s.mv, Move::Promote | Move::Copy);
+                // A file that grew during its move to a full SSD stays
+                // where it was (the mount's move ends with no space).
+                if fits && !(up && size > self.cfg.ssd_capacity.saturating_sub(self.used)) {
                     self.finish(s);
-                    if matches!(s.mv, Move::Promote | Move::Copy) {
-                        self.used += self.files.get(&s.ino).map_or(0, |f| f.size);
+                    if up {
+                        self.used += size;
+                    }
+                    if matches!(s.reason, Reason::Evict { .. } | Reason::BackgroundClean { .. }) {
+                        // As the engine does for the evictions policies plan.
+                        self.counters.evictions += 1;
+                        self.evicted_bytes += size;
+                        self.stats.last_evicted = Some(counter);
                     }
                 }
                 self.busy.remove(&s.ino);
@@ -409,7 +422,8 @@ impl Sim {
                 Move::DropCopy => (self.submit(start, Tier::Ssd, Req::MetaWrite { key: s.ino }), 0),
             };
             self.migrator_free = done;
-            self.in_flight = Some((done, s, reserved));
+            let counter = self.stats.get(s.ino).map_or(0, |f| f.counter);
+            self.in_flight = Some((done, s, reserved, counter));
         }
     }
 
@@ -425,8 +439,11 @@ impl Sim {
     #[cfg(test)]
     fn check(&self) {
         let on_ssd: u64 = self.files.values().filter(|f| f.placement.uses_ssd()).map(|f| f.size).sum();
-        let reserved = self.in_flight.map_or(0, |(_, _, r)| r);
+        let reserved = self.in_flight.map_or(0, |(_, _, r, _)| r);
         assert_eq!(self.used, on_ssd + reserved, "the SSD account drifted");
+        if self.cfg.policy != PolicyKind::SsdOnly {
+            assert!(self.used <= self.cfg.ssd_capacity, "{} bytes on an SSD of {}", self.used, self.cfg.ssd_capacity);
+        }
         for (ino, f) in &self.files {
             let st = self.stats.get(*ino).map(|s| s.residence);
             assert_eq!(st, Some(f.placement.into()), "the statistics disagree on where {ino} is");
@@ -456,7 +473,15 @@ impl Sim {
             Kind::Create => {
                 let g = self.group_of(r.dir);
                 let (kind, _) = self.groups[g as usize];
-                let tier = kind.policy().initial_tier();
+                let mut tier = kind.policy().initial_tier();
+                let mut now = now;
+                if tier == Tier::Ssd && kind != PolicyKind::SsdOnly {
+                    // A file created with data (an imported trace) needs room.
+                    now = self.make_room(now, r.len, ino);
+                    if r.len > self.cfg.ssd_capacity.saturating_sub(self.used) {
+                        tier = Tier::Hdd;
+                    }
+                }
                 let placement = Placement::On(tier);
                 if let Some(old) = self.files.insert(ino, File { size: r.len, placement }) {
                     if old.placement.uses_ssd() {
@@ -480,6 +505,11 @@ impl Sim {
                 done
             }
             Kind::Open => {
+                // A file older than the trace is as long as its opens say.
+                let mut now = now;
+                if r.len > self.files.get(&ino).map_or(0, |f| f.size) {
+                    now = self.resize(now, ino, r.len);
+                }
                 let f = self.files.get(&ino).copied().unwrap_or(NEW);
                 let tier = f.placement.read_tier();
                 let done = self.submit(now, tier, Req::MetaRead { key: ino });
@@ -521,8 +551,8 @@ impl Sim {
                 let tier = f.placement.primary();
                 let mut done = self.submit(t, tier, req);
                 if f.placement == Placement::Cached {
-                    // The copy is kept up to date.
-                    done = done.max(self.submit(t, Tier::Ssd, req));
+                    // Then the copy, as the mount writes it.
+                    done = self.submit(done, Tier::Ssd, req);
                 }
                 self.counters.requests[tier.idx()] += 1;
                 let kind = EventKind::Write { off: r.off, len: r.len, tier, size: f.size, fragment: false };
@@ -543,7 +573,7 @@ impl Sim {
             let grow = size - f.size;
             if self.cfg.ssd_capacity.saturating_sub(self.used) < grow {
                 t = self.make_room(now, grow, ino);
-                if self.cfg.ssd_capacity.saturating_sub(self.used) < grow && !self.busy.contains(&ino) {
+                if self.cfg.ssd_capacity.saturating_sub(self.used) < grow {
                     t = self.take_off(t, ino, Reason::Evict { counter: 0 });
                 }
             }
@@ -637,6 +667,7 @@ pub fn replay(cfg: &Config, meta: &Meta, records: &[Record]) -> io::Result<SimRe
     let mut req_lat: Vec<u64> = Vec::new();
     let (mut read, mut written) = (0u64, 0u64);
     let mut exhausted = true;
+    let mut last_done = t0;
     for r in measured {
         if marked {
             if end.is_some_and(|e| now > e) {
@@ -667,6 +698,7 @@ pub fn replay(cfg: &Config, meta: &Meta, records: &[Record]) -> io::Result<SimRe
             _ => {}
         }
         req_lat.push(done.since(issued).as_micros() as u64);
+        last_done = last_done.max(done);
         if marked {
             now = done.plus(overhead);
         } else {
@@ -674,7 +706,8 @@ pub fn replay(cfg: &Config, meta: &Meta, records: &[Record]) -> io::Result<SimRe
             op_lat.push(done.since(issued).as_micros() as u64);
         }
     }
-    let finish = if marked { now } else { now.max(Timestamp(base.0 + measured.last().map_or(0, |r| r.time_ns))) };
+    // Open loop: the run ends when the last request is done.
+    let finish = if marked { now } else { now.max(last_done) };
     let secs = match end {
         Some(e) if marked && !exhausted => e.since(t0).as_secs_f64().min(finish.since(t0).as_secs_f64()),
         _ => finish.since(t0).as_secs_f64(),
