@@ -250,8 +250,10 @@ fn a_tree_adopted_in_the_background_stays_exact_under_concurrent_changes() {
     while Instant::now() < end && !workers.iter().all(|h| h.is_finished()) {
         std::thread::sleep(Duration::from_millis(100));
         let now = t0.elapsed().as_millis() as u64;
-        if let Some(w) =
-            busy.iter().position(|b| b.load(Ordering::Relaxed).checked_sub(1).is_some_and(|s| now - s > 60_000))
+        // A worker may have begun after `now` was read: saturate, not overflow.
+        if let Some(w) = busy
+            .iter()
+            .position(|b| b.load(Ordering::Relaxed).checked_sub(1).is_some_and(|s| now.saturating_sub(s) > 60_000))
         {
             let log = m.log_text();
             m.kill();

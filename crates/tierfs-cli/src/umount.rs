@@ -16,10 +16,23 @@ fn alive(pid: i32) -> bool {
     if pid <= 0 || unsafe { libc::kill(pid, 0) } != 0 {
         return false;
     }
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The state follows the command name, which is in parentheses.
-    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
-    !matches!(state, Some("Z") | Some("X"))
+    any_thread_running(std::path::Path::new(&format!("/proc/{pid}")))
+}
+
+/// Whether a thread of the process whose /proc directory is `proc` has not
+/// exited yet. The leader turns zombie while the other threads still exit,
+/// and they may still hold the process's files (the owner lock among
+/// them), so every thread counts.
+fn any_thread_running(proc: &std::path::Path) -> bool {
+    let running = |stat: &std::path::Path| match std::fs::read_to_string(stat) {
+        // The state follows the command name, which is in parentheses.
+        Ok(s) => !matches!(s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()), Some("Z" | "X")),
+        Err(_) => false,
+    };
+    match std::fs::read_dir(proc.join("task")) {
+        Ok(tasks) => tasks.flatten().any(|t| running(&t.path().join("stat"))),
+        Err(_) => running(&proc.join("stat")),
+    }
 }
 
 /// Unmounts `mountpoint`; returns the daemon's pid if one was found.
@@ -94,4 +107,28 @@ pub fn run(a: &UmountArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_proc(states: &[(u32, &str)]) -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        for (tid, state) in states {
+            let t = d.path().join("task").join(tid.to_string());
+            std::fs::create_dir_all(&t).unwrap();
+            std::fs::write(t.join("stat"), format!("{tid} (tierfs (x)) {state} 1 2 3")).unwrap();
+        }
+        d
+    }
+
+    #[test]
+    fn a_zombie_leader_with_a_thread_still_exiting_is_still_running() {
+        assert!(any_thread_running(fake_proc(&[(10, "Z"), (11, "D")]).path()));
+        assert!(any_thread_running(fake_proc(&[(10, "S")]).path()));
+        assert!(!any_thread_running(fake_proc(&[(10, "Z")]).path()));
+        assert!(!any_thread_running(fake_proc(&[(10, "Z"), (11, "X")]).path()));
+        assert!(any_thread_running(std::path::Path::new("/proc/self")));
+    }
 }
