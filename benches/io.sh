@@ -1,22 +1,35 @@
 #!/usr/bin/env bash
-# Raw I/O benchmark of tierfs against the native directory and mergerfs.
+# I/O and workload benchmark of tierfs against the native directory and
+# mergerfs.
 #
-# In one run, on the same backing directory, measures sequential 1 MiB read
-# and write, random 4 KiB read and write (fio, psync, one job) and a
-# create/stat/unlink loop, for:
-#   native            the backing directory itself
-#   tierfs-pt         tierfs, passthrough I/O mode
-#   tierfs-us         tierfs, userspace I/O mode
-#   tierfs-us-nostats tierfs, userspace I/O, statistics off (when supported)
-#   mergerfs          mergerfs, cache.files=off (direct I/O, like tierfs-us)
-# and prints each figure and its ratio to native. The page cache is warm
-# for everyone: this measures the software path, not the device.
+# In one run, on the same backing directory, measures for each setup
+#   raw I/O    sequential 1 MiB write and read, random 4 KiB read and write
+#              (fio, psync, one job), a create/stat/unlink loop, and stat of
+#              1 000 existing files in turn (examples/metaloop.rs);
+#   workloads  postmark (the README's configuration: 40 000 files of 4-28 KB
+#              in 10 directories, 80 000 transactions), `git clone` of a
+#              local repository of GIT_FILES files and `git status` in the
+#              clone, `tar x` of a tree of TAR_FILES files and `rm -rf` of it;
+# for the setups
+#   native             the backing directory itself
+#   tierfs-pt          tierfs, passthrough I/O mode
+#   tierfs-pt-nostats  the same, statistics off
+#   tierfs-us          tierfs, userspace I/O mode
+#   tierfs-us-nostats  the same, statistics off
+#   mergerfs           mergerfs, cache.files=off (direct I/O, like tierfs-us)
+#   mergerfs-default   mergerfs with its defaults (page cache, cache.files=libfuse)
+# and prints each figure with its ratio to native, then every tierfs setup's
+# ratios to both mergerfs setups (above 1: tierfs is better, also for the
+# figures that are times) and the cost of the statistics. The page cache is
+# warm for everyone: this measures the software path, not the device.
 #
 # Every setup is measured REPS times, interleaved (A B C A B C ...), and
 # the median is reported, because these machines are noisy.
 #
 # Usage: bash benches/io.sh [WORKDIR]
-#   env: SIZE=1G RUNTIME=10 META_N=20000 REPS=3 ONLY="native tierfs-us ..."
+#   env: SIZE=1G RUNTIME=10 META_N=20000 STAT_N=200000 REPS=3
+#        PM_FILES=40000 PM_TX=80000 GIT_FILES=20000 TAR_FILES=30000
+#        ONLY="native tierfs-us ..." (setups)  TESTS="seq rand meta stat postmark git tar"
 #        TIERFS_ARGS="--threads 4" (extra mount arguments for tierfs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +38,13 @@ WORK=${1:-/tmp/tierfs-bench}
 SIZE=${SIZE:-1G}
 RUNTIME=${RUNTIME:-10}
 META_N=${META_N:-20000}
+STAT_N=${STAT_N:-200000}
+PM_FILES=${PM_FILES:-40000}
+PM_TX=${PM_TX:-80000}
+GIT_FILES=${GIT_FILES:-20000}
+TAR_FILES=${TAR_FILES:-30000}
 ONLY=${ONLY:-}
+TESTS=${TESTS:-seq rand meta stat postmark git tar}
 REPS=${REPS:-3}
 TIERFS_ARGS=${TIERFS_ARGS:-}
 bash scripts/setup.sh >/dev/null
@@ -34,16 +53,45 @@ BIN=$ROOT/target/release/tierfs
 META=$ROOT/target/release/examples/metaloop
 
 mkdir -p "$WORK"
-DATA=$WORK/data; SSD=$WORK/ssd; MNT=$WORK/mnt
+DATA=$WORK/data; SSD=$WORK/ssd; MNT=$WORK/mnt; INPUTS=$WORK/inputs
 cleanup() {
-    for m in "$MNT"; do
-        if mountpoint -q "$m" 2>/dev/null; then fusermount3 -u "$m" 2>/dev/null || umount -l "$m"; fi
-    done
+    if mountpoint -q "$MNT" 2>/dev/null; then fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT"; fi
 }
 trap cleanup EXIT
 cleanup
 rm -rf "$DATA" "$SSD" "$MNT"
-mkdir -p "$DATA" "$SSD" "$MNT"
+mkdir -p "$DATA" "$SSD" "$MNT" "$INPUTS"
+has() { [[ " $TESTS " == *" $1 "* ]]; }
+
+# The workloads' inputs, made once outside every setup: a git repository
+# and a tarball of a source-like tree (files of 0-16 KB, 100 per directory).
+make_tree() { # dir files
+    python3 - "$1" "$2" <<'PY'
+import os, random, sys
+root, n = sys.argv[1], int(sys.argv[2])
+rng = random.Random(1)
+for i in range(n):
+    d = os.path.join(root, "src%02d" % (i // 2000), "mod%03d" % (i // 100))
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "f%05d.c" % i), "wb") as f:
+        f.write(bytes(rng.getrandbits(8) for _ in range(rng.randrange(0, 16384, 64))))
+PY
+}
+if has git && [ ! -f "$INPUTS/repo-$GIT_FILES/.done" ]; then
+    echo "making a git repository of $GIT_FILES files" >&2
+    rm -rf "$INPUTS/repo-$GIT_FILES"
+    make_tree "$INPUTS/repo-$GIT_FILES" "$GIT_FILES"
+    (cd "$INPUTS/repo-$GIT_FILES" && git init -q && git add -A \
+        && git -c user.name=bench -c user.email=bench@localhost commit -q -m tree && touch .done)
+fi
+if has tar && [ ! -f "$INPUTS/tree-$TAR_FILES.tar" ]; then
+    echo "making a tarball of $TAR_FILES files" >&2
+    rm -rf "$INPUTS/tree"
+    make_tree "$INPUTS/tree" "$TAR_FILES"
+    tar cf "$INPUTS/tree-$TAR_FILES.tar.tmp" -C "$INPUTS" tree
+    mv "$INPUTS/tree-$TAR_FILES.tar.tmp" "$INPUTS/tree-$TAR_FILES.tar"
+    rm -rf "$INPUTS/tree"
+fi
 
 fio_one() { # dir rw bs -> MB/s or IOPS
     local dir=$1 rw=$2 bs=$3 out
@@ -62,19 +110,56 @@ side=j["write"] if "write" in rw else j["read"]
 print("%.0f" % (side["iops"] if rw.startswith("rand") else side["bw_bytes"]/1e6))' "$rw" <<<"$out"
 }
 
+seconds() { # command... -> wall seconds it took
+    local t0 t1
+    t0=$(date +%s.%N)
+    "$@" >/dev/null
+    t1=$(date +%s.%N)
+    python3 -c "print('%.2f' % ($t1 - $t0))"
+}
+
+postmark_run() { # dir
+    mkdir -p "$1/pm"
+    printf 'set location %s\nset number %s\nset transactions %s\nset size 4096 28672\nset read 4096\nset write 4096\nset subdirectories 10\nset seed 42\nset report terse\nrun\nquit\n' \
+        "$1/pm" "$PM_FILES" "$PM_TX" | postmark >/dev/null
+    rmdir "$1/pm"
+}
+
+# One round of one setup: appends "label figure value" lines.
 measure() { # label dir
-    local label=$1 dir=$2
-    local sw sr rr rw meta
-    sw=$(fio_one "$dir" write 1M)
-    sr=$(fio_one "$dir" read 1M)
-    rm -f "$dir/bench.dat"
-    rr=$(fio_one "$dir" randread 4k)
-    rw=$(fio_one "$dir" randwrite 4k)
-    rm -f "$dir/bench.dat"
-    meta=$("$META" "$dir/meta" "$META_N")
-    rmdir "$dir/meta" 2>/dev/null || true
-    echo "$label $sw $sr $rr $rw $meta" >>"$WORK/results.txt"
-    echo "  $label: seq-write ${sw} MB/s, seq-read ${sr} MB/s, rand-read ${rr} IOPS, rand-write ${rw} IOPS, meta ${meta} ops/s" >&2
+    local label=$1 dir=$2 v line=""
+    put() { echo "$label $1 $2" >>"$WORK/results.txt"; line+=" $1=$2"; }
+    if has seq; then
+        put seq-write "$(fio_one "$dir" write 1M)"
+        put seq-read "$(fio_one "$dir" read 1M)"
+        rm -f "$dir/bench.dat"
+    fi
+    if has rand; then
+        put rand-read "$(fio_one "$dir" randread 4k)"
+        put rand-write "$(fio_one "$dir" randwrite 4k)"
+        rm -f "$dir/bench.dat"
+    fi
+    if has meta; then
+        put meta "$("$META" "$dir/meta" "$META_N")"
+        rmdir "$dir/meta"
+    fi
+    if has stat; then
+        put stat "$("$META" "$dir/stat" "$STAT_N" stat)"
+        rmdir "$dir/stat"
+    fi
+    has postmark && put postmark-s "$(seconds postmark_run "$dir")"
+    if has git; then
+        put git-clone-s "$(seconds git clone -q "file://$INPUTS/repo-$GIT_FILES" "$dir/repo")"
+        put git-status-s "$(seconds git -C "$dir/repo" status --porcelain)"
+        rm -rf "$dir/repo"
+    fi
+    if has tar; then
+        put tar-x-s "$(seconds tar xf "$INPUTS/tree-$TAR_FILES.tar" -C "$dir")"
+        put rm-rf-s "$(seconds rm -rf "$dir/tree")"
+    fi
+    v=$(ls -A "$dir" | grep -v '^\.tierfs$' || true)
+    [ -z "$v" ] || { echo "io.sh: $label left files behind: $v" >&2; exit 1; }
+    echo "  $label:$line" >&2
 }
 
 with_tierfs() { # label mount-args...
@@ -86,46 +171,59 @@ with_tierfs() { # label mount-args...
     rm -rf "$SSD"; mkdir -p "$SSD"
 }
 
+with_mergerfs() { # label options
+    mergerfs -o "$2" "$DATA" "$MNT"
+    measure "$1" "$MNT"
+    fusermount3 -u "$MNT"
+}
+
 : >"$WORK/results.txt"
-echo "machine: $(uname -srm), $(nproc) cores, $(awk '/MemTotal/{print $2/1048576 " GiB"}' /proc/meminfo); fio $(fio --version); $(mergerfs --version 2>&1 | head -1); size=$SIZE runtime=${RUNTIME}s" >&2
-echo "command: bash benches/io.sh $*" >&2
+echo "machine: $(uname -srm), $(nproc) cores, $(awk '/MemTotal/{print $2/1048576 " GiB"}' /proc/meminfo); fio $(fio --version); $(mergerfs --version 2>&1 | head -1); $(git --version); tierfs $("$BIN" --version)" >&2
+echo "command: bash benches/io.sh $* (SIZE=$SIZE RUNTIME=$RUNTIME META_N=$META_N STAT_N=$STAT_N PM_FILES=$PM_FILES PM_TX=$PM_TX GIT_FILES=$GIT_FILES TAR_FILES=$TAR_FILES REPS=$REPS TESTS=\"$TESTS\" ONLY=\"$ONLY\" TIERFS_ARGS=\"$TIERFS_ARGS\")" >&2
 want() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
 for rep in $(seq 1 "$REPS"); do
     echo "round $rep of $REPS" >&2
     want native && measure native "$DATA"
     want tierfs-pt && with_tierfs tierfs-pt --io-mode passthrough
+    want tierfs-pt-nostats && with_tierfs tierfs-pt-nostats --io-mode passthrough --no-stats
     want tierfs-us && with_tierfs tierfs-us --io-mode userspace
-    if want tierfs-us-nostats && "$BIN" mount --help | grep -q -- '--no-stats'; then
-        with_tierfs tierfs-us-nostats --io-mode userspace --no-stats
-    fi
-    if want mergerfs; then
-        mergerfs -o cache.files=off,allow_other,category.create=ff "$DATA" "$MNT"
-        measure mergerfs "$MNT"
-        fusermount3 -u "$MNT"
-    fi
+    want tierfs-us-nostats && with_tierfs tierfs-us-nostats --io-mode userspace --no-stats
+    want mergerfs && with_mergerfs mergerfs cache.files=off,allow_other,category.create=ff
+    want mergerfs-default && with_mergerfs mergerfs-default allow_other,category.create=ff
 done
 
 python3 - "$WORK/results.txt" <<'PY'
-import sys
-import statistics
-raw=[l.split() for l in open(sys.argv[1]) if l.strip()]
-order=[]
-by={}
-for r in raw:
-    if r[0] not in by:
-        order.append(r[0]); by[r[0]]=[]
-    by[r[0]].append([float(x) for x in r[1:]])
-rows=[[n]+[statistics.median(col) for col in zip(*by[n])] for n in order]
-names=["seq write MB/s","seq read MB/s","rand read IOPS","rand write IOPS","meta ops/s"]
-base=next((r for r in rows if r[0]=="native"), None)
-print("| setup | " + " | ".join(names) + " |")
-print("|---|" + "---|"*len(names))
-for r in rows:
-    cells=[]
-    for i,v in enumerate(r[1:]):
-        v=float(v)
-        ratio = " (%.2f)" % (v/float(base[i+1])) if base and float(base[i+1])>0 else ""
-        cells.append("%.0f%s" % (v, ratio))
-    print("| %s | %s |" % (r[0], " | ".join(cells)))
-print("\n(median of %d runs; ratio to native in parentheses)" % len(by[order[0]]))
+import sys, statistics
+by, setups, figures = {}, [], []
+for line in open(sys.argv[1]):
+    label, fig, v = line.split()
+    if label not in setups: setups.append(label)
+    if fig not in figures: figures.append(fig)
+    by.setdefault((label, fig), []).append(float(v))
+med = {k: statistics.median(v) for k, v in by.items()}
+def better(a, b, fig):  # how many times better a is than b
+    x, y = med.get((a, fig)), med.get((b, fig))
+    if x is None or y is None or x <= 0 or y <= 0: return None
+    return y / x if fig.endswith("-s") else x / y
+def table(title, rows, cell):
+    print("\n" + title + "\n")
+    print("| setup | " + " | ".join(figures) + " |")
+    print("|---|" + "---|" * len(figures))
+    for r in rows:
+        print("| %s | %s |" % (r, " | ".join(cell(r, f) for f in figures)))
+def fmt(x): return "–" if x is None else "%.2f" % x
+def value(r, f):
+    v = med.get((r, f))
+    if v is None: return "–"
+    s = ("%.2f" % v) if f.endswith("-s") else ("%.0f" % v)
+    return s + ("" if "native" not in setups else " (%s)" % fmt(better(r, "native", f)))
+n = len(by[next(iter(by))])
+table("Medians of %d rounds (MB/s, IOPS, operations/s; -s: seconds). In parentheses: how many times better than native (above 1: faster)." % n, setups, value)
+tierfs = [s for s in setups if s.startswith("tierfs")]
+for base in ("mergerfs", "mergerfs-default"):
+    if base in setups and tierfs:
+        table("tierfs against %s (above 1: tierfs is faster)" % base, tierfs, lambda r, f: fmt(better(r, base, f)))
+pairs = [(s, s + "-nostats") for s in tierfs if s + "-nostats" in setups]
+if pairs:
+    table("Cost of the statistics: with / without (1.00: none; 0.95: 5 % slower)", [a for a, _ in pairs], lambda r, f: fmt(better(r, r + "-nostats", f)))
 PY

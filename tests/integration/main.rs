@@ -4,6 +4,7 @@
 mod adopt;
 mod badinput;
 mod bench;
+mod cache;
 mod cli;
 mod crash;
 mod extents;

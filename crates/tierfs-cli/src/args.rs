@@ -366,6 +366,12 @@ pub struct MountArgs {
     /// then sees no heat).
     #[arg(long)]
     pub no_stats: bool,
+    /// How long the kernel may cache names, attributes and the absence of a
+    /// name (0 = not at all). Changes through the mount, and tierfs's own
+    /// (migrations), show at once whatever this is; changes made directly
+    /// in the tier directories while mounted show within it, if at all.
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    pub cache_timeout: String,
     /// Halve every access counter this often, so old heat fades (e.g. 10m, 1h; 0 = never).
     #[arg(long, value_name = "DURATION", default_value = "10m")]
     pub aging: String,

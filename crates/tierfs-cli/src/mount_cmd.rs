@@ -190,6 +190,8 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
         allow_other,
         stats: !a.no_stats,
         aging: tierfs_core::config::parse_duration(&a.aging).map_err(|e| anyhow::anyhow!("--aging: {e}"))?,
+        cache_timeout: tierfs_core::config::parse_duration(&a.cache_timeout)
+            .map_err(|e| anyhow::anyhow!("--cache-timeout: {e}"))?,
     })
 }
 

@@ -17,8 +17,9 @@ use tierfs_core::store::{FileKind, SetTime, Store, TimeSpec};
 use tierfs_core::vfs::{Attr, Ctx, IoMode, Opened, SetAttr, Volume};
 use tierfs_core::Result;
 
-/// How long the kernel may cache names and attributes.
-const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may cache names, attributes and the absence of a
+/// name unless told otherwise ([`MountConfig::cache_timeout`](crate::mount::MountConfig)).
+pub const DEFAULT_CACHE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Work to do when the session ends (flush statistics, mark clean).
 pub type OnDestroy = Box<dyn FnOnce() + Send + Sync>;
@@ -26,15 +27,23 @@ pub type OnDestroy = Box<dyn FnOnce() + Send + Sync>;
 /// The FUSE file system over a volume.
 pub struct TierFs<S: Store> {
     vol: Arc<Volume<S>>,
+    /// How long the kernel may keep an entry, attributes, or a name's absence.
+    ttl: Duration,
     backings: Backings,
     on_destroy: Option<OnDestroy>,
     virt: Option<Arc<dyn crate::VirtualXattrs>>,
 }
 
 impl<S: Store> TierFs<S> {
-    /// Serves `vol`; `on_destroy` runs once when the file system is unmounted.
-    pub fn new(vol: Arc<Volume<S>>, on_destroy: OnDestroy, virt: Option<Arc<dyn crate::VirtualXattrs>>) -> Self {
-        TierFs { vol, backings: Backings::default(), on_destroy: Some(on_destroy), virt }
+    /// Serves `vol`; `on_destroy` runs once when the file system is
+    /// unmounted; the kernel may cache what it is told for `ttl`.
+    pub fn new(
+        vol: Arc<Volume<S>>,
+        on_destroy: OnDestroy,
+        virt: Option<Arc<dyn crate::VirtualXattrs>>,
+        ttl: Duration,
+    ) -> Self {
+        TierFs { vol, ttl, backings: Backings::default(), on_destroy: Some(on_destroy), virt }
     }
 }
 
@@ -101,8 +110,41 @@ pub fn fuse_attr(a: &Attr) -> FileAttr {
     }
 }
 
+/// The entry of a name that does not exist (inode 0).
+fn absent() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 512,
+        flags: 0,
+    }
+}
+
 fn ctx(req: &Request) -> Ctx {
     Ctx { uid: req.uid(), gid: req.gid(), pid: req.pid() }
+}
+
+/// Tells the kernel to drop attributes tierfs changed behind it.
+pub struct Invalidator(pub fuser::Notifier);
+
+impl tierfs_core::vfs::KernelCache for Invalidator {
+    fn attrs_changed(&self, ino: u64) {
+        // A negative offset: the attributes only, not the page cache.
+        if let Err(e) = self.0.inval_inode(INodeNo(ino), -1, 0) {
+            tracing::debug!(ino, error = %e, "the kernel did not take an invalidation");
+        }
+    }
 }
 
 impl<S: Store> TierFs<S> {
@@ -116,7 +158,7 @@ impl<S: Store> TierFs<S> {
         open_backing: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> std::io::Result<BackingId>,
     ) -> Option<(FopenFlags, Arc<BackingId>)> {
         let (t, f) = opened.backing.as_ref()?;
-        let flags = if opened.direct { USERSPACE_FLAGS } else { FopenFlags::empty() };
+        let flags = if opened.direct { USERSPACE_FLAGS } else { FopenFlags::FOPEN_NOFLUSH };
         match self.vol.tiers.store(*t).raw_fd(f).map(|fd| self.backings.get(ino, opened.fh, || open_backing(fd))) {
             Some(Ok(id)) => return Some((flags, id)),
             Some(Err(e)) => tracing::warn!(error = %e, "passthrough refused by the kernel; using userspace I/O"),
@@ -134,7 +176,7 @@ impl<S: Store> TierFs<S> {
 
 fn entry<S: Store>(fs: &TierFs<S>, reply: ReplyEntry, r: Result<Attr>) {
     match r {
-        Ok(a) => reply.entry(&TTL, &fuse_attr(&a), Generation(0)),
+        Ok(a) => reply.entry(&fs.ttl, &fuse_attr(&a), Generation(0)),
         Err(e) => reply.error(fs.fail(e)),
     }
 }
@@ -155,7 +197,11 @@ fn xattr_reply<S: Store>(fs: &TierFs<S>, reply: ReplyXattr, size: u32, r: Result
     }
 }
 
-const USERSPACE_FLAGS: FopenFlags = FopenFlags::FOPEN_DIRECT_IO.union(FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES);
+/// Open flags of a handle whose reads and writes reach the daemon. No
+/// handle asks for a flush at each close: nothing is buffered in the daemon
+/// (a request fewer per close).
+const USERSPACE_FLAGS: FopenFlags =
+    FopenFlags::FOPEN_DIRECT_IO.union(FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES).union(FopenFlags::FOPEN_NOFLUSH);
 
 impl<S: Store> Filesystem for TierFs<S> {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
@@ -188,12 +234,20 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        entry(self, reply, self.vol.lookup(parent.0, name));
+        match self.vol.lookup(parent.0, name) {
+            Ok(a) => reply.entry(&self.ttl, &fuse_attr(&a), Generation(0)),
+            Err(e) => match self.fail(e) {
+                // The name's absence is cached too (an entry of inode 0): a
+                // name appears only through a request the kernel sees.
+                Errno::ENOENT if !self.ttl.is_zero() => reply.entry(&self.ttl, &absent(), Generation(0)),
+                e => reply.error(e),
+            },
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.vol.getattr(ino.0) {
-            Ok(a) => reply.attr(&TTL, &fuse_attr(&a)),
+            Ok(a) => reply.attr(&self.ttl, &fuse_attr(&a)),
             Err(e) => reply.error(self.fail(e)),
         }
     }
@@ -224,7 +278,7 @@ impl<S: Store> Filesystem for TierFs<S> {
             r = self.vol.kill_privs(ino.0).and_then(|_| self.vol.getattr(ino.0));
         }
         match r {
-            Ok(a) => reply.attr(&TTL, &fuse_attr(&a)),
+            Ok(a) => reply.attr(&self.ttl, &fuse_attr(&a)),
             Err(e) => reply.error(self.fail(e)),
         }
     }
@@ -375,7 +429,7 @@ impl<S: Store> Filesystem for TierFs<S> {
             Ok(entries) => {
                 for e in entries {
                     let Ok(a) = self.vol.getattr(e.ino) else { continue };
-                    if reply.add(INodeNo(e.ino), e.next, &e.name, &TTL, &fuse_attr(&a), Generation(0)) {
+                    if reply.add(INodeNo(e.ino), e.next, &e.name, &self.ttl, &fuse_attr(&a), Generation(0)) {
                         break;
                     }
                 }
@@ -464,9 +518,9 @@ impl<S: Store> Filesystem for TierFs<S> {
         };
         let fa = fuse_attr(&attr);
         if let Some((flags, id)) = self.backing_id(attr.ino, &opened, |fd| reply.open_backing(fd)) {
-            return reply.created_passthrough(&TTL, &fa, Generation(0), FileHandle(opened.fh), flags, &id);
+            return reply.created_passthrough(&self.ttl, &fa, Generation(0), FileHandle(opened.fh), flags, &id);
         }
-        reply.created(&TTL, &fa, Generation(0), FileHandle(opened.fh), USERSPACE_FLAGS);
+        reply.created(&self.ttl, &fa, Generation(0), FileHandle(opened.fh), USERSPACE_FLAGS);
     }
 
     fn fallocate(

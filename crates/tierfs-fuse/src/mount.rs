@@ -83,6 +83,9 @@ pub struct MountConfig {
     pub endurance: Option<u64>,
     /// Where to serve Prometheus metrics, if anywhere.
     pub metrics: Option<std::net::SocketAddr>,
+    /// How long the kernel may cache names, attributes and the absence of
+    /// a name (tierfs's own changes outside requests invalidate at once).
+    pub cache_timeout: std::time::Duration,
 }
 
 /// An exclusive lock on a state directory, held while mounted.
@@ -297,7 +300,7 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
             Ok(()) => tracing::warn!("state flushed, but the shutdown is not marked clean"),
         }
     });
-    let fs = TierFs::new(vol.clone(), on_destroy, Some(Arc::new(Xattrs(engine.clone()))));
+    let fs = TierFs::new(vol.clone(), on_destroy, Some(Arc::new(Xattrs(engine.clone()))), cfg.cache_timeout);
     let (session, mut unmounter) = match mount_session(fs, cfg) {
         Ok(x) => x,
         Err(e) => {
@@ -305,6 +308,7 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
             return Err(e);
         }
     };
+    vol.set_kernel_cache(Arc::new(crate::fs::Invalidator(session.notifier())));
     let ending = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let signalled = ending.clone();
     std::thread::Builder::new()

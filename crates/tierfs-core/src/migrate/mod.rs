@@ -331,6 +331,16 @@ impl<S: Store> Volume<S> {
     /// migration of a file runs at a time: another one asked for meanwhile
     /// returns [`Skip::Busy`] at once.
     pub fn migrate(&self, ino: Ino, mv: Move, ctl: &dyn Control) -> Result<Outcome> {
+        let r = self.migrate_held(ino, mv, ctl);
+        if matches!(r, Ok(Outcome::Done(_))) {
+            // The file's blocks (and, for a cached file, where its
+            // attributes come from) changed: the kernel's copy goes.
+            self.attrs_changed(ino);
+        }
+        r
+    }
+
+    fn migrate_held(&self, ino: Ino, mv: Move, ctl: &dyn Control) -> Result<Outcome> {
         let Some(_only) = self.exclusive(ino) else { return Ok(Outcome::Skipped(Skip::Busy)) };
         let Some(rec) = self.ns.record(ino)? else { return Ok(Outcome::Skipped(Skip::Gone)) };
         if rec.kind != FileKind::File {

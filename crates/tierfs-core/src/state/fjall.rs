@@ -37,8 +37,21 @@ const WRITE_BUFFER_BYTES: u64 = 16 << 20;
 /// One tree's memtable.
 const MEMTABLE_BYTES: u32 = 8 << 20;
 /// The journals, before the memtables they cover are written out (the
-/// least fjall allows is 24 MiB).
-const JOURNAL_BYTES: u64 = 32 << 20;
+/// least fjall allows is 24 MiB). fjall counts every journal at its
+/// preallocated 32 MiB, whatever it holds: at 32 MiB one sealed journal
+/// stalled each memtable rotation for 500 ms, and two halted writers.
+const JOURNAL_BYTES: u64 = 128 << 20;
+
+/// Memtables one wake-up of fjall's flush worker writes out (see
+/// [`FjallKv::drain_recovered`]).
+const FLUSH_WORKERS: usize = 2;
+
+/// How long an open waits for the memtables recovered from the journals.
+const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A key of the `meta` tree that is never stored, only deleted: its
+/// tombstone gives a memtable something to write out.
+const DRAIN_KEY: &[u8] = b"\xffdrain";
 
 /// Segments written by compactions: fjall's default, 64 MiB, holds all the
 /// keys of a million files, and a compaction writing one buffers a hash
@@ -139,7 +152,7 @@ impl FjallKv {
             .cache_size(CACHE_BYTES)
             .max_write_buffer_size(WRITE_BUFFER_BYTES)
             .max_journaling_size(JOURNAL_BYTES)
-            .flush_workers(1)
+            .flush_workers(FLUSH_WORKERS)
             .compaction_workers(1)
             .fsync_ms(Some(FSYNC_MS))
             .open()?;
@@ -155,7 +168,56 @@ impl FjallKv {
         let stats = ks.open_partition("stats", opts())?;
         let meta = ks.open_partition("meta", opts())?;
         let reserved = meta.get(IDS)?.map(|v| u64_of(&v)).transpose()?.unwrap_or(0);
-        Ok(FjallKv { ks, ns, stats, meta, ids: Mutex::new((reserved, reserved)) })
+        let kv = FjallKv { ks, ns, stats, meta, ids: Mutex::new((reserved, reserved)) };
+        kv.drain_recovered()?;
+        Ok(kv)
+    }
+
+    /// Bytes of memtables waiting to be written out (sealed, not active).
+    fn sealed_bytes(&self) -> u64 {
+        use fjall::AbstractTree;
+        let active: u64 =
+            [&self.ns, &self.stats, &self.meta].iter().map(|p| u64::from(p.tree.active_memtable_size())).sum();
+        self.ks.write_buffer_size().saturating_sub(active)
+    }
+
+    /// Writes out the memtables recovered from the journals of the last
+    /// run. fjall 2.11 recovers one sealed memtable per journal and tree
+    /// but wakes its flush worker once per tree, and each wake-up writes at
+    /// most `FLUSH_WORKERS` memtables: the rest waited for later
+    /// rotations, the journals they cover could not be deleted, the trees
+    /// with a memtable queued were never rotated to catch up, and after a
+    /// few remounts every writer halted for good on the journal limit (a
+    /// create loop froze the mount). Each rotation of a one-tombstone
+    /// memtable here is one more wake-up, writing two memtables and adding
+    /// one, until none is left.
+    fn drain_recovered(&self) -> Result<()> {
+        let start = std::time::Instant::now();
+        let mut rotations = 0u32;
+        while self.sealed_bytes() > 0 {
+            if start.elapsed() > DRAIN_WAIT {
+                tracing::warn!(
+                    sealed = self.sealed_bytes(),
+                    rotations,
+                    "the state database did not write out its recovered memtables in time"
+                );
+                break;
+            }
+            self.meta.remove(DRAIN_KEY)?;
+            // Hidden in fjall's documentation, but public: the rotation that
+            // wakes the flush worker.
+            self.meta.rotate_memtable()?;
+            rotations += 1;
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        if rotations > 0 {
+            tracing::info!(
+                rotations,
+                ms = start.elapsed().as_millis() as u64,
+                "state database: recovered memtables written out"
+            );
+        }
+        Ok(())
     }
 
     /// Copies every tree of the sled database in `dir` and its id
@@ -286,6 +348,87 @@ impl Kv for FjallKv {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A create-and-unlink loop on four threads wrote faster than fjall
+    /// deleted old journals; fjall counts each journal at its preallocated
+    /// 32 MiB, so with the journal limit at 32 MiB a writer halted for good
+    /// and the whole mount froze. No batch may wait long.
+    #[test]
+    fn a_long_create_and_unlink_churn_never_halts_writers() {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::Arc;
+        use std::time::{Duration, Instant};
+        let dir = tempfile::tempdir().unwrap();
+        let kv = Arc::new(FjallKv::open(dir.path()).unwrap());
+        let t0 = Instant::now();
+        let stop = Arc::new(AtomicBool::new(false));
+        // When each writer's current batch began, in ms since t0 (0: none).
+        let busy: Arc<Vec<AtomicU64>> = Arc::new((0..4).map(|_| AtomicU64::new(0)).collect());
+        let workers: Vec<_> = (0..4u64)
+            .map(|w| {
+                let (kv, stop, busy) = (kv.clone(), stop.clone(), busy.clone());
+                std::thread::spawn(move || {
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        busy[w as usize].store(t0.elapsed().as_millis() as u64 + 1, Ordering::Relaxed);
+                        let key = |p: u8| [&[p][..], &w.to_be_bytes(), &n.to_be_bytes(), b"some-file-name"].concat();
+                        let put = |p: u8| Op::Put(key(p), vec![1; 24]);
+                        kv.apply(TreeId::Ns, vec![put(b'd'), put(b'b'), put(b'i')]).unwrap();
+                        kv.apply(TreeId::Stats, vec![Op::Put(key(b's'), vec![0; 62])]).unwrap();
+                        kv.apply(TreeId::Ns, vec![Op::Del(key(b'd')), Op::Del(key(b'b')), Op::Del(key(b'i'))]).unwrap();
+                        kv.apply(TreeId::Stats, vec![Op::Del(key(b's'))]).unwrap();
+                        busy[w as usize].store(0, Ordering::Relaxed);
+                        n += 1;
+                    }
+                    n
+                })
+            })
+            .collect();
+        let end = t0 + Duration::from_secs(10);
+        let mut stuck = None;
+        while Instant::now() < end && stuck.is_none() {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = t0.elapsed().as_millis() as u64;
+            stuck = busy
+                .iter()
+                .position(|b| b.load(Ordering::Relaxed).checked_sub(1).is_some_and(|s| now.saturating_sub(s) > 5_000));
+        }
+        assert!(stuck.is_none(), "writer {stuck:?} waited over 5 s for one batch");
+        stop.store(true, Ordering::Relaxed);
+        let done: u64 = workers.into_iter().map(|h| h.join().unwrap()).sum();
+        eprintln!(
+            "{done} pairs; journals: {}",
+            std::fs::read_dir(dir.path().join("kv/journals")).map(|d| d.count()).unwrap_or(0)
+        );
+        assert!(done > 10_000, "only {done} create/unlink pairs in 10 s");
+    }
+
+    /// The journals of a run that ended with many of them (here: sealed
+    /// quickly while one tree's memtable kept them all) are replayed into
+    /// one memtable each; fjall woke its flush worker once per tree, so
+    /// most stayed queued and, a few remounts later, writers halted for
+    /// good. Every one is written out by the time `open` returns.
+    #[test]
+    fn memtables_recovered_from_many_journals_are_all_written_out_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let kv = FjallKv::open(dir.path()).unwrap();
+            // Unflushed data in `stats` keeps every journal alive.
+            kv.apply(TreeId::Stats, vec![Op::Put(b"s".to_vec(), vec![0; 62])]).unwrap();
+            for i in 0..40u32 {
+                kv.apply(TreeId::Ns, vec![Op::Put(i.to_be_bytes().to_vec(), vec![1; 100])]).unwrap();
+                kv.ns.rotate_memtable().unwrap();
+            }
+            kv.flush().unwrap();
+            assert!(kv.ks.journal_count() > 10, "{} journals", kv.ks.journal_count());
+        }
+        let kv = FjallKv::open(dir.path()).unwrap();
+        assert_eq!(kv.sealed_bytes(), 0, "memtables still queued after the open");
+        for i in 0..40u32 {
+            assert_eq!(kv.get(TreeId::Ns, &i.to_be_bytes()).unwrap(), Some(vec![1; 100]));
+        }
+        assert!(kv.ks.journal_count() <= 3, "{} journals kept", kv.ks.journal_count());
+    }
 
     #[test]
     fn ids_are_never_handed_out_twice_across_reopens() {

@@ -184,7 +184,11 @@ impl<S: Store> Volume<S> {
             // Paced before any lock is taken.
             ctl.pace(chunk.bytes());
         }
-        self.chunk_op_held(ino, op, ctl, crash)
+        let r = self.chunk_op_held(ino, op, ctl, crash);
+        if matches!(r, Ok(Outcome::Done(_))) {
+            self.attrs_changed(ino);
+        }
+        r
     }
 
     /// [`Volume::chunk_op`] for a caller that holds the file's migration

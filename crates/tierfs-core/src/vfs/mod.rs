@@ -120,6 +120,15 @@ pub struct VolStats {
     pub namelen: u32,
 }
 
+/// The kernel's caches of names and attributes, as far as tierfs changes
+/// what they hold without a request (a migration): the FUSE adapter tells
+/// the kernel to drop its copy. Called from background threads only,
+/// holding no lock of the hierarchy.
+pub trait KernelCache: Send + Sync {
+    /// `ino`'s attributes changed.
+    fn attrs_changed(&self, ino: Ino);
+}
+
 /// What the tiering engine tells the file system, and what it is told.
 /// Every method has a neutral default so a volume works without one.
 ///
@@ -331,6 +340,7 @@ pub struct Volume<S: Store> {
     io_mode: std::sync::atomic::AtomicBool,
     events: Arc<dyn EventSink>,
     hooks: RwLock<Arc<dyn Hooks>>,
+    kernel: RwLock<Option<Arc<dyn KernelCache>>>,
     clock: Arc<dyn Clock>,
     conflicts: Mutex<Vec<Conflict>>,
     /// What each tier's file system can do (SSD, HDD): everything until
@@ -412,6 +422,7 @@ impl<S: Store> Volume<S> {
             next_fh: AtomicU64::new(1),
             events,
             hooks: RwLock::new(Arc::new(NoHooks)),
+            kernel: RwLock::new(None),
             clock,
             conflicts: Mutex::new(Vec::new()),
             features: RwLock::new([Features::ALL; 2]),
@@ -464,6 +475,21 @@ impl<S: Store> Volume<S> {
 
     pub(crate) fn hooks(&self) -> Arc<dyn Hooks> {
         self.hooks.read().clone()
+    }
+
+    /// Installs the kernel's caches, to be told of changes tierfs makes
+    /// behind them.
+    pub fn set_kernel_cache(&self, k: Arc<dyn KernelCache>) {
+        *self.kernel.write() = Some(k);
+    }
+
+    /// `ino`'s attributes changed outside a request (the kernel may hold
+    /// the old ones).
+    pub(crate) fn attrs_changed(&self, ino: Ino) {
+        let k = self.kernel.read().clone();
+        if let Some(k) = k {
+            k.attrs_changed(ino);
+        }
     }
 
     /// A counter that moves whenever `ino` changes through tierfs other

@@ -1,0 +1,157 @@
+//! The kernel's caches of names and attributes stay true: tierfs lets the
+//! kernel keep them for `--cache-timeout` (60 s by default) and tells it
+//! to drop what a migration changes; changes through the mount, by any
+//! process or handle, show at once.
+
+use crate::harness::*;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+fn sh(script: &str) {
+    let o = Command::new("sh").arg("-c").arg(script).output().unwrap();
+    assert!(o.status.success(), "{script}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    v.sort();
+    v
+}
+
+/// A file with 1 MiB allocated past its 4 KiB of data takes 2 000 more
+/// blocks on the HDD than its copy does on the SSD: a `stat` that still
+/// shows the HDD's figure after the move comes from a stale cache.
+#[test]
+fn a_migration_after_a_policy_change_shows_in_stat_at_once() {
+    let area = Area::new();
+    let m = Mounted::new(&area, &["--policy", "hdd-only"]);
+    fs::create_dir(m.p("d")).unwrap();
+    let f = fs::File::create(m.p("d/f")).unwrap();
+    std::io::Write::write_all(&mut &f, &[7u8; 4096]).unwrap();
+    // SAFETY: a valid descriptor; FALLOC_FL_KEEP_SIZE only allocates.
+    let r = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), libc::FALLOC_FL_KEEP_SIZE, 0, 1 << 20) };
+    assert_eq!(r, 0, "fallocate: {}", std::io::Error::last_os_error());
+    drop(f);
+    let before = fs::metadata(m.p("d/f")).unwrap();
+    assert_eq!(before.blocks(), fs::metadata(area.hdd().join("d/f")).unwrap().blocks());
+    assert!(before.blocks() >= 2048, "{} blocks", before.blocks());
+    let o = tierfs(&["policy", "set", m.p("d").to_str().unwrap(), "ssd-only"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        wait_for(10, || xattr(&m.p("d/f"), "user.tierfs.placement").as_deref() == Some("ssd")),
+        "the file moved to the SSD"
+    );
+    assert_eq!(settled_placement(&area, &m.mnt, "d/f").unwrap(), "ssd");
+    let truth = fs::metadata(area.ssd().join("d/f")).unwrap().blocks();
+    assert!(truth < 2048, "the copy has {truth} blocks");
+    // The move's invalidation reaches the kernel just after the switch-over.
+    assert!(
+        wait_for(2, || fs::metadata(m.p("d/f")).unwrap().blocks() == truth),
+        "stat still shows {} blocks, the SSD copy has {truth}",
+        fs::metadata(m.p("d/f")).unwrap().blocks()
+    );
+    let after = fs::metadata(m.p("d/f")).unwrap();
+    assert_eq!((after.ino(), after.len(), after.mtime()), (before.ino(), before.len(), before.mtime()));
+    assert_eq!(fs::read(m.p("d/f")).unwrap(), vec![7u8; 4096]);
+    m.unmount();
+}
+
+/// What another process does through the mount (rename, link, unlink,
+/// chmod, create a name this process found missing) shows here at once, in
+/// `stat` and in listings.
+#[test]
+fn names_and_attributes_changed_by_another_process_show_at_once() {
+    let area = Area::new();
+    let m = Mounted::new(&area, &[]);
+    let d = m.p("d");
+    fs::create_dir(&d).unwrap();
+    fs::write(d.join("a"), b"x").unwrap();
+    let ino = fs::metadata(d.join("a")).unwrap().ino();
+    assert_eq!(names(&d), ["a"]);
+    // A missing name, looked up (the kernel may remember that it is missing).
+    assert!(fs::metadata(d.join("x")).is_err());
+    let q = |p: &str| d.join(p).display().to_string();
+
+    sh(&format!("mv {} {}", q("a"), q("b")));
+    assert!(fs::metadata(d.join("a")).is_err(), "the old name is gone");
+    assert_eq!(fs::metadata(d.join("b")).unwrap().ino(), ino);
+    assert_eq!(names(&d), ["b"]);
+
+    sh(&format!("ln {} {}", q("b"), q("c")));
+    assert_eq!(fs::metadata(d.join("b")).unwrap().nlink(), 2);
+    assert_eq!(fs::metadata(d.join("c")).unwrap().ino(), ino);
+
+    sh(&format!("chmod 600 {}", q("b")));
+    assert_eq!(fs::metadata(d.join("c")).unwrap().permissions().mode() & 0o7777, 0o600);
+
+    sh(&format!("rm {}", q("b")));
+    assert_eq!(fs::metadata(d.join("c")).unwrap().nlink(), 1);
+    assert!(fs::metadata(d.join("b")).is_err());
+    assert_eq!(names(&d), ["c"]);
+
+    sh(&format!("echo new > {}", q("x")));
+    assert_eq!(fs::read(d.join("x")).unwrap(), b"new\n", "a name found missing before, created since");
+    assert_eq!(names(&d), ["c", "x"]);
+
+    sh(&format!("mkdir {} && mv {} {}", q("sub"), q("c"), q("sub/c")));
+    assert_eq!(fs::metadata(d.join("sub/c")).unwrap().ino(), ino);
+    assert!(fs::metadata(d.join("c")).is_err());
+    m.unmount();
+}
+
+/// A write through one handle (or by another process) shows in `stat` of
+/// the path and of another handle at once, in both I/O modes.
+#[test]
+fn a_write_through_another_handle_shows_in_stat_at_once() {
+    for mode in ["userspace", "passthrough"] {
+        let area = Area::new();
+        let m = Mounted::new(&area, &["--io-mode", mode]);
+        let p = m.p("f");
+        fs::write(&p, b"").unwrap();
+        let reader = fs::File::open(&p).unwrap();
+        let writer = fs::OpenOptions::new().write(true).open(&p).unwrap();
+        let m0 = fs::metadata(&p).unwrap();
+        assert_eq!(m0.len(), 0);
+        std::thread::sleep(Duration::from_millis(20));
+        std::os::unix::fs::FileExt::write_all_at(&writer, &[1u8; 5000], 0).unwrap();
+        let m1 = fs::metadata(&p).unwrap();
+        assert_eq!(m1.len(), 5000, "{mode}: size after a write through another handle");
+        assert!((m1.mtime(), m1.mtime_nsec()) > (m0.mtime(), m0.mtime_nsec()), "{mode}: mtime moved");
+        assert_eq!(reader.metadata().unwrap().len(), 5000, "{mode}: fstat of the other handle");
+        sh(&format!("printf abc >> {}", p.display()));
+        assert_eq!(fs::metadata(&p).unwrap().len(), 5003, "{mode}: after another process appended");
+        writer.set_len(10).unwrap();
+        assert_eq!(fs::metadata(&p).unwrap().len(), 10, "{mode}: after a truncate through a handle");
+        drop((reader, writer));
+        m.unmount();
+    }
+}
+
+/// Changes made in a tier directory behind tierfs's back show within the
+/// cache timeout (here 1 s), not later.
+#[test]
+fn a_change_behind_the_mount_shows_within_the_cache_timeout() {
+    let area = Area::new();
+    fs::write(area.hdd().join("f"), b"x").unwrap();
+    fs::set_permissions(area.hdd().join("f"), fs::Permissions::from_mode(0o644)).unwrap();
+    let m = Mounted::new(&area, &["--cache-timeout", "1s"]);
+    assert_eq!(fs::metadata(m.p("f")).unwrap().permissions().mode() & 0o777, 0o644);
+    fs::set_permissions(area.hdd().join("f"), fs::Permissions::from_mode(0o600)).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(fs::metadata(m.p("f")).unwrap().permissions().mode() & 0o777, 0o600);
+    m.unmount();
+    let o = tierfs(&[
+        "mount",
+        area.ssd().to_str().unwrap(),
+        area.hdd().to_str().unwrap(),
+        area.mnt().to_str().unwrap(),
+        "--cache-timeout",
+        "soon",
+    ]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--cache-timeout"), "{}", String::from_utf8_lossy(&o.stderr));
+}
