@@ -23,12 +23,13 @@ fn names(dir: &Path) -> Vec<String> {
 }
 
 /// A file with 1 MiB allocated past its 4 KiB of data takes 2 000 more
-/// blocks on the HDD than its copy does on the SSD: a `stat` that still
-/// shows the HDD's figure after the move comes from a stale cache.
+/// blocks on the SSD than its copy does on the HDD (a move copies the
+/// data, not the allocation): a `stat` that still shows the SSD's figure
+/// after the move comes from a stale cache.
 #[test]
 fn a_migration_after_a_policy_change_shows_in_stat_at_once() {
     let area = Area::new();
-    let m = Mounted::new(&area, &["--policy", "hdd-only"]);
+    let m = Mounted::new(&area, &["--policy", "ssd-only"]);
     fs::create_dir(m.p("d")).unwrap();
     let f = fs::File::create(m.p("d/f")).unwrap();
     std::io::Write::write_all(&mut &f, &[7u8; 4096]).unwrap();
@@ -37,21 +38,21 @@ fn a_migration_after_a_policy_change_shows_in_stat_at_once() {
     assert_eq!(r, 0, "fallocate: {}", std::io::Error::last_os_error());
     drop(f);
     let before = fs::metadata(m.p("d/f")).unwrap();
-    assert_eq!(before.blocks(), fs::metadata(area.hdd().join("d/f")).unwrap().blocks());
+    assert_eq!(before.blocks(), fs::metadata(area.ssd().join("d/f")).unwrap().blocks());
     assert!(before.blocks() >= 2048, "{} blocks", before.blocks());
-    let o = tierfs(&["policy", "set", m.p("d").to_str().unwrap(), "ssd-only"]);
+    let o = tierfs(&["policy", "set", m.p("d").to_str().unwrap(), "hdd-only"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(
-        wait_for(10, || xattr(&m.p("d/f"), "user.tierfs.placement").as_deref() == Some("ssd")),
-        "the file moved to the SSD"
+        wait_for(10, || xattr(&m.p("d/f"), "user.tierfs.placement").as_deref() == Some("hdd")),
+        "the file moved to the HDD"
     );
-    assert_eq!(settled_placement(&area, &m.mnt, "d/f").unwrap(), "ssd");
-    let truth = fs::metadata(area.ssd().join("d/f")).unwrap().blocks();
+    assert_eq!(settled_placement(&area, &m.mnt, "d/f").unwrap(), "hdd");
+    let truth = fs::metadata(area.hdd().join("d/f")).unwrap().blocks();
     assert!(truth < 2048, "the copy has {truth} blocks");
     // The move's invalidation reaches the kernel just after the switch-over.
     assert!(
         wait_for(2, || fs::metadata(m.p("d/f")).unwrap().blocks() == truth),
-        "stat still shows {} blocks, the SSD copy has {truth}",
+        "stat still shows {} blocks, the HDD copy has {truth}",
         fs::metadata(m.p("d/f")).unwrap().blocks()
     );
     let after = fs::metadata(m.p("d/f")).unwrap();
