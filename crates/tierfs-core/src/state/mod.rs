@@ -69,7 +69,21 @@ impl std::fmt::Debug for SledKv {
 impl SledKv {
     /// Opens (or creates) the database in `dir`.
     pub fn open(dir: &Path) -> Result<Self> {
-        let db = sled::Config::new().path(dir.join("db")).cache_capacity(8 << 20).flush_every_ms(Some(500)).open()?;
+        let config = sled::Config::new().path(dir.join("db")).cache_capacity(8 << 20).flush_every_ms(Some(500));
+        // A handle dropped just before (a test, or a daemon exiting) keeps
+        // the database's file lock until its flusher thread finishes the
+        // flush it is in: wait for it a little.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let db = loop {
+            match config.open() {
+                Err(sled::Error::Io(e))
+                    if e.to_string().contains("could not acquire lock") && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20))
+                }
+                r => break r?,
+            }
+        };
         let ns = db.open_tree("ns")?;
         let stats = db.open_tree("stats")?;
         Ok(SledKv { db, ns, stats })
