@@ -17,10 +17,6 @@ use tierfs_core::store::{FileKind, SetTime, Store, TimeSpec};
 use tierfs_core::vfs::{Attr, Ctx, IoMode, Opened, SetAttr, Volume};
 use tierfs_core::Result;
 
-/// How long the kernel may cache names, attributes and the absence of a
-/// name unless told otherwise ([`MountConfig::cache_timeout`](crate::mount::MountConfig)).
-pub const DEFAULT_CACHE_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// Work to do when the session ends (flush statistics, mark clean).
 pub type OnDestroy = Box<dyn FnOnce() + Send + Sync>;
 
@@ -235,13 +231,13 @@ impl<S: Store> Filesystem for TierFs<S> {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.vol.lookup(parent.0, name) {
-            Ok(a) => reply.entry(&self.ttl, &fuse_attr(&a), Generation(0)),
             Err(e) => match self.fail(e) {
                 // The name's absence is cached too (an entry of inode 0): a
                 // name appears only through a request the kernel sees.
                 Errno::ENOENT if !self.ttl.is_zero() => reply.entry(&self.ttl, &absent(), Generation(0)),
                 e => reply.error(e),
             },
+            found => entry(self, reply, found),
         }
     }
 

@@ -396,10 +396,6 @@ mod tests {
         assert!(stuck.is_none(), "writer {stuck:?} waited over 5 s for one batch");
         stop.store(true, Ordering::Relaxed);
         let done: u64 = workers.into_iter().map(|h| h.join().unwrap()).sum();
-        eprintln!(
-            "{done} pairs; journals: {}",
-            std::fs::read_dir(dir.path().join("kv/journals")).map(|d| d.count()).unwrap_or(0)
-        );
         assert!(done > 10_000, "only {done} create/unlink pairs in 10 s");
     }
 
