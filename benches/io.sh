@@ -18,10 +18,24 @@
 #   tierfs-us-nostats  the same, statistics off
 #   mergerfs           mergerfs, cache.files=off (direct I/O, like tierfs-us)
 #   mergerfs-default   mergerfs with its defaults (page cache, cache.files=libfuse)
+# and, only when named in ONLY, libfuse's reference server passthrough_hp
+# (benches/libfuse.sh builds it) with data through the daemon and direct I/O,
+# to measure the transport:
+#   libfuse-dev        over /dev/fuse (read and write system calls, as fuser)
+#   libfuse-uring      over FUSE-over-io_uring (sets the fuse module's
+#                      enable_uring for the run and puts it back)
 # and prints each figure with its ratio to native, then every tierfs setup's
 # ratios to both mergerfs setups (above 1: tierfs is better, also for the
 # figures that are times) and the cost of the statistics. The page cache is
 # warm for everyone: this measures the software path, not the device.
+#
+# Each setup's round starts on a fresh ext4 (a sparse image of IMG_SIZE,
+# loop-mounted in WORKDIR): ext4's own state after many creates and
+# deletes (its search past recently deleted inodes, pending discards) made
+# the same create/stat/unlink loop run anywhere from 19 000 to 135 000
+# operations/s natively on the long-lived root file system, and whoever ran
+# after a delete-heavy figure paid for it. BACKING=dir measures in WORKDIR
+# itself instead.
 #
 # Every setup is measured REPS times, interleaved (A B C A B C ...), and
 # the median is reported, because these machines are noisy.
@@ -31,6 +45,7 @@
 #        PM_FILES=40000 PM_TX=80000 GIT_FILES=20000 TAR_FILES=30000
 #        ONLY="native tierfs-us ..." (setups)  TESTS="seq rand meta stat postmark git tar"
 #        TIERFS_ARGS="--threads 4" (extra mount arguments for tierfs)
+#        BACKING=loop|dir  IMG_SIZE=8G
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -47,20 +62,40 @@ ONLY=${ONLY:-}
 TESTS=${TESTS:-seq rand meta stat postmark git tar}
 REPS=${REPS:-3}
 TIERFS_ARGS=${TIERFS_ARGS:-}
+BACKING=${BACKING:-loop}
+IMG_SIZE=${IMG_SIZE:-8G}
+case $BACKING in loop | dir) ;; *) echo "io.sh: BACKING is loop or dir, not $BACKING" >&2; exit 2 ;; esac
 bash scripts/setup.sh >/dev/null
 cargo build --release --bin tierfs --example metaloop -q
 BIN=$ROOT/target/release/tierfs
 META=$ROOT/target/release/examples/metaloop
 
 mkdir -p "$WORK"
-DATA=$WORK/data; SSD=$WORK/ssd; MNT=$WORK/mnt; INPUTS=$WORK/inputs
+FS=$WORK/fs; IMG=$WORK/backing.img; MNT=$WORK/mnt; INPUTS=$WORK/inputs
+if [ "$BACKING" = loop ]; then DATA=$FS/data; SSD=$FS/ssd; else DATA=$WORK/data; SSD=$WORK/ssd; fi
 cleanup() {
+    [ -z "${URING_WAS:-}" ] || echo "$URING_WAS" >/sys/module/fuse/parameters/enable_uring
     if mountpoint -q "$MNT" 2>/dev/null; then fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT"; fi
+    if mountpoint -q "$FS" 2>/dev/null; then umount "$FS"; fi
+    rm -f "$IMG"
 }
 trap cleanup EXIT
 cleanup
-rm -rf "$DATA" "$SSD" "$MNT"
-mkdir -p "$DATA" "$SSD" "$MNT" "$INPUTS"
+rm -rf "$WORK/data" "$WORK/ssd" "$MNT"
+mkdir -p "$FS" "$MNT" "$INPUTS"
+# The backing directories of one setup's round, on a fresh file system.
+fresh_backing() {
+    if [ "$BACKING" = loop ]; then
+        if mountpoint -q "$FS"; then umount "$FS"; fi
+        rm -f "$IMG"
+        truncate -s "$IMG_SIZE" "$IMG"
+        mkfs.ext4 -q -F "$IMG"
+        mount -o loop "$IMG" "$FS"
+    fi
+    rm -rf "$DATA" "$SSD"
+    mkdir -p "$DATA" "$SSD"
+    sync
+}
 has() { [[ " $TESTS " == *" $1 "* ]]; }
 
 # The workloads' inputs, made once outside every setup: a git repository
@@ -125,35 +160,45 @@ postmark_run() { # dir
     rmdir "$1/pm"
 }
 
-# One round of one setup: appends "label figure value" lines.
+# One round of one setup: appends "label figure value" lines. Each figure
+# starts after a sync, so none pays for the writeback of the one before.
 measure() { # label dir
     local label=$1 dir=$2 v line=""
     put() { echo "$label $1 $2" >>"$WORK/results.txt"; line+=" $1=$2"; }
     if has seq; then
+        sync
         put seq-write "$(fio_one "$dir" write 1M)"
         put seq-read "$(fio_one "$dir" read 1M)"
         rm -f "$dir/bench.dat"
     fi
     if has rand; then
+        sync
         put rand-read "$(fio_one "$dir" randread 4k)"
         put rand-write "$(fio_one "$dir" randwrite 4k)"
         rm -f "$dir/bench.dat"
     fi
     if has meta; then
+        sync
         put meta "$("$META" "$dir/meta" "$META_N")"
         rmdir "$dir/meta"
     fi
     if has stat; then
+        sync
         put stat "$("$META" "$dir/stat" "$STAT_N" stat)"
         rmdir "$dir/stat"
     fi
-    has postmark && put postmark-s "$(seconds postmark_run "$dir")"
+    if has postmark; then
+        sync
+        put postmark-s "$(seconds postmark_run "$dir")"
+    fi
     if has git; then
+        sync
         put git-clone-s "$(seconds git clone -q "file://$INPUTS/repo-$GIT_FILES" "$dir/repo")"
         put git-status-s "$(seconds git -C "$dir/repo" status --porcelain)"
         rm -rf "$dir/repo"
     fi
     if has tar; then
+        sync
         put tar-x-s "$(seconds tar xf "$INPUTS/tree-$TAR_FILES.tar" -C "$dir")"
         put rm-rf-s "$(seconds rm -rf "$dir/tree")"
     fi
@@ -168,7 +213,26 @@ with_tierfs() { # label mount-args...
     "$BIN" mount "$SSD" "$DATA" "$MNT" --daemon "$@" $TIERFS_ARGS
     measure "$label" "$MNT"
     "$BIN" umount "$MNT"
-    rm -rf "$SSD"; mkdir -p "$SSD"
+}
+
+# passthrough_hp runs in the foreground so its pid is ours; fusermount3 -u
+# ends it. With io_uring it must really run its ring threads (fuse-ring-N),
+# or libfuse fell back to /dev/fuse and the figure would be mislabelled.
+with_libfuse() { # label uring(0|1)
+    local pid opts=()
+    [ "$2" = 1 ] && opts=(-o io_uring)
+    "$HP" --foreground --nopassthrough --direct-io "${opts[@]}" "$DATA" "$MNT" 2>"$WORK/hp.log" &
+    pid=$!
+    for _ in $(seq 100); do mountpoint -q "$MNT" && break; sleep 0.1; done
+    mountpoint -q "$MNT" || { cat "$WORK/hp.log" >&2; exit 1; }
+    local rings
+    rings=$(cat /proc/"$pid"/task/*/comm | grep -c '^fuse-ring' || true)
+    if [ "$2" = 1 ] && [ "$rings" -eq 0 ]; then
+        echo "io.sh: $1 has no io_uring threads; libfuse fell back to /dev/fuse" >&2; cat "$WORK/hp.log" >&2; exit 1
+    fi
+    measure "$1" "$MNT"
+    fusermount3 -u "$MNT"
+    wait "$pid"
 }
 
 with_mergerfs() { # label options
@@ -179,17 +243,28 @@ with_mergerfs() { # label options
 
 : >"$WORK/results.txt"
 echo "machine: $(uname -srm), $(nproc) cores, $(awk '/MemTotal/{print $2/1048576 " GiB"}' /proc/meminfo); fio $(fio --version); $(mergerfs --version 2>&1 | head -1); $(git --version); tierfs $("$BIN" --version)" >&2
-echo "command: bash benches/io.sh $* (SIZE=$SIZE RUNTIME=$RUNTIME META_N=$META_N STAT_N=$STAT_N PM_FILES=$PM_FILES PM_TX=$PM_TX GIT_FILES=$GIT_FILES TAR_FILES=$TAR_FILES REPS=$REPS TESTS=\"$TESTS\" ONLY=\"$ONLY\" TIERFS_ARGS=\"$TIERFS_ARGS\")" >&2
+echo "command: bash benches/io.sh $* (SIZE=$SIZE RUNTIME=$RUNTIME META_N=$META_N STAT_N=$STAT_N PM_FILES=$PM_FILES PM_TX=$PM_TX GIT_FILES=$GIT_FILES TAR_FILES=$TAR_FILES REPS=$REPS TESTS=\"$TESTS\" ONLY=\"$ONLY\" TIERFS_ARGS=\"$TIERFS_ARGS\" BACKING=$BACKING IMG_SIZE=$IMG_SIZE)" >&2
 want() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
+named() { [[ " $ONLY " == *" $1 "* ]]; }
+if named libfuse-dev || named libfuse-uring; then
+    HP=$(bash benches/libfuse.sh)
+    echo "reference: libfuse 3.18.3 passthrough_hp --nopassthrough --direct-io" >&2
+fi
+if named libfuse-uring; then
+    URING_WAS=$(cat /sys/module/fuse/parameters/enable_uring)
+    echo 1 >/sys/module/fuse/parameters/enable_uring
+fi
 for rep in $(seq 1 "$REPS"); do
     echo "round $rep of $REPS" >&2
-    want native && measure native "$DATA"
-    want tierfs-pt && with_tierfs tierfs-pt --io-mode passthrough
-    want tierfs-pt-nostats && with_tierfs tierfs-pt-nostats --io-mode passthrough --no-stats
-    want tierfs-us && with_tierfs tierfs-us --io-mode userspace
-    want tierfs-us-nostats && with_tierfs tierfs-us-nostats --io-mode userspace --no-stats
-    want mergerfs && with_mergerfs mergerfs cache.files=off,allow_other,category.create=ff
-    want mergerfs-default && with_mergerfs mergerfs-default allow_other,category.create=ff
+    if want native; then fresh_backing; measure native "$DATA"; fi
+    if want tierfs-pt; then fresh_backing; with_tierfs tierfs-pt --io-mode passthrough; fi
+    if want tierfs-pt-nostats; then fresh_backing; with_tierfs tierfs-pt-nostats --io-mode passthrough --no-stats; fi
+    if want tierfs-us; then fresh_backing; with_tierfs tierfs-us --io-mode userspace; fi
+    if want tierfs-us-nostats; then fresh_backing; with_tierfs tierfs-us-nostats --io-mode userspace --no-stats; fi
+    if want mergerfs; then fresh_backing; with_mergerfs mergerfs cache.files=off,allow_other,category.create=ff; fi
+    if want mergerfs-default; then fresh_backing; with_mergerfs mergerfs-default allow_other,category.create=ff; fi
+    if named libfuse-dev; then fresh_backing; with_libfuse libfuse-dev 0; fi
+    if named libfuse-uring; then fresh_backing; with_libfuse libfuse-uring 1; fi
 done
 
 python3 - "$WORK/results.txt" <<'PY'
@@ -226,4 +301,6 @@ for base in ("mergerfs", "mergerfs-default"):
 pairs = [(s, s + "-nostats") for s in tierfs if s + "-nostats" in setups]
 if pairs:
     table("Cost of the statistics: with / without (1.00: none; 0.95: 5 % slower)", [a for a, _ in pairs], lambda r, f: fmt(better(r, r + "-nostats", f)))
+if "libfuse-dev" in setups and "libfuse-uring" in setups:
+    table("What FUSE-over-io_uring brings the same server: libfuse-uring / libfuse-dev (above 1: io_uring is faster)", ["libfuse-uring"], lambda r, f: fmt(better(r, "libfuse-dev", f)))
 PY

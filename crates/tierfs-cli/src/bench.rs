@@ -54,6 +54,17 @@ struct Meta {
     machine: String,
     commit: String,
     preset: Preset,
+    /// Produced by the simulator (`--sim`), not by mounts.
+    #[serde(default)]
+    simulated: bool,
+}
+
+impl Meta {
+    /// True if the figures come from the simulator. Folders written before
+    /// the field existed say so only in their command.
+    fn is_simulated(&self) -> bool {
+        self.simulated || self.command.split_whitespace().any(|w| w == "--sim")
+    }
 }
 
 /// Writes the tables, charts, findings and README of a results folder from
@@ -76,8 +87,16 @@ fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta,
         "hit in the tables: requests the SSD served over all requests since the mount, preparation and warm-up included (these results predate the run's own ratio)"
     };
     let charts: String = report::tables(rows).iter().map(|t| format!("![{0}](chart-{0}.svg)\n", t.workload)).collect();
+    let (title, how) = if meta.is_simulated() {
+        (
+            ", simulated",
+            "- **simulated**: every figure comes from the simulator (`tierfs sim`), which replays the workloads' recorded traces through the device models at virtual time; no mount ran. How far it agrees with a live sweep is in `fidelity.md`, where one was compared.\n",
+        )
+    } else {
+        ("", "")
+    };
     let readme = format!(
-        "# tierfs sweep: preset {}\n\nProduced by `{}` in {:.1} minutes; tables re-rendered from `rows.json` by `tierfs bench report <this folder>` (which merges `notes.md`).\n\n- machine: {}\n- tierfs commit: {}\n- devices: SSD `{}`, HDD `{}`, modelled RAM cache of {} per device\n- workloads at scale {} (mail {}), seed {}, {} s per time-bounded run after a {} s warm-up with the device models {}\n- SSD sizes: {:?} % of the working set measured by the HDD-only run\n- {hit}\n\nFiles: `results.csv` (every run), `table.md` (normalised to HDD-only and SSD-only), `chart-*.svg`, `findings.md`, `rows.json`, `meta.json`, `notes.md`.\n\n## Expected findings\n\n{fm}\n## Charts\n\n{charts}\n## Tables\n\n{table}",
+        "# tierfs sweep: preset {}{title}\n\nProduced by `{}` in {:.1} minutes; tables re-rendered from `rows.json` by `tierfs bench report <this folder>` (which merges `notes.md`).\n\n{how}- machine: {}\n- tierfs commit: {}\n- devices: SSD `{}`, HDD `{}`, modelled RAM cache of {} per device\n- workloads at scale {} (mail {}), seed {}, {} s per time-bounded run after a {} s warm-up with the device models {}\n- SSD sizes: {:?} % of the working set measured by the HDD-only run\n- {hit}\n\nFiles: `results.csv` (every run), `table.md` (normalised to HDD-only and SSD-only), `chart-*.svg`, `findings.md`, `rows.json`, `meta.json`, `notes.md`.\n\n## Expected findings\n\n{fm}\n## Charts\n\n{charts}\n## Tables\n\n{table}",
         p.name,
         meta.command,
         meta.minutes,
@@ -230,6 +249,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 machine: machine(),
                 commit: commit(),
                 preset: p,
+                simulated: *sim,
             };
             std::fs::write(out.join("meta.json"), serde_json::to_string_pretty(&meta)?)?;
             std::fs::write(out.join("rows.json"), serde_json::to_string_pretty(&rows)?)?;

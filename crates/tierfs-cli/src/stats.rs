@@ -7,7 +7,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use tierfs_core::config::format_size;
+use std::time::Duration;
+use tierfs_core::config::{format_duration, format_size};
 use tierfs_core::report::{FileReport, Request, Response, StatusReport};
 use tierfs_fuse::runtime;
 
@@ -47,11 +48,22 @@ pub fn mount_of(path: &Path) -> Result<PathBuf> {
 
 /// Sends one request to the daemon of `mnt`.
 pub fn ask(mnt: &Path, req: &Request) -> Result<Response> {
+    ask_within(mnt, req, None)
+}
+
+/// [`ask`], giving up with a clear error if the daemon has not answered
+/// within `limit`.
+pub fn ask_within(mnt: &Path, req: &Request, limit: Option<Duration>) -> Result<Response> {
     let sock = runtime::socket_path(mnt);
     if !sock.exists() {
         bail!("no tierfs daemon answers for {} (no socket {})", mnt.display(), sock.display());
     }
-    tierfs_core::report::ask(&sock, req).with_context(|| format!("asking the tierfs daemon of {}", mnt.display()))
+    tierfs_core::report::ask_within(&sock, req, limit).map_err(|e| match (e.kind(), limit) {
+        (std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock, Some(l)) => {
+            anyhow!("the tierfs daemon of {} did not answer within {}", mnt.display(), format_duration(l))
+        }
+        _ => anyhow::Error::new(e).context(format!("asking the tierfs daemon of {}", mnt.display())),
+    })
 }
 
 fn pct(x: f64) -> String {

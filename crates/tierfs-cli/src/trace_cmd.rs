@@ -2,7 +2,7 @@
 //! what a trace holds. The format is `tierfs_core::trace`.
 
 use crate::args::{TraceArgs, TraceCmd, TraceFormatArg};
-use crate::stats::{ask, resolve_mount};
+use crate::stats::{ask, ask_within, resolve_mount};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
@@ -53,20 +53,32 @@ extern "C" fn on_interrupt(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
+/// How long ending a recording may take: the daemon writes out the records
+/// it holds and syncs the trace, which takes seconds at most; a daemon
+/// that does not answer by then is stuck, and waiting on would hang the
+/// command (and a script that runs it) for ever.
+const STOP_WAIT: Duration = Duration::from_secs(60);
+
+/// Ends the recording of `mnt`'s daemon and says where the trace is.
+fn stop_recording(mnt: &Path, limit: Duration) -> Result<ExitCode> {
+    match ask_within(mnt, &Request::Trace { out: None }, Some(limit)) {
+        Ok(Response::Traced(r)) => {
+            let again = if r.reordered > 0 { format!(", {} out of time order", r.reordered) } else { String::new() };
+            eprintln!("tierfs trace: {} records in {}{again}", r.records, r.path);
+            Ok(ExitCode::SUCCESS)
+        }
+        // `ask_within` turns the daemon's errors into `Err`.
+        Ok(other) => bail!("unexpected answer: {other:?}"),
+        Err(e) => Err(e.context(format!(
+            "the recording may still be running; end it with `tierfs trace record --stop {}` or by unmounting",
+            mnt.display()
+        ))),
+    }
+}
+
 fn record(mnt: Option<&Path>, out: Option<&Path>, duration: Option<Duration>, stop_only: bool) -> Result<ExitCode> {
     let mnt = resolve_mount(mnt)?;
-    let stop = || -> Result<ExitCode> {
-        match ask(&mnt, &Request::Trace { out: None })? {
-            Response::Traced(r) => {
-                let again =
-                    if r.reordered > 0 { format!(", {} out of time order", r.reordered) } else { String::new() };
-                eprintln!("tierfs trace: {} records in {}{again}", r.records, r.path);
-                Ok(ExitCode::SUCCESS)
-            }
-            // `ask` turns the daemon's errors into `Err`.
-            other => bail!("unexpected answer: {other:?}"),
-        }
-    };
+    let stop = || stop_recording(&mnt, STOP_WAIT);
     if stop_only {
         return stop();
     }
@@ -213,4 +225,34 @@ fn show(path: &Path, json: bool) -> Result<ExitCode> {
         println!("other:     {}", other.join(", "));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stopping_a_recording_gives_up_on_a_daemon_that_never_answers() {
+        let dir = tempfile::tempdir().unwrap();
+        let mnt = dir.path().join("mnt");
+        let sock = runtime::socket_path(&mnt);
+        std::fs::create_dir_all(sock.parent().unwrap()).unwrap();
+        let _ = std::fs::remove_file(&sock);
+        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        // Takes the request and never answers, like a stuck daemon.
+        let held = std::thread::spawn(move || {
+            let (conn, _) = listener.accept().unwrap();
+            std::thread::sleep(Duration::from_secs(3));
+            drop(conn);
+        });
+        let start = Instant::now();
+        let err = stop_recording(&mnt, Duration::from_millis(300)).unwrap_err();
+        let waited = start.elapsed();
+        std::fs::remove_file(&sock).unwrap();
+        let msg = format!("{err:#}");
+        assert!(waited < Duration::from_secs(2), "gave up only after {waited:?}");
+        assert!(msg.contains("did not answer within"), "{msg}");
+        assert!(msg.contains("--stop"), "the message says how to end the recording: {msg}");
+        held.join().unwrap();
+    }
 }
