@@ -65,6 +65,10 @@ TIERFS_ARGS=${TIERFS_ARGS:-}
 BACKING=${BACKING:-loop}
 IMG_SIZE=${IMG_SIZE:-8G}
 case $BACKING in loop | dir) ;; *) echo "io.sh: BACKING is loop or dir, not $BACKING" >&2; exit 2 ;; esac
+if [ "$BACKING" = loop ] && [ "$(id -u)" -ne 0 ]; then
+    echo "io.sh: BACKING=loop mounts an ext4 image and needs root; BACKING=dir measures in WORKDIR" >&2
+    exit 2
+fi
 bash scripts/setup.sh >/dev/null
 cargo build --release --bin tierfs --example metaloop -q
 BIN=$ROOT/target/release/tierfs
@@ -73,11 +77,20 @@ META=$ROOT/target/release/examples/metaloop
 mkdir -p "$WORK"
 FS=$WORK/fs; IMG=$WORK/backing.img; MNT=$WORK/mnt; INPUTS=$WORK/inputs
 if [ "$BACKING" = loop ]; then DATA=$FS/data; SSD=$FS/ssd; else DATA=$WORK/data; SSD=$WORK/ssd; fi
+mounted() { grep -qs " $1 " /proc/self/mounts; } # also a dead FUSE mount
+# Runs on every exit, also after a failure: nothing may stop it half-way.
 cleanup() {
-    [ -z "${URING_WAS:-}" ] || echo "$URING_WAS" >/sys/module/fuse/parameters/enable_uring
-    if mountpoint -q "$MNT" 2>/dev/null; then fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT"; fi
-    if mountpoint -q "$FS" 2>/dev/null; then umount "$FS"; fi
+    set +e
+    if [ -n "${URING_WAS:-}" ]; then echo "$URING_WAS" >/sys/module/fuse/parameters/enable_uring; fi
+    if mounted "$MNT"; then fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT"; fi
+    if [ -n "${HP_PID:-}" ]; then kill "$HP_PID" 2>/dev/null; wait "$HP_PID" 2>/dev/null; HP_PID=; fi
+    # A daemon that was just unmounted may still hold the backing directories.
+    if mounted "$FS"; then
+        for _ in $(seq 50); do umount "$FS" 2>/dev/null && break; sleep 0.1; done
+        if mounted "$FS"; then umount -l "$FS"; fi
+    fi
     rm -f "$IMG"
+    set -e
 }
 trap cleanup EXIT
 cleanup
@@ -86,7 +99,7 @@ mkdir -p "$FS" "$MNT" "$INPUTS"
 # The backing directories of one setup's round, on a fresh file system.
 fresh_backing() {
     if [ "$BACKING" = loop ]; then
-        if mountpoint -q "$FS"; then umount "$FS"; fi
+        if mounted "$FS"; then umount "$FS"; fi
         rm -f "$IMG"
         truncate -s "$IMG_SIZE" "$IMG"
         mkfs.ext4 -q -F "$IMG"
@@ -216,23 +229,31 @@ with_tierfs() { # label mount-args...
 }
 
 # passthrough_hp runs in the foreground so its pid is ours; fusermount3 -u
-# ends it. With io_uring it must really run its ring threads (fuse-ring-N),
-# or libfuse fell back to /dev/fuse and the figure would be mislabelled.
+# ends it. Its transport is checked both ways by its threads (fuse-ring-N
+# run io_uring queues), or a fallback to /dev/fuse, or libfuse's own
+# FUSE_URING_ENABLE, would mislabel the figure.
 with_libfuse() { # label uring(0|1)
-    local pid opts=()
-    [ "$2" = 1 ] && opts=(-o io_uring)
-    "$HP" --foreground --nopassthrough --direct-io "${opts[@]}" "$DATA" "$MNT" 2>"$WORK/hp.log" &
-    pid=$!
-    for _ in $(seq 100); do mountpoint -q "$MNT" && break; sleep 0.1; done
-    mountpoint -q "$MNT" || { cat "$WORK/hp.log" >&2; exit 1; }
-    local rings
-    rings=$(cat /proc/"$pid"/task/*/comm | grep -c '^fuse-ring' || true)
+    local opts=() rings
+    if [ "$2" = 1 ]; then opts=(-o io_uring); fi
+    env -u FUSE_URING_ENABLE "$HP" --foreground --nopassthrough --direct-io "${opts[@]}" "$DATA" "$MNT" >"$WORK/hp.log" 2>&1 &
+    HP_PID=$!
+    for _ in $(seq 100); do
+        mountpoint -q "$MNT" && break
+        kill -0 "$HP_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    mountpoint -q "$MNT" || { echo "io.sh: passthrough_hp did not mount:" >&2; cat "$WORK/hp.log" >&2; exit 1; }
+    rings=$(cat /proc/"$HP_PID"/task/*/comm | grep -c '^fuse-ring' || true)
     if [ "$2" = 1 ] && [ "$rings" -eq 0 ]; then
         echo "io.sh: $1 has no io_uring threads; libfuse fell back to /dev/fuse" >&2; cat "$WORK/hp.log" >&2; exit 1
     fi
+    if [ "$2" = 0 ] && [ "$rings" -ne 0 ]; then
+        echo "io.sh: $1 runs io_uring threads, not /dev/fuse" >&2; exit 1
+    fi
     measure "$1" "$MNT"
     fusermount3 -u "$MNT"
-    wait "$pid"
+    wait "$HP_PID"
+    HP_PID=
 }
 
 with_mergerfs() { # label options

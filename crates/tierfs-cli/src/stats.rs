@@ -51,7 +51,29 @@ pub fn ask(mnt: &Path, req: &Request) -> Result<Response> {
     ask_within(mnt, req, None)
 }
 
-/// [`ask`], giving up with a clear error if the daemon has not answered
+/// The daemon took a request and did not answer within the time allowed
+/// (an error of [`ask_within`]; callers can tell it from the others with
+/// `downcast_ref`).
+#[derive(Debug)]
+pub struct NoAnswer {
+    pub mountpoint: PathBuf,
+    pub limit: Duration,
+}
+
+impl std::fmt::Display for NoAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the tierfs daemon of {} did not answer within {}",
+            self.mountpoint.display(),
+            format_duration(self.limit)
+        )
+    }
+}
+
+impl std::error::Error for NoAnswer {}
+
+/// [`ask`], giving up with [`NoAnswer`] if the daemon has not answered
 /// within `limit`.
 pub fn ask_within(mnt: &Path, req: &Request, limit: Option<Duration>) -> Result<Response> {
     let sock = runtime::socket_path(mnt);
@@ -59,8 +81,9 @@ pub fn ask_within(mnt: &Path, req: &Request, limit: Option<Duration>) -> Result<
         bail!("no tierfs daemon answers for {} (no socket {})", mnt.display(), sock.display());
     }
     tierfs_core::report::ask_within(&sock, req, limit).map_err(|e| match (e.kind(), limit) {
-        (std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock, Some(l)) => {
-            anyhow!("the tierfs daemon of {} did not answer within {}", mnt.display(), format_duration(l))
+        // A read timeout is EAGAIN (WouldBlock) on Linux, TimedOut elsewhere.
+        (std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock, Some(limit)) => {
+            anyhow::Error::new(NoAnswer { mountpoint: mnt.to_path_buf(), limit })
         }
         _ => anyhow::Error::new(e).context(format!("asking the tierfs daemon of {}", mnt.display())),
     })

@@ -2,7 +2,7 @@
 //! what a trace holds. The format is `tierfs_core::trace`.
 
 use crate::args::{TraceArgs, TraceCmd, TraceFormatArg};
-use crate::stats::{ask, ask_within, resolve_mount};
+use crate::stats::{ask, ask_within, resolve_mount, NoAnswer};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
@@ -69,10 +69,11 @@ fn stop_recording(mnt: &Path, limit: Duration) -> Result<ExitCode> {
         }
         // `ask_within` turns the daemon's errors into `Err`.
         Ok(other) => bail!("unexpected answer: {other:?}"),
-        Err(e) => Err(e.context(format!(
+        Err(e) if e.downcast_ref::<NoAnswer>().is_some() => Err(e.context(format!(
             "the recording may still be running; end it with `tierfs trace record --stop {}` or by unmounting",
             mnt.display()
         ))),
+        Err(e) => Err(e),
     }
 }
 
@@ -231,6 +232,15 @@ fn show(path: &Path, json: bool) -> Result<ExitCode> {
 mod tests {
     use super::*;
 
+    /// Removes the socket file however the test ends.
+    struct Unlink(std::path::PathBuf);
+
+    impl Drop for Unlink {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
     #[test]
     fn stopping_a_recording_gives_up_on_a_daemon_that_never_answers() {
         let dir = tempfile::tempdir().unwrap();
@@ -239,20 +249,33 @@ mod tests {
         std::fs::create_dir_all(sock.parent().unwrap()).unwrap();
         let _ = std::fs::remove_file(&sock);
         let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-        // Takes the request and never answers, like a stuck daemon.
+        let _unlink = Unlink(sock);
+        // Takes the request and answers nothing until the client gave up
+        // (or 3 s passed), like a stuck daemon.
+        let (gave_up, wait) = std::sync::mpsc::channel::<()>();
         let held = std::thread::spawn(move || {
             let (conn, _) = listener.accept().unwrap();
-            std::thread::sleep(Duration::from_secs(3));
+            let _ = wait.recv_timeout(Duration::from_secs(3));
             drop(conn);
         });
         let start = Instant::now();
         let err = stop_recording(&mnt, Duration::from_millis(300)).unwrap_err();
         let waited = start.elapsed();
-        std::fs::remove_file(&sock).unwrap();
+        gave_up.send(()).unwrap();
+        held.join().unwrap();
         let msg = format!("{err:#}");
         assert!(waited < Duration::from_secs(2), "gave up only after {waited:?}");
+        assert!(err.downcast_ref::<NoAnswer>().is_some(), "{msg}");
         assert!(msg.contains("did not answer within"), "{msg}");
         assert!(msg.contains("--stop"), "the message says how to end the recording: {msg}");
-        held.join().unwrap();
+    }
+
+    #[test]
+    fn stopping_without_a_daemon_does_not_claim_a_recording_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = stop_recording(&dir.path().join("mnt"), Duration::from_millis(300)).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("no tierfs daemon answers"), "{msg}");
+        assert!(!msg.contains("may still be running"), "{msg}");
     }
 }
