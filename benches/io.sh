@@ -109,7 +109,8 @@ fresh_backing() {
     mkdir -p "$DATA" "$SSD"
     sync
 }
-has() { [[ " $TESTS " == *" $1 "* ]]; }
+in_list() { [[ " $2 " == *" $1 "* ]]; } # word list
+has() { in_list "$1" "$TESTS"; }
 
 # The workloads' inputs, made once outside every setup: a git repository
 # and a tarball of a source-like tree (files of 0-16 KB, 100 per directory).
@@ -265,8 +266,8 @@ with_mergerfs() { # label options
 : >"$WORK/results.txt"
 echo "machine: $(uname -srm), $(nproc) cores, $(awk '/MemTotal/{print $2/1048576 " GiB"}' /proc/meminfo); fio $(fio --version); $(mergerfs --version 2>&1 | head -1); $(git --version); tierfs $("$BIN" --version)" >&2
 echo "command: bash benches/io.sh $* (SIZE=$SIZE RUNTIME=$RUNTIME META_N=$META_N STAT_N=$STAT_N PM_FILES=$PM_FILES PM_TX=$PM_TX GIT_FILES=$GIT_FILES TAR_FILES=$TAR_FILES REPS=$REPS TESTS=\"$TESTS\" ONLY=\"$ONLY\" TIERFS_ARGS=\"$TIERFS_ARGS\" BACKING=$BACKING IMG_SIZE=$IMG_SIZE)" >&2
-want() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
-named() { [[ " $ONLY " == *" $1 "* ]]; }
+named() { in_list "$1" "$ONLY"; }
+want() { [ -z "$ONLY" ] || named "$1"; }
 if named libfuse-dev || named libfuse-uring; then
     HP=$(bash benches/libfuse.sh)
     echo "reference: libfuse 3.18.3 passthrough_hp --nopassthrough --direct-io" >&2

@@ -54,16 +54,12 @@ struct Meta {
     machine: String,
     commit: String,
     preset: Preset,
-    /// Produced by the simulator (`--sim`), not by mounts.
-    #[serde(default)]
-    simulated: bool,
 }
 
 impl Meta {
-    /// True if the figures come from the simulator. Folders written before
-    /// the field existed say so only in their command.
+    /// True if the figures come from the simulator (`bench sweep --sim`).
     fn is_simulated(&self) -> bool {
-        self.simulated || self.command.split_whitespace().any(|w| w == "--sim")
+        self.command.split_whitespace().any(|w| w == "--sim")
     }
 }
 
@@ -249,7 +245,6 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 machine: machine(),
                 commit: commit(),
                 preset: p,
-                simulated: *sim,
             };
             std::fs::write(out.join("meta.json"), serde_json::to_string_pretty(&meta)?)?;
             std::fs::write(out.join("rows.json"), serde_json::to_string_pretty(&rows)?)?;

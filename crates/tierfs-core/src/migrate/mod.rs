@@ -331,10 +331,15 @@ impl<S: Store> Volume<S> {
     /// migration of a file runs at a time: another one asked for meanwhile
     /// returns [`Skip::Busy`] at once.
     pub fn migrate(&self, ino: Ino, mv: Move, ctl: &dyn Control) -> Result<Outcome> {
-        let r = self.migrate_held(ino, mv, ctl);
+        self.told_kernel(ino, self.migrate_held(ino, mv, ctl))
+    }
+
+    /// `r`, the outcome of moving `ino`'s data (a migration or a chunk
+    /// operation), once the kernel's caches were told if it was done: the
+    /// file's blocks (and, for a cached file, where its attributes come
+    /// from) changed, so the kernel's copy goes.
+    pub(crate) fn told_kernel(&self, ino: Ino, r: Result<Outcome>) -> Result<Outcome> {
         if matches!(r, Ok(Outcome::Done(_))) {
-            // The file's blocks (and, for a cached file, where its
-            // attributes come from) changed: the kernel's copy goes.
             self.attrs_changed(ino);
         }
         r

@@ -184,11 +184,7 @@ impl<S: Store> Volume<S> {
             // Paced before any lock is taken.
             ctl.pace(chunk.bytes());
         }
-        let r = self.chunk_op_held(ino, op, ctl, crash);
-        if matches!(r, Ok(Outcome::Done(_))) {
-            self.attrs_changed(ino);
-        }
-        r
+        self.told_kernel(ino, self.chunk_op_held(ino, op, ctl, crash))
     }
 
     /// [`Volume::chunk_op`] for a caller that holds the file's migration
