@@ -379,7 +379,10 @@ impl<S: Store> Volume<S> {
             Some(l) => l,
             None => return Ok(Outcome::Skipped(Skip::Gone)),
         };
-        let src = self.stat_on(p, &n, from)?;
+        let src = match self.stat_on(p, &n, from) {
+            Err(e) if self.raced(ino, &(p, n), &e, ctl) => return self.gone_or_busy(ino),
+            r => r?,
+        };
         let hooks = self.hooks();
         // What the copy will occupy on the SSD: what the source occupies
         // (holes stay holes), plus what a file that grows while it is copied
@@ -391,6 +394,27 @@ impl<S: Store> Volume<S> {
         let r = self.move_or_copy(ino, op, from, to, &mut reserved, ctl);
         hooks.settle_ssd(ino, reserved, None);
         r
+    }
+
+    /// Whether `e`, from using the name `link` of `ino` on a tier, says the
+    /// name went away since it was read from the namespace (without its
+    /// directory's lock: an unlink or rename may come between). Such a
+    /// file is skipped or tried again under its new name; a migration
+    /// that raced a delete is not a failure.
+    fn raced(&self, ino: Ino, link: &(Ino, OsString), e: &Error, ctl: &dyn Control) -> bool {
+        if !e.is(libc::ENOENT) {
+            return false;
+        }
+        // An unlink or rename changes the tier and then the namespace,
+        // holding the directory's lock: once that is free, the namespace
+        // says what happened. A caller with a bound on its waits that
+        // cannot have the lock in time takes the directory as changing:
+        // the file is tried again later.
+        let settled = match ctl.io_wait() {
+            None => Some(self.locks.lock(&[link.0])),
+            Some(d) => self.locks.try_lock_for(&[link.0], d),
+        };
+        settled.is_none() || self.ns.first_link(ino).ok().flatten().as_ref() != Some(link)
     }
 
     /// Creates a staging file under a name no other migration uses.
@@ -425,9 +449,15 @@ impl<S: Store> Volume<S> {
             }
             let Some((p, n)) = self.ns.first_link(ino)? else { return Ok(Outcome::Skipped(Skip::Gone)) };
             let v0 = self.change_gen(ino);
-            let sd = self.tiers.dir(p, from, false)?;
-            let src = match sf.open(&sd, &n, libc::O_RDONLY | libc::O_NOATIME, 0) {
-                Err(e) if e.raw_os_error() == Some(libc::EPERM) => sf.open(&sd, &n, libc::O_RDONLY, 0)?,
+            let opened = self.tiers.dir(p, from, false).and_then(|sd| {
+                Ok(match sf.open(&sd, &n, libc::O_RDONLY | libc::O_NOATIME, 0) {
+                    Err(e) if e.raw_os_error() == Some(libc::EPERM) => sf.open(&sd, &n, libc::O_RDONLY, 0)?,
+                    r => r?,
+                })
+            });
+            let src = match opened {
+                // Unlinked or renamed since: the next attempt finds out which.
+                Err(e) if self.raced(ino, &(p, n), &e, ctl) => continue,
                 r => r?,
             };
             let (tmp, dst) = self.stage(st, &staging, ino)?;
@@ -445,7 +475,14 @@ impl<S: Store> Volume<S> {
                 }
             }
         }
-        Ok(Outcome::Skipped(Skip::Busy))
+        self.gone_or_busy(ino)
+    }
+
+    /// The outcome of a migration that gave up on a file that kept
+    /// changing: gone if it has no name left.
+    fn gone_or_busy(&self, ino: Ino) -> Result<Outcome> {
+        let gone = self.ns.first_link(ino)?.is_none();
+        Ok(Outcome::Skipped(if gone { Skip::Gone } else { Skip::Busy }))
     }
 
     /// One attempt: copy, catch up, sync, switch over. `None`: the source
@@ -777,7 +814,9 @@ impl<S: Store> Volume<S> {
                 synced.push(*p);
             }
         }
-        st.sync_dir(staging)?;
+        // The staging directory is not synced: a staging name that comes
+        // back after a crash is one more link of the copy, and recovery
+        // empties the staging directories before any request.
         ctl.at(Step::DirSynced)?;
         let Some(writable) = open else { return Ok(None) };
         let (p0, n0) = &links[0];

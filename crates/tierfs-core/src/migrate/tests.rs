@@ -578,16 +578,18 @@ fn a_rename_over_a_name_the_migration_vacates_keeps_the_renamed_file() {
     assert_eq!(read_all(&v, lookup(&v, "d/one")), b"the renamed file");
 }
 
+/// A migration bound in its waits for locks, as the cleaner's for a writer.
+struct Bounded;
+impl Control for Bounded {
+    fn io_wait(&self) -> Option<std::time::Duration> {
+        Some(std::time::Duration::from_millis(50))
+    }
+}
+
 #[test]
 fn dropping_a_copy_gives_up_on_a_directory_another_request_holds() {
     // drop_copy waited for the directory locks without bound, from a
     // request whose own lock another request was waiting for.
-    struct Bounded;
-    impl Control for Bounded {
-        fn io_wait(&self) -> Option<std::time::Duration> {
-            Some(std::time::Duration::from_millis(50))
-        }
-    }
     let rig = Rig::new();
     setup(&rig);
     let v = Arc::new(rig.mount());
@@ -804,4 +806,90 @@ fn a_hard_link_adopted_after_a_cut_reconciliation_keeps_the_inode_of_its_other_n
     let v = rig.mount();
     assert_eq!(lookup(&v, "z"), a, "the other name joins the inode the database knows");
     assert_eq!(v.ns.links(a).unwrap().len(), 2);
+}
+
+#[test]
+fn a_migration_that_meets_an_unlink_half_done_skips_the_file_instead_of_failing() {
+    // An unlink removes the tier's name and then the namespace's, holding
+    // the directory's lock; a migration that had read the name before
+    // found it gone on the tier and failed with ENOENT (24 of 15 000
+    // demotions under postmark).
+    let rig = Rig::new();
+    setup(&rig);
+    let v = Arc::new(rig.mount());
+    let d = lookup(&v, "d");
+    let ino = lookup(&v, "d/one");
+    let name = OsStr::new("one");
+    // The unlink, half done: the tier's name is gone, the namespace's not.
+    let held = v.locks.lock(&[d]);
+    rig.hdd.unlink(&v.tiers.dir(d, Tier::Hdd, false).unwrap(), name).unwrap();
+    let vm = v.clone();
+    let m = std::thread::spawn(move || vm.migrate(ino, Move::Promote, &NoCrash));
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let mut b = v.ns.batch();
+    b.unlink(d, name, ino).del_record(ino);
+    v.ns.commit(b, false).unwrap();
+    drop(held);
+    assert_eq!(m.join().unwrap().unwrap(), Outcome::Skipped(Skip::Gone));
+
+    // A migration bound in its waits (the cleaner evacuating for a
+    // writer) does not wait for the unlink to finish: it tries later.
+    let ssd = lookup(&v, "on-ssd");
+    let held = v.locks.lock(&[ROOT_INO]);
+    rig.ssd.unlink(&v.tiers.dir(ROOT_INO, Tier::Ssd, false).unwrap(), OsStr::new("on-ssd")).unwrap();
+    let vb = v.clone();
+    let out = within(5, "a bounded demotion", move || vb.migrate(ssd, Move::Demote, &Bounded).unwrap());
+    assert_eq!(out, Outcome::Skipped(Skip::Busy));
+    drop(held);
+
+    // A name missing from its tier while the namespace keeps it is no
+    // race: that is reported.
+    let two = lookup(&v, "two");
+    rig.hdd.unlink(&v.tiers.dir(ROOT_INO, Tier::Hdd, false).unwrap(), OsStr::new("two")).unwrap();
+    let e = v.migrate(two, Move::Promote, &NoCrash).unwrap_err();
+    assert!(e.is(libc::ENOENT), "{e}");
+}
+
+#[test]
+fn a_staging_name_back_after_a_crash_is_removed_and_the_file_kept() {
+    // The staging directory is not synced after the copy got its names: a
+    // crash may bring the staging name back. Made durable here before the
+    // copy is linked, it always comes back.
+    struct DurableStaging<'a> {
+        store: &'a MemStore,
+        staging: crate::store::mem::MemDir,
+        crash: Step,
+    }
+    impl Control for DurableStaging<'_> {
+        fn at(&self, step: Step) -> crate::Result<()> {
+            if step == Step::Synced {
+                self.store.sync_dir(&self.staging)?;
+            }
+            CrashAt(self.crash).at(step)
+        }
+    }
+    for (path, mv) in CASES.into_iter().filter(|c| c.1 != Move::DropCopy) {
+        for step in [Step::Linked, Step::DirSynced, Step::Committed, Step::SourceRemoved, Step::Done] {
+            let rig = Rig::new();
+            let sc = setup(&rig);
+            let what = format!("{mv:?} {path}, durable staging name, crash at {}", step.name());
+            let to = if mv == Move::Demote { Tier::Hdd } else { Tier::Ssd };
+            let store = |t: Tier| if t == Tier::Ssd { &rig.ssd } else { &rig.hdd };
+            {
+                let v = rig.mount();
+                let ino = lookup(&v, path);
+                let ctl = DurableStaging { store: store(to), staging: v.tiers.staging(to).unwrap(), crash: step };
+                match v.migrate(ino, mv, &ctl) {
+                    Err(Error::SimulatedCrash(s)) => assert_eq!(s, step.name(), "{what}"),
+                    other => panic!("{what}: {other:?}"),
+                }
+            }
+            rig.crash();
+            check(&rig, &sc, &what);
+            let v = rig.mount();
+            for t in Tier::ALL {
+                assert!(store(t).list(&v.tiers.staging(t).unwrap()).unwrap().is_empty(), "{what}: staging of {t}");
+            }
+        }
+    }
 }
