@@ -410,10 +410,7 @@ impl<S: Store> Volume<S> {
         // says what happened. A caller with a bound on its waits that
         // cannot have the lock in time takes the directory as changing:
         // the file is tried again later.
-        let settled = match ctl.io_wait() {
-            None => Some(self.locks.lock(&[link.0])),
-            Some(d) => self.locks.try_lock_for(&[link.0], d),
-        };
+        let settled = self.locks.lock_within(&[link.0], ctl.io_wait());
         settled.is_none() || self.ns.first_link(ino).ok().flatten().as_ref() != Some(link)
     }
 
@@ -621,12 +618,8 @@ impl<S: Store> Volume<S> {
         // The foreground cleaner must not wait for a directory another
         // request holds: that request may be waiting for the very file
         // whose write is cleaning.
-        let dirs = match ctl.io_wait() {
-            None => self.locks.lock(&parents),
-            Some(d) => match self.locks.try_lock_for(&parents, d) {
-                Some(g) => g,
-                None => return Ok(Some(Outcome::Skipped(Skip::Busy))),
-            },
+        let Some(dirs) = self.locks.lock_within(&parents, ctl.io_wait()) else {
+            return Ok(Some(Outcome::Skipped(Skip::Busy)));
         };
         let Some(ilock) = lock_within!(ctl, self.ilocks.get(ino), write, try_write_for) else {
             return Ok(Some(Outcome::Skipped(Skip::Busy)));
@@ -897,12 +890,8 @@ impl<S: Store> Volume<S> {
         let links = self.ns.links(ino)?;
         let parents: Vec<Ino> = links.iter().map(|l| l.0).collect();
         let (size, removed) = {
-            let _dirs = match ctl.io_wait() {
-                None => self.locks.lock(&parents),
-                Some(d) => match self.locks.try_lock_for(&parents, d) {
-                    Some(g) => g,
-                    None => return Ok(Outcome::Skipped(Skip::Busy)),
-                },
+            let Some(_dirs) = self.locks.lock_within(&parents, ctl.io_wait()) else {
+                return Ok(Outcome::Skipped(Skip::Busy));
             };
             let Some(_ilock) = lock_within!(ctl, self.ilocks.get(ino), write, try_write_for) else {
                 return Ok(Outcome::Skipped(Skip::Busy));

@@ -405,7 +405,8 @@ impl Drop for FjallKv {
 /// journal writer while the disk works. fjall's `persist(SyncAll)` fsyncs
 /// under the writer's lock, so each flush of a migration (two per file)
 /// held up every commit of every request thread: postmark under the
-/// default policy took 19.8 s, 15.4 s with this. The batches are handed
+/// default policy took 19.8 s, 16.8–17.8 s with this alone (single runs,
+/// `benches/results/io-2026-11-25-flush.md`). The batches are handed
 /// to the kernel under the lock (`Buffer`), then the newest journal is
 /// fsynced through a descriptor of our own. A batch in an older journal is
 /// durable already: fjall fsyncs a journal (and the folder) before it
@@ -486,7 +487,7 @@ impl JournalSync {
 mod tests {
     use super::*;
 
-    /// The layout `sync_journal` relies on: the journal fjall appends a
+    /// The layout [`JournalSync::sync`] relies on: the journal fjall appends a
     /// batch to is the highest-numbered file in the journal folder, also
     /// after the memtables (and with them the journal) were rotated.
     #[test]

@@ -48,6 +48,15 @@ impl DirLocks {
             Self::ordered(dirs).into_iter().map(|i| self.stripes[i].try_lock_until(deadline)).collect();
         Some(DirGuard { _g: g? })
     }
+
+    /// [`DirLocks::lock`] without a bound (`None`), else
+    /// [`DirLocks::try_lock_for`].
+    pub(crate) fn lock_within(&self, dirs: &[Ino], wait: Option<std::time::Duration>) -> Option<DirGuard<'_>> {
+        match wait {
+            None => Some(self.lock(dirs)),
+            Some(d) => self.try_lock_for(dirs, d),
+        }
+    }
 }
 
 /// Striped reader-writer locks on inodes: opening a file (which reads its
