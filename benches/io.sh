@@ -18,7 +18,11 @@
 #   tierfs-us-nostats  the same, statistics off
 #   mergerfs           mergerfs, cache.files=off (direct I/O, like tierfs-us)
 #   mergerfs-default   mergerfs with its defaults (page cache, cache.files=libfuse)
-# and, only when named in ONLY, libfuse's reference server passthrough_hp
+# and, only when named in ONLY,
+#   tierfs-pt-nolinger tierfs-pt without lingering (--linger 0: a request
+#   tierfs-us-nolinger thread sleeps as soon as it has answered), and the same
+#                      in userspace mode
+# and libfuse's reference server passthrough_hp
 # (benches/libfuse.sh builds it) with data through the daemon and direct I/O,
 # to measure the transport:
 #   libfuse-dev        over /dev/fuse (read and write system calls, as fuser)
@@ -281,8 +285,10 @@ for rep in $(seq 1 "$REPS"); do
     if want native; then fresh_backing; measure native "$DATA"; fi
     if want tierfs-pt; then fresh_backing; with_tierfs tierfs-pt --io-mode passthrough; fi
     if want tierfs-pt-nostats; then fresh_backing; with_tierfs tierfs-pt-nostats --io-mode passthrough --no-stats; fi
+    if named tierfs-pt-nolinger; then fresh_backing; with_tierfs tierfs-pt-nolinger --io-mode passthrough --linger 0; fi
     if want tierfs-us; then fresh_backing; with_tierfs tierfs-us --io-mode userspace; fi
     if want tierfs-us-nostats; then fresh_backing; with_tierfs tierfs-us-nostats --io-mode userspace --no-stats; fi
+    if named tierfs-us-nolinger; then fresh_backing; with_tierfs tierfs-us-nolinger --io-mode userspace --linger 0; fi
     if want mergerfs; then fresh_backing; with_mergerfs mergerfs cache.files=off,allow_other,category.create=ff; fi
     if want mergerfs-default; then fresh_backing; with_mergerfs mergerfs-default allow_other,category.create=ff; fi
     if named libfuse-dev; then fresh_backing; with_libfuse libfuse-dev 0; fi

@@ -11,6 +11,7 @@ mod extents;
 mod hardening;
 mod harness;
 mod killloop;
+mod linger;
 mod measured;
 mod multiuser;
 mod ops;

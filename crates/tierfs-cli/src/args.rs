@@ -372,6 +372,12 @@ pub struct MountArgs {
     /// in the tier directories while mounted show within it, if at all.
     #[arg(long, value_name = "DURATION", default_value = "60s")]
     pub cache_timeout: String,
+    /// After answering a request, a request thread watches for the next one
+    /// this long before it sleeps (e.g. 200us; 0 = never). Spends up to this
+    /// much CPU per request to spare a client that sends one request after
+    /// another the wake-up of a sleeping thread.
+    #[arg(long, value_name = "DURATION", default_value = "200us")]
+    pub linger: String,
     /// Halve every access counter this often, so old heat fades (e.g. 10m, 1h; 0 = never).
     #[arg(long, value_name = "DURATION", default_value = "10m")]
     pub aging: String,

@@ -192,7 +192,17 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
         aging: tierfs_core::config::parse_duration(&a.aging).map_err(|e| anyhow::anyhow!("--aging: {e}"))?,
         cache_timeout: tierfs_core::config::parse_duration(&a.cache_timeout)
             .map_err(|e| anyhow::anyhow!("--cache-timeout: {e}"))?,
+        linger: linger(&a.linger)?,
     })
+}
+
+/// `--linger`: at most 10 ms (a longer watch would only burn CPU).
+fn linger(s: &str) -> Result<std::time::Duration> {
+    let d = tierfs_core::config::parse_duration(s).map_err(|e| anyhow::anyhow!("--linger: {e}"))?;
+    if d > std::time::Duration::from_millis(10) {
+        anyhow::bail!("--linger: {s:?} is longer than 10ms");
+    }
+    Ok(d)
 }
 
 /// The SSD write budget: `--ssd-write-budget SIZE[/day]`, or

@@ -44,6 +44,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     }
     let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration"))?;
     let secs = match unit.trim().to_ascii_lowercase().as_str() {
+        "us" | "µs" => v / 1e6,
         "ms" => v / 1000.0,
         "" | "s" | "sec" | "secs" => v,
         "m" | "min" => v * 60.0,
@@ -51,7 +52,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "d" => v * 86400.0,
         "w" => v * 7.0 * 86400.0,
         "y" => v * YEAR_SECS,
-        _ => return Err(format!("{s:?}: unknown duration unit (use ms, s, m, h, d, w or y)")),
+        _ => return Err(format!("{s:?}: unknown duration unit (use us, ms, s, m, h, d, w or y)")),
     };
     if !secs.is_finite() || !(0.0..=1e12).contains(&secs) {
         return Err(format!("{s:?} is out of range"));
@@ -116,6 +117,8 @@ mod tests {
         assert_eq!(parse_duration("80"), Ok(Duration::from_secs(80)));
         assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("200us"), Ok(Duration::from_micros(200)));
+        assert_eq!(parse_duration("200µs"), Ok(Duration::from_micros(200)));
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("5x").is_err());

@@ -28,6 +28,7 @@ pub struct TierFs<S: Store> {
     backings: Backings,
     on_destroy: Option<OnDestroy>,
     virt: Option<Arc<dyn crate::VirtualXattrs>>,
+    linger: Arc<crate::linger::Linger>,
 }
 
 impl<S: Store> TierFs<S> {
@@ -39,7 +40,14 @@ impl<S: Store> TierFs<S> {
         virt: Option<Arc<dyn crate::VirtualXattrs>>,
         ttl: Duration,
     ) -> Self {
-        TierFs { vol, ttl, backings: Backings::default(), on_destroy: Some(on_destroy), virt }
+        let linger = Arc::new(crate::linger::Linger::new(Duration::ZERO));
+        TierFs { vol, ttl, backings: Backings::default(), on_destroy: Some(on_destroy), virt, linger }
+    }
+
+    /// Lingers after each answer (see [`crate::linger`]).
+    pub fn with_linger(mut self, linger: Arc<crate::linger::Linger>) -> Self {
+        self.linger = linger;
+        self
     }
 }
 
@@ -230,6 +238,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _linger = self.linger.guard();
         match self.vol.lookup(parent.0, name) {
             Err(e) => match self.fail(e) {
                 // The name's absence is cached too (an entry of inode 0): a
@@ -242,6 +251,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _linger = self.linger.guard();
         match self.vol.getattr(ino.0) {
             Ok(a) => reply.attr(&self.ttl, &fuse_attr(&a)),
             Err(e) => reply.error(self.fail(e)),
@@ -266,6 +276,7 @@ impl<S: Store> Filesystem for TierFs<S> {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _linger = self.linger.guard();
         let sa = SetAttr { mode, uid, gid, size, atime: set_time(atime), mtime: set_time(mtime) };
         let mut r = self.vol.setattr(ino.0, fh.map(|f| f.0), &sa);
         // Truncation by an unprivileged user clears set-ID bits
@@ -280,6 +291,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _linger = self.linger.guard();
         match self.vol.readlink(ino.0) {
             Ok(t) => reply.data(std::os::unix::ffi::OsStrExt::as_bytes(t.as_os_str())),
             Err(e) => reply.error(self.fail(e)),
@@ -287,22 +299,27 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let _linger = self.linger.guard();
         entry(self, reply, self.vol.mknod(&ctx(req), parent.0, name, mode, umask, rdev as u64));
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let _linger = self.linger.guard();
         entry(self, reply, self.vol.mkdir(&ctx(req), parent.0, name, mode, umask));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _linger = self.linger.guard();
         empty(self, reply, self.vol.unlink(parent.0, name));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _linger = self.linger.guard();
         empty(self, reply, self.vol.rmdir(parent.0, name));
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let _linger = self.linger.guard();
         entry(self, reply, self.vol.symlink(&ctx(req), parent.0, link_name, target.as_os_str()));
     }
 
@@ -316,14 +333,17 @@ impl<S: Store> Filesystem for TierFs<S> {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _linger = self.linger.guard();
         empty(self, reply, self.vol.rename(parent.0, name, newparent.0, newname, flags.bits()));
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let _linger = self.linger.guard();
         entry(self, reply, self.vol.link(ino.0, newparent.0, newname));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _linger = self.linger.guard();
         let opened = match self.vol.open_as(&ctx(req), ino.0, flags.0) {
             Ok(o) => o,
             Err(e) => return reply.error(self.fail(e)),
@@ -345,6 +365,7 @@ impl<S: Store> Filesystem for TierFs<S> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let _linger = self.linger.guard();
         match self.vol.read(fh.0, offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(self.fail(e)),
@@ -363,6 +384,7 @@ impl<S: Store> Filesystem for TierFs<S> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _linger = self.linger.guard();
         match self.vol.write(fh.0, offset, data) {
             Ok(n) => {
                 // With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves this to us.
@@ -378,6 +400,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        let _linger = self.linger.guard();
         empty(self, reply, self.vol.flush(fh.0));
     }
 
@@ -391,15 +414,18 @@ impl<S: Store> Filesystem for TierFs<S> {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let _linger = self.linger.guard();
         self.backings.put(fh.0);
         empty(self, reply, self.vol.release(fh.0));
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let _linger = self.linger.guard();
         empty(self, reply, self.vol.fsync(fh.0, datasync));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _linger = self.linger.guard();
         match self.vol.opendir(ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(self.fail(e)),
@@ -407,6 +433,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let _linger = self.linger.guard();
         match self.vol.readdir(fh.0, offset) {
             Ok(entries) => {
                 for e in entries {
@@ -421,6 +448,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let _linger = self.linger.guard();
         match self.vol.readdirplus(fh.0, offset) {
             Ok(entries) => {
                 for e in entries {
@@ -436,14 +464,17 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        let _linger = self.linger.guard();
         empty(self, reply, self.vol.releasedir(fh.0));
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let _linger = self.linger.guard();
         empty(self, reply, self.vol.fsyncdir(ino.0));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _linger = self.linger.guard();
         match self.vol.statfs() {
             Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize),
             Err(e) => reply.error(self.fail(e)),
@@ -460,6 +491,7 @@ impl<S: Store> Filesystem for TierFs<S> {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        let _linger = self.linger.guard();
         if let Some(v) = &self.virt {
             if let Some(r) = v.set(&ctx(req), ino.0, name, value, flags) {
                 return empty(self, reply, r);
@@ -469,6 +501,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _linger = self.linger.guard();
         if let Some(v) = &self.virt {
             if let Some(r) = v.get(ino.0, name) {
                 return xattr_reply(self, reply, size, r);
@@ -478,6 +511,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _linger = self.linger.guard();
         let mut r = self.vol.listxattr_stored(ino.0);
         if let (Some(v), Ok(list)) = (&self.virt, r.as_mut()) {
             list.extend(v.list(ino.0));
@@ -486,6 +520,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _linger = self.linger.guard();
         if let Some(v) = &self.virt {
             if let Some(r) = v.remove(&ctx(req), ino.0, name) {
                 return empty(self, reply, r);
@@ -495,6 +530,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let _linger = self.linger.guard();
         empty(self, reply, self.vol.access(&ctx(req), ino.0, mask.bits()));
     }
 
@@ -508,6 +544,7 @@ impl<S: Store> Filesystem for TierFs<S> {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let _linger = self.linger.guard();
         let (attr, opened) = match self.vol.create(&ctx(req), parent.0, name, mode, umask, flags) {
             Ok(x) => x,
             Err(e) => return reply.error(self.fail(e)),
@@ -529,10 +566,12 @@ impl<S: Store> Filesystem for TierFs<S> {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        let _linger = self.linger.guard();
         empty(self, reply, self.vol.fallocate(fh.0, offset, length, mode));
     }
 
     fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        let _linger = self.linger.guard();
         match self.vol.lseek(fh.0, offset, whence) {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(self.fail(e)),
@@ -552,6 +591,7 @@ impl<S: Store> Filesystem for TierFs<S> {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        let _linger = self.linger.guard();
         match self.vol.copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len) {
             Ok(n) => reply.written(n.min(u32::MAX as u64) as u32),
             Err(e) => reply.error(self.fail(e)),

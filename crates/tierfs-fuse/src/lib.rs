@@ -6,6 +6,7 @@
 pub mod control;
 pub mod errno;
 pub mod fs;
+pub mod linger;
 pub mod metrics;
 pub mod mount;
 pub mod owner;

@@ -86,6 +86,9 @@ pub struct MountConfig {
     /// How long the kernel may cache names, attributes and the absence of
     /// a name (tierfs's own changes outside requests invalidate at once).
     pub cache_timeout: std::time::Duration,
+    /// How long a request thread watches for the next request after an
+    /// answer (`crate::linger`; zero: never).
+    pub linger: std::time::Duration,
 }
 
 /// An exclusive lock on a state directory, held while mounted.
@@ -300,7 +303,9 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
             Ok(()) => tracing::warn!("state flushed, but the shutdown is not marked clean"),
         }
     });
-    let fs = TierFs::new(vol.clone(), on_destroy, Some(Arc::new(Xattrs(engine.clone()))), cfg.cache_timeout);
+    let linger = Arc::new(crate::linger::Linger::new(cfg.linger));
+    let fs = TierFs::new(vol.clone(), on_destroy, Some(Arc::new(Xattrs(engine.clone()))), cfg.cache_timeout)
+        .with_linger(linger.clone());
     let (session, mut unmounter) = match mount_session(fs, cfg) {
         Ok(x) => x,
         Err(e) => {
@@ -308,6 +313,13 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
             return Err(e);
         }
     };
+    {
+        use std::os::fd::AsFd;
+        match session.as_fd().try_clone_to_owned() {
+            Ok(fd) => linger.attach(fd),
+            Err(e) => tracing::warn!(error = %e, "cannot duplicate the FUSE descriptor: no lingering"),
+        }
+    }
     vol.set_kernel_cache(Arc::new(crate::fs::Invalidator(session.notifier())));
     let ending = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let signalled = ending.clone();
