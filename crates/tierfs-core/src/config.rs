@@ -33,8 +33,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 /// Seconds of a year (365.25 days).
 pub const YEAR_SECS: f64 = 365.25 * 86400.0;
 
-/// Parses a duration: a number with an optional unit ms, s, m, h, d, w
-/// or y (365.25 days). A plain number is seconds.
+/// Parses a duration: a number with an optional unit us (or µs), ms, s,
+/// m, h, d, w or y (365.25 days). A plain number is seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
@@ -44,7 +44,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     }
     let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration"))?;
     let secs = match unit.trim().to_ascii_lowercase().as_str() {
-        "us" | "µs" => v / 1e6,
+        "us" | "µs" | "μs" => v / 1e6,
         "ms" => v / 1000.0,
         "" | "s" | "sec" | "secs" => v,
         "m" | "min" => v * 60.0,
@@ -119,6 +119,7 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("200us"), Ok(Duration::from_micros(200)));
         assert_eq!(parse_duration("200µs"), Ok(Duration::from_micros(200)));
+        assert_eq!(parse_duration("200μs"), Ok(Duration::from_micros(200)), "Greek mu too");
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("5x").is_err());
