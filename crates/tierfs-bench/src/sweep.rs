@@ -332,6 +332,23 @@ pub struct Row {
     /// it was kept, or without emulation).
     #[serde(default)]
     pub hdd_busy_secs: Option<f64>,
+    /// Moves, evictions and bytes moved in the measured run alone (None in
+    /// results recorded before they were kept).
+    #[serde(default)]
+    pub run_moves: Option<RunMoves>,
+}
+
+/// What moved during the measured run, and what reached the HDD model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunMoves {
+    /// Promotions, demotions, copies and dropped copies.
+    pub moves: u64,
+    /// Of those, evictions.
+    pub evictions: u64,
+    /// Bytes copied between the tiers.
+    pub bytes_moved: u64,
+    /// Requests that reached the HDD model (its cache's misses).
+    pub hdd_requests: u64,
 }
 
 /// What the mount's status says about the measured run alone.
@@ -341,6 +358,8 @@ pub struct RunStats {
     pub hit_ratio: f64,
     /// Seconds the HDD model was busy between the two reports.
     pub hdd_busy_secs: Option<f64>,
+    /// What moved between the two reports.
+    pub moves: RunMoves,
 }
 
 impl RunStats {
@@ -354,7 +373,19 @@ impl RunStats {
         // The model counts nothing while it is paused, but it counted the
         // mount's own requests before the sweep paused it.
         let hdd_busy_secs = busy(after).map(|a| a - busy(before).unwrap_or(0.0));
-        RunStats { hit_ratio, hdd_busy_secs }
+        let moved = |s: &StatusReport| {
+            let m = &s.migrations;
+            let hdd_requests = s.emulation.iter().find(|d| d.tier == "hdd").map_or(0, |d| d.requests);
+            (m.promotions + m.demotions + m.copies + m.drops, m.evictions, m.bytes_moved, hdd_requests)
+        };
+        let (a, b) = (moved(after), moved(before));
+        let moves = RunMoves {
+            moves: a.0.saturating_sub(b.0),
+            evictions: a.1.saturating_sub(b.1),
+            bytes_moved: a.2.saturating_sub(b.2),
+            hdd_requests: a.3.saturating_sub(b.3),
+        };
+        RunStats { hit_ratio, hdd_busy_secs, moves }
     }
 }
 
@@ -623,6 +654,7 @@ impl Runner<'_> {
                     bytes_moved: m.bytes_moved,
                     run_hit_ratio: Some(run.hit_ratio),
                     hdd_busy_secs: run.hdd_busy_secs,
+                    run_moves: Some(run.moves),
                     report: r,
                 };
                 let line = format!("{wname}: {label}: {:.0} ops/s", row.report.ops_per_sec);

@@ -150,11 +150,17 @@ pub fn sweep(runner: &tierfs_bench::sweep::Runner<'_>, traces: &std::path::Path)
                 ssd_capacity: if pct == 0 { 0 } else { cap },
                 working_set: if ws == 0 { r.bytes_held } else { ws },
                 ssd_hit_ratio: r.ssd_hit_ratio,
-                moves: r.moves,
-                evictions: r.evictions,
-                bytes_moved: r.bytes_moved,
+                moves: r.total_moves,
+                evictions: r.total_evictions,
+                bytes_moved: r.total_bytes_moved,
                 run_hit_ratio: Some(r.ssd_hit_ratio),
                 hdd_busy_secs: Some(r.hdd_busy_secs),
+                run_moves: Some(tierfs_bench::sweep::RunMoves {
+                    moves: r.moves,
+                    evictions: r.evictions,
+                    bytes_moved: r.bytes_moved,
+                    hdd_requests: r.hdd_requests,
+                }),
                 report,
             };
             let line = format!("{wname}: {label}: {:.0} ops/s (simulated)", row.report.ops_per_sec);

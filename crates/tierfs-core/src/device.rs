@@ -206,6 +206,25 @@ pub enum Req {
     Sync,
 }
 
+impl Req {
+    /// Number of kinds [`Req::kind`] tells apart.
+    pub const KINDS: usize = 5;
+    /// Names of the kinds, by [`Req::kind`].
+    pub const KIND_NAMES: [&'static str; Req::KINDS] = ["read", "write", "meta-read", "meta-write", "sync"];
+
+    /// Its kind: 0 read, 1 write (direct ones included), 2 metadata read,
+    /// 3 metadata write, 4 sync.
+    pub fn kind(&self) -> usize {
+        match self {
+            Req::Read { .. } | Req::Direct { write: false, .. } => 0,
+            Req::Write { .. } | Req::Direct { write: true, .. } => 1,
+            Req::MetaRead { .. } => 2,
+            Req::MetaWrite { .. } => 3,
+            Req::Sync => 4,
+        }
+    }
+}
+
 /// An LRU set of pages (or metadata keys), bounded in pages.
 #[derive(Debug, Default)]
 struct Lru {
@@ -262,6 +281,8 @@ pub struct Device {
     pub requests: u64,
     /// Requests that reached the device while it was degraded.
     pub degraded_requests: u64,
+    /// Requests submitted (cache hits included), by kind: see [`Req::kind`].
+    pub submitted: [u64; Req::KINDS],
     /// Random-write bytes garbage collection has not absorbed yet.
     debt: f64,
     /// Until when the debt has been drained.
@@ -286,6 +307,7 @@ impl Device {
             busy: Duration::ZERO,
             requests: 0,
             degraded_requests: 0,
+            submitted: [0; Req::KINDS],
             debt: 0.0,
             debt_at: Timestamp(0),
             degraded: false,
@@ -372,6 +394,7 @@ impl Device {
 
     /// Submits a request at `now`; returns when the caller may go on.
     pub fn submit(&mut self, now: Timestamp, req: Req) -> Timestamp {
+        self.submitted[req.kind()] += 1;
         match req {
             Req::Read { file, off, len } => {
                 if len == 0 {

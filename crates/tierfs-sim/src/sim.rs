@@ -107,6 +107,15 @@ pub struct SimReport {
     pub evictions: u64,
     /// Bytes moved between the tiers.
     pub bytes_moved: u64,
+    /// Moves, evictions and bytes moved from the start of the trace
+    /// (preparation and warm-up included), as a mount counts them.
+    pub total_moves: u64,
+    /// See [`SimReport::total_moves`].
+    pub total_evictions: u64,
+    /// See [`SimReport::total_moves`].
+    pub total_bytes_moved: u64,
+    /// Requests that reached the HDD model (its cache's misses).
+    pub hdd_requests: u64,
     /// Seconds the HDD model was busy.
     pub hdd_busy_secs: f64,
     /// Seconds the SSD model was busy.
@@ -124,10 +133,12 @@ pub struct SimReport {
 struct File {
     size: u64,
     placement: Placement,
+    /// Its directory (its moves look it up).
+    dir: u64,
 }
 
 /// A file the trace has not shown before: empty, on the HDD.
-const NEW: File = File { size: 0, placement: Placement::On(Tier::Hdd) };
+const NEW: File = File { size: 0, placement: Placement::On(Tier::Hdd), dir: 0 };
 
 /// The tiers and the migrator at virtual time.
 struct Sim {
@@ -163,6 +174,18 @@ struct Counters {
     bytes_moved: u64,
     /// Reads and writes each tier served, by `Tier::idx`.
     requests: [u64; 2],
+}
+
+impl Counters {
+    /// What was counted after `before`.
+    fn since(&self, before: &Counters) -> Counters {
+        Counters {
+            moves: self.moves - before.moves,
+            evictions: self.evictions - before.evictions,
+            bytes_moved: self.bytes_moved - before.bytes_moved,
+            requests: [self.requests[0] - before.requests[0], self.requests[1] - before.requests[1]],
+        }
+    }
 }
 
 impl Sim {
@@ -295,13 +318,16 @@ impl Sim {
         }
     }
 
-    /// Copies a file between the devices, starting at `at`; returns when
-    /// the copy is synced.
-    fn copy(&mut self, at: Timestamp, ino: u64, size: u64, from: Tier, to: Tier) -> Timestamp {
-        let read = self.submit(at, from, Req::Read { file: ino, off: 0, len: size });
-        let created = self.submit(read, to, Req::MetaWrite { key: ino });
-        let written = self.submit(created, to, Req::Write { file: ino, off: 0, len: size });
-        self.submit(written, to, Req::Sync)
+    /// Charges the devices for `mv` of file `ino` as the migration protocol
+    /// makes its requests (`migrate::cost`), one after another from `at`;
+    /// returns when the last is done.
+    fn charge_move(&mut self, at: Timestamp, ino: u64, mv: Move) -> Timestamp {
+        let Some(f) = self.files.get(&ino).copied() else { return at };
+        let mut t = at;
+        for (tier, req) in tierfs_core::migrate::cost::requests(mv, ino, f.dir, f.size) {
+            t = self.submit(t, tier, req);
+        }
+        t
     }
 
     /// Where a move leaves a file, if the move fits where the file is.
@@ -320,10 +346,7 @@ impl Sim {
     fn take_off(&mut self, at: Timestamp, ino: u64, reason: Reason) -> Timestamp {
         let Some(f) = self.files.get(&ino).copied() else { return at };
         let Some(mv) = off_ssd(f.placement.into()) else { return at };
-        let done = match mv {
-            Move::Demote => self.copy(at, ino, f.size, Tier::Ssd, Tier::Hdd),
-            _ => self.submit(at, Tier::Ssd, Req::MetaWrite { key: ino }),
-        };
+        let done = self.charge_move(at, ino, mv);
         self.finish(Step { ino, mv, reason, size: f.size });
         done
     }
@@ -416,10 +439,9 @@ impl Sim {
                         continue;
                     }
                     self.used += f.size;
-                    (self.copy(t, s.ino, f.size, Tier::Hdd, Tier::Ssd), f.size)
+                    (self.charge_move(t, s.ino, s.mv), f.size)
                 }
-                Move::Demote => (self.copy(start, s.ino, f.size, Tier::Ssd, Tier::Hdd), 0),
-                Move::DropCopy => (self.submit(start, Tier::Ssd, Req::MetaWrite { key: s.ino }), 0),
+                Move::Demote | Move::DropCopy => (self.charge_move(start, s.ino, s.mv), 0),
             };
             self.migrator_free = done;
             let counter = self.stats.get(s.ino).map_or(0, |f| f.counter);
@@ -465,7 +487,7 @@ impl Sim {
         let known = self.files.contains_key(&ino);
         if !known && !matches!(r.kind, Kind::Create | Kind::Remove) {
             // A file that existed before the trace began: on the HDD.
-            self.files.insert(ino, NEW);
+            self.files.insert(ino, File { dir: r.dir, ..NEW });
             let g = self.group_of(r.dir);
             self.stats.insert(ino, FileStats { residence: NEW.placement.into(), group: g, ..FileStats::default() });
         }
@@ -483,7 +505,7 @@ impl Sim {
                     }
                 }
                 let placement = Placement::On(tier);
-                if let Some(old) = self.files.insert(ino, File { size: r.len, placement }) {
+                if let Some(old) = self.files.insert(ino, File { size: r.len, placement, dir: r.dir }) {
                     if old.placement.uses_ssd() {
                         self.used = self.used.saturating_sub(old.size);
                     }
@@ -528,6 +550,9 @@ impl Sim {
                 done
             }
             Kind::Move => {
+                if let Some(f) = self.files.get_mut(&ino) {
+                    f.dir = r.dir;
+                }
                 self.event(ino, now, EventKind::Moved { parent: r.dir }, r.dir);
                 let tier = self.files.get(&ino).unwrap_or(&NEW).placement.read_tier();
                 self.submit(now, tier, Req::MetaWrite { key: ino })
@@ -659,7 +684,7 @@ pub fn replay(cfg: &Config, meta: &Meta, records: &[Record]) -> io::Result<SimRe
     for d in &mut sim.devices {
         d.reset(t0);
     }
-    sim.counters = Counters::default();
+    let before = sim.counters;
     let end = cfg.duration.map(|d| t0.plus(d));
     let mut now = t0;
     let (mut ops, mut op_start) = (0u64, t0);
@@ -712,7 +737,8 @@ pub fn replay(cfg: &Config, meta: &Meta, records: &[Record]) -> io::Result<SimRe
         Some(e) if marked && !exhausted => e.since(t0).as_secs_f64().min(finish.since(t0).as_secs_f64()),
         _ => finish.since(t0).as_secs_f64(),
     };
-    let c = sim.counters;
+    let total = sim.counters;
+    let c = total.since(&before);
     let all: u64 = c.requests.iter().sum();
     // Open loop: an operation is a request.
     let lat = Latency::of(&mut op_lat);
@@ -736,6 +762,10 @@ pub fn replay(cfg: &Config, meta: &Meta, records: &[Record]) -> io::Result<SimRe
         moves: c.moves,
         evictions: c.evictions,
         bytes_moved: c.bytes_moved,
+        total_moves: total.moves,
+        total_evictions: total.evictions,
+        total_bytes_moved: total.bytes_moved,
+        hdd_requests: sim.devices[1].requests,
         hdd_busy_secs: sim.devices[1].busy.as_secs_f64(),
         ssd_busy_secs: sim.devices[0].busy.as_secs_f64(),
         overhead_us: overhead.as_secs_f64() * 1e6,

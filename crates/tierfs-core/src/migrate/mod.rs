@@ -47,6 +47,8 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
+pub mod cost;
+
 /// How often a migration retries when the source keeps changing.
 pub const MAX_ATTEMPTS: u32 = 3;
 /// How often a migration copies the new tail of a file that keeps growing

@@ -54,6 +54,11 @@ impl Emulation {
         self.device.lock().profile = p;
     }
 
+    /// Requests submitted so far, by kind (see [`Req::kind`]).
+    pub fn submitted(&self) -> [u64; Req::KINDS] {
+        self.device.lock().submitted
+    }
+
     /// The profile's name, busy time and device requests so far.
     pub fn usage(&self) -> (String, Duration, u64) {
         let d = self.device.lock();
@@ -148,6 +153,17 @@ impl<S: Store> Emulated<S> {
         self.charge(Req::MetaWrite { key: k });
     }
 
+    /// Charges a change of the entry `k` that `r` says was made: a metadata
+    /// write, or only a lookup when it failed (a `mkdir` of a directory
+    /// that exists writes nothing).
+    fn meta_change<T>(&self, k: u64, r: io::Result<T>) -> io::Result<T> {
+        match r {
+            Ok(_) => self.meta_write(k),
+            Err(_) => self.meta_read(k),
+        }
+        r
+    }
+
     fn target_key(t: Target<'_, EmDir<S::Dir>>) -> u64 {
         match t {
             Target::This(d) => d.id,
@@ -208,18 +224,15 @@ impl<S: Store> Store for Emulated<S> {
     }
 
     fn mkdir(&self, parent: &Self::Dir, name: &OsStr, mode: u32) -> io::Result<()> {
-        self.meta_write(key(parent.id, name));
-        self.inner.mkdir(&parent.inner, name, mode)
+        self.meta_change(key(parent.id, name), self.inner.mkdir(&parent.inner, name, mode))
     }
 
     fn mknod(&self, parent: &Self::Dir, name: &OsStr, mode: u32, rdev: u64) -> io::Result<()> {
-        self.meta_write(key(parent.id, name));
-        self.inner.mknod(&parent.inner, name, mode, rdev)
+        self.meta_change(key(parent.id, name), self.inner.mknod(&parent.inner, name, mode, rdev))
     }
 
     fn symlink(&self, target: &OsStr, parent: &Self::Dir, name: &OsStr) -> io::Result<()> {
-        self.meta_write(key(parent.id, name));
-        self.inner.symlink(target, &parent.inner, name)
+        self.meta_change(key(parent.id, name), self.inner.symlink(target, &parent.inner, name))
     }
 
     fn readlink(&self, parent: &Self::Dir, name: &OsStr) -> io::Result<OsString> {
@@ -228,23 +241,19 @@ impl<S: Store> Store for Emulated<S> {
     }
 
     fn link(&self, op: &Self::Dir, on: &OsStr, np: &Self::Dir, nn: &OsStr) -> io::Result<()> {
-        self.meta_write(key(np.id, nn));
-        self.inner.link(&op.inner, on, &np.inner, nn)
+        self.meta_change(key(np.id, nn), self.inner.link(&op.inner, on, &np.inner, nn))
     }
 
     fn unlink(&self, parent: &Self::Dir, name: &OsStr) -> io::Result<()> {
-        self.meta_write(key(parent.id, name));
-        self.inner.unlink(&parent.inner, name)
+        self.meta_change(key(parent.id, name), self.inner.unlink(&parent.inner, name))
     }
 
     fn rmdir(&self, parent: &Self::Dir, name: &OsStr) -> io::Result<()> {
-        self.meta_write(key(parent.id, name));
-        self.inner.rmdir(&parent.inner, name)
+        self.meta_change(key(parent.id, name), self.inner.rmdir(&parent.inner, name))
     }
 
     fn rename(&self, op: &Self::Dir, on: &OsStr, np: &Self::Dir, nn: &OsStr, flags: u32) -> io::Result<()> {
-        self.meta_write(key(np.id, nn));
-        self.inner.rename(&op.inner, on, &np.inner, nn, flags)
+        self.meta_change(key(np.id, nn), self.inner.rename(&op.inner, on, &np.inner, nn, flags))
     }
 
     fn chmod(&self, t: Target<'_, Self::Dir>, mode: u32) -> io::Result<()> {
@@ -288,16 +297,17 @@ impl<S: Store> Store for Emulated<S> {
 
     fn open(&self, parent: &Self::Dir, name: &OsStr, flags: i32, mode: u32) -> io::Result<Self::File> {
         let k = key(parent.id, name);
-        if flags & libc::O_CREAT != 0 {
-            self.meta_write(k);
-        } else {
-            self.meta_read(k);
-        }
         // The model stands for the device: the directory under it need not
         // support O_DIRECT (tmpfs), and its speed does not count.
         let direct = flags & libc::O_DIRECT != 0 && self.model.is_some();
-        let flags = if direct { flags & !libc::O_DIRECT } else { flags };
-        let inner = self.inner.open(&parent.inner, name, flags, mode)?;
+        let inner_flags = if direct { flags & !libc::O_DIRECT } else { flags };
+        let r = self.inner.open(&parent.inner, name, inner_flags, mode);
+        let inner = if flags & libc::O_CREAT != 0 {
+            self.meta_change(k, r)?
+        } else {
+            self.meta_read(k);
+            r?
+        };
         let id = self.inner.fstat(&inner)?.ino;
         Ok(EmFile { inner, id, direct })
     }

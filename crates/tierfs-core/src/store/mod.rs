@@ -312,6 +312,12 @@ pub trait Store: Send + Sync + 'static {
 /// syncing `parent` if it is missing, so that it survives a power cut: for
 /// tierfs's own directories below `.tierfs`.
 pub fn durable_dir<S: Store + ?Sized>(s: &S, parent: &S::Dir, name: &str) -> io::Result<S::Dir> {
+    // Found at once in the common case (every migration asks for its
+    // staging directory): a lookup, not a create that fails.
+    match s.open_dir(parent, OsStr::new(name)) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+        found => return found,
+    }
     match s.mkdir(parent, OsStr::new(name), 0o700) {
         Ok(()) => s.sync_dir(parent)?,
         Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}

@@ -526,3 +526,58 @@ fn readdir_resumes_from_any_offset_in_batches() {
     v.releasedir(fh).unwrap();
     v.releasedir(fh2).unwrap();
 }
+
+#[test]
+fn a_move_asks_the_devices_what_the_cost_model_says() {
+    // The simulator charges a move `migrate::cost::requests`; a mount with
+    // `--emulate` charges what the protocol does. Counted per tier and
+    // kind, for each kind of move, once the directory exists on both tiers.
+    let free = Profile::from_access("free", 1e6, 1e6, Duration::ZERO, Duration::ZERO);
+    let clock: Arc<dyn crate::clock::Clock> = Arc::new(crate::clock::SystemClock);
+    let models = [Emulation::new(free.clone(), 0, clock.clone()), Emulation::new(free, 0, clock.clone())];
+    let v = Volume::new(
+        Emulated::new(MemStore::new(), Some(models[Tier::Ssd.idx()].clone())),
+        Emulated::new(MemStore::new(), Some(models[Tier::Hdd.idx()].clone())),
+        Namespace::new(Arc::new(MemKv::new())),
+        VolumeConfig::default(),
+        Arc::new(NoEvents),
+        clock,
+    )
+    .unwrap();
+    let d = v.mkdir(&CTX, ROOT_INO, OsStr::new("d"), 0o755, 0).unwrap().ino;
+    let a = file(&v, d, "a", &[7u8; 100_000]);
+    let b = file(&v, d, "b", &[7u8; 100_000]);
+    // The first moves make the directory and tierfs's own on the SSD.
+    v.migrate(a, Move::Promote, &NoCrash).unwrap();
+    v.migrate(a, Move::Demote, &NoCrash).unwrap();
+    let counted = |reqs: &[(Tier, crate::device::Req)]| {
+        let mut n = [[0u64; crate::device::Req::KINDS]; 2];
+        for (t, r) in reqs {
+            n[t.idx()][r.kind()] += 1;
+        }
+        n
+    };
+    for (ino, mv) in [(a, Move::Promote), (a, Move::Demote), (b, Move::Copy), (b, Move::DropCopy)] {
+        let before = models.each_ref().map(|m| m.submitted());
+        assert!(matches!(v.migrate(ino, mv, &NoCrash).unwrap(), crate::migrate::Outcome::Done(_)), "{mv:?}");
+        let made: Vec<[u64; crate::device::Req::KINDS]> = models
+            .iter()
+            .zip(before)
+            .map(|(m, b)| {
+                let now = m.submitted();
+                std::array::from_fn(|k| now[k] - b[k])
+            })
+            .collect();
+        let model = counted(&crate::migrate::cost::requests(mv, ino, d, 100_000));
+        for t in [Tier::Ssd, Tier::Hdd] {
+            assert_eq!(
+                made[t.idx()],
+                model[t.idx()],
+                "{mv:?} on the {t:?}: the protocol made {:?}, the cost model says {:?} ({:?})",
+                made[t.idx()],
+                model[t.idx()],
+                crate::device::Req::KIND_NAMES
+            );
+        }
+    }
+}
