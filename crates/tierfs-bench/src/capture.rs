@@ -75,15 +75,15 @@ pub fn record(
     let run = (|| -> io::Result<(workload::Report, Vec<u64>)> {
         if !prepared {
             phases.push((unix_ns(), PHASE_PREPARE));
-            w.prepare(dir)?;
+            w.prepare(&workload::Real, dir)?;
         }
         if let Some(warm) = warm {
             phases.push((unix_ns(), PHASE_WARMUP));
-            warm.run(dir)?;
+            warm.run(&workload::Real, dir)?;
         }
         phases.push((unix_ns(), PHASE_MEASURE));
         workload::start_op_log();
-        let r = w.run(dir);
+        let r = w.run(&workload::Real, dir);
         let ops = workload::take_op_log();
         let r = r?;
         if ops.is_empty() && r.ops > 0 {

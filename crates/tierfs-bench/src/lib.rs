@@ -8,5 +8,6 @@
 pub mod capture;
 pub mod report;
 pub mod rng;
+pub mod stream;
 pub mod sweep;
 pub mod workload;

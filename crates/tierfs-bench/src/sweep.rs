@@ -77,6 +77,14 @@ pub struct Preset {
     /// start the measured run on a fresh device.
     #[serde(default)]
     pub warmup_emulated: bool,
+    /// The warm-up makes this many operations per file of the workload's
+    /// set and then idles until `warmup` has passed (the interval policies
+    /// act meanwhile), instead of running for `warmup`: what it leaves (a
+    /// web server's log, the files a file server made) is then the same
+    /// however fast the machine is, and so is the working set the SSD
+    /// sizes are measured against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_ops_per_file: Option<u64>,
     /// Device profiles (SSD, HDD) and the modelled RAM cache.
     pub ssd: String,
     /// See `ssd`.
@@ -124,12 +132,14 @@ impl Preset {
         ];
         Preset {
             name: "small".into(),
-            params: Params { scale: 0.02, seed: 42, duration: Duration::from_secs(5) },
+            params: Params { scale: 0.02, seed: 42, duration: Duration::from_secs(5), ops_per_file: None },
             mail_scale: 0.004,
             // Longer than the longest interval, so that the interval
             // policies have acted before the measured run too.
             warmup: Duration::from_secs(3),
             warmup_emulated: false,
+            // A web server's file is read about 20 times in the warm-up.
+            warmup_ops_per_file: Some(20),
             ssd: "ssd-sata".into(),
             hdd: "hdd-7200".into(),
             cache: 2 << 20,
@@ -178,6 +188,8 @@ impl Preset {
             // smooth update then repairs at most 10 % of the area a period.
             params: Params { duration: Duration::from_secs(15), scale: 0.1, ..small.params },
             warmup: Duration::from_secs(30),
+            // Six chunk periods of requests, however many that is.
+            warmup_ops_per_file: None,
             sizes: vec![10],
             plan: vec![("db".into(), Preset::db_archs())],
             ..small
@@ -224,6 +236,7 @@ impl Preset {
             // The SSD's collector is behind when the measured run starts,
             // and measured's averages have seen the device as it is.
             warmup_emulated: true,
+            warmup_ops_per_file: None,
             ssd: "ssd-gc".into(),
             plan: vec![("updates".into(), vec![Arch::plain("dynamic-hot-dst"), Arch::plain("measured")])],
             ..small
@@ -250,10 +263,11 @@ impl Preset {
         mixed.insert(0, Arch::type_aware("dynamic-hot-dst"));
         Preset {
             name: "full".into(),
-            params: Params { scale: 1.0, seed: 42, duration: Duration::from_secs(1800) },
+            params: Params { scale: 1.0, seed: 42, duration: Duration::from_secs(1800), ops_per_file: None },
             mail_scale: 1.0,
             warmup: Duration::ZERO,
             warmup_emulated: false,
+            warmup_ops_per_file: None,
             ssd: "ssd-sata".into(),
             hdd: "hdd-7200".into(),
             cache: 64 << 20,
@@ -291,11 +305,13 @@ impl Preset {
         p
     }
 
-    /// The warm-up run: the same workload, another seed, `warmup` long.
+    /// The warm-up run: the same workload, another seed, `warmup` long
+    /// or `warmup_ops_per_file` operations per file.
     pub fn warmup_params(&self, workload: &str) -> Params {
         let mut p = self.params_for(workload);
         p.seed += 1000;
         p.duration = self.warmup;
+        p.ops_per_file = self.warmup_ops_per_file;
         p
     }
 }
@@ -552,7 +568,7 @@ impl Runner<'_> {
                 length: expected.map_or(Length::Unknown, Length::Bytes),
             });
             let written = workload::bytes_written();
-            w.prepare(&mnt)?;
+            w.prepare(&workload::Real, &mnt)?;
             self.prepared.borrow_mut().insert(w.name().to_string(), workload::bytes_written() - written);
             let settle = || -> io::Result<()> {
                 (self.progress)(Progress::Phase { name: "letting the moves finish", length: Length::Unknown });
@@ -573,7 +589,13 @@ impl Runner<'_> {
             if let Some(warm) = warm {
                 let length = if warm.time_bounded() { Length::Time(self.preset.warmup) } else { Length::Unknown };
                 (self.progress)(Progress::Phase { name: "warming up", length });
-                warm.run(&mnt)?;
+                let t = Instant::now();
+                warm.run(&workload::Real, &mnt)?;
+                if self.preset.warmup_ops_per_file.is_some() {
+                    // An interval policy's run falls in the warm-up however
+                    // soon its operations were done.
+                    std::thread::sleep(self.preset.warmup.saturating_sub(t.elapsed()));
+                }
                 settle()?;
             }
             let before = status(&mnt)?;
@@ -586,7 +608,7 @@ impl Runner<'_> {
                 Length::Unknown
             };
             (self.progress)(Progress::Phase { name: "measuring", length });
-            let r = w.run(&mnt)?;
+            let r = w.run(&workload::Real, &mnt)?;
             let after = status(&mnt)?;
             Ok((r, RunStats::between(&before, &after), after))
         })();

@@ -126,6 +126,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 scale: *scale,
                 seed: *seed,
                 duration: parse_duration(duration).map_err(|e| anyhow::anyhow!("--duration: {e}"))?,
+                ops_per_file: None,
             };
             let w = workload::by_name(name, p)
                 .ok_or_else(|| anyhow::anyhow!("unknown workload {name:?} (one of: {})", workload::NAMES.join(", ")))?;
@@ -161,12 +162,12 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
             if !no_prepare {
                 let t = Instant::now();
                 progress.phase(&format!("preparing {name}"), Length::Unknown);
-                w.prepare(dir).with_context(|| format!("preparing {name} in {}", dir.display()))?;
+                w.prepare(&workload::Real, dir).with_context(|| format!("preparing {name} in {}", dir.display()))?;
                 progress.line(&format!("prepared {name} in {:.1} s", t.elapsed().as_secs_f64()));
             }
             let length = if w.time_bounded() { Length::Time(p.duration) } else { Length::Unknown };
             progress.phase(&format!("running {name}"), length);
-            let r = w.run(dir).with_context(|| format!("running {name} in {}", dir.display()));
+            let r = w.run(&workload::Real, dir).with_context(|| format!("running {name} in {}", dir.display()));
             progress.finish();
             let r = r?;
             if *json {
@@ -227,8 +228,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
             let mut runner =
                 Runner { bin, work: work.clone(), preset: &p, progress: &progress, prepared: Default::default() };
             let rows = if *sim {
-                let traces = traces.clone().unwrap_or_else(|| work.join("traces"));
-                crate::sim_cmd::sweep(&runner, &traces)
+                crate::sim_cmd::sweep(&runner, traces.as_deref())
             } else {
                 if traces.is_some() {
                     bail!("--traces goes with --sim");

@@ -8,6 +8,7 @@ use tierfs_bench::sweep::{Arch, Row};
 use tierfs_bench::workload;
 use tierfs_core::config::{format_size, parse_duration, parse_size};
 use tierfs_core::policy::PolicyKind;
+use tierfs_sim::generate as sim_gen;
 use tierfs_sim::sim::{self, Config};
 
 /// The simulator's settings for a policy, SSD size and device models.
@@ -86,97 +87,194 @@ pub fn run(a: &SimArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `tierfs bench sweep --sim`: each workload of the preset recorded once
-/// (kept in `traces`, reused when there) and every run of the preset
-/// replayed in the simulator. Rows as the live sweep writes them.
-pub fn sweep(runner: &tierfs_bench::sweep::Runner<'_>, traces: &std::path::Path) -> Result<Vec<Row>> {
+/// Where a simulated sweep's requests come from.
+enum Requests {
+    /// The generator runs for each run, on a model of the file system.
+    Generated(sim_gen::Run),
+    /// A recording made once on a mount without emulation.
+    Recorded(tierfs_core::trace::Meta, Vec<tierfs_core::trace::Record>),
+}
+
+/// One simulated run: its row, or why it was not simulated.
+fn simulate_one(
+    req: &Requests,
+    wname: &str,
+    time_bounded: bool,
+    duration: std::time::Duration,
+    emulate: &(tierfs_core::device::Profile, tierfs_core::device::Profile, u64),
+    (arch, pct, cap, ws): (&Arch, u32, u64, u64),
+) -> Result<std::result::Result<Row, String>> {
+    if !arch.extra.is_empty() {
+        return Ok(Err(format!("not simulated (mount options {:?})", arch.extra)));
+    }
+    let mut cfg = match config(&arch.policy, arch.interval.as_deref(), cap, emulate.clone()) {
+        Ok(c) => c,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    cfg.type_aware = arch.type_aware;
+    cfg.duration = time_bounded.then_some(duration);
+    let r = match req {
+        Requests::Generated(run) => sim_gen::simulate(&cfg, run).with_context(|| format!("simulating {wname}"))?,
+        Requests::Recorded(meta, records) => {
+            sim::replay(&cfg, meta, records).with_context(|| format!("replaying the recording of {wname}"))?
+        }
+    };
+    let mut report = r.report.clone();
+    report.workload = wname.to_string();
+    if !time_bounded {
+        report.txn_time_secs = Some(report.secs);
+    }
+    Ok(Ok(Row {
+        workload: wname.to_string(),
+        arch: arch.label.clone(),
+        pct,
+        ssd_capacity: if pct == 0 { 0 } else { cap },
+        working_set: if ws == 0 { r.bytes_held } else { ws },
+        ssd_hit_ratio: r.ssd_hit_ratio,
+        moves: r.total_moves,
+        evictions: r.total_evictions,
+        bytes_moved: r.total_bytes_moved,
+        run_hit_ratio: Some(r.ssd_hit_ratio),
+        hdd_busy_secs: Some(r.hdd_busy_secs),
+        run_moves: Some(tierfs_bench::sweep::RunMoves {
+            moves: r.moves,
+            evictions: r.evictions,
+            bytes_moved: r.bytes_moved,
+            hdd_requests: r.hdd_requests,
+        }),
+        report,
+    }))
+}
+
+/// `tierfs bench sweep --sim`: every run of the preset in the simulator,
+/// the workload's generator running on a model of the file system for each
+/// (or, with `traces`, each workload recorded once on a mount without
+/// emulation, kept there and reused, and replayed). The runs of a workload
+/// after its baselines go on as many threads as there are CPUs. Rows as
+/// the live sweep writes them, in the preset's order.
+pub fn sweep(runner: &tierfs_bench::sweep::Runner<'_>, traces: Option<&std::path::Path>) -> Result<Vec<Row>> {
     use tierfs_bench::sweep::Progress as P;
     let preset = runner.preset;
-    std::fs::create_dir_all(traces).with_context(|| format!("{}", traces.display()))?;
+    if let Some(t) = traces {
+        std::fs::create_dir_all(t).with_context(|| format!("{}", t.display()))?;
+    }
     let emulate = crate::mount_cmd::parse_emulate(&preset.emulation(), None)?;
     let total = preset.runs();
-    let mut done = 0;
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Runs finished, told to the progress display.
+    let done = std::cell::Cell::new(0);
     let mut rows = Vec::new();
     for (wname, archs) in &preset.plan {
         let p = preset.params_for(wname);
         let w = workload::by_name(wname, p).ok_or_else(|| anyhow!("unknown workload {wname}"))?;
-        let warm = (!preset.warmup.is_zero()).then(|| workload::by_name(wname, preset.warmup_params(wname))).flatten();
-        let path = traces.join(format!(
-            "{wname}-scale{}-seed{}-{}ms-warm{}ms.trace",
-            p.scale,
-            p.seed,
-            p.duration.as_millis(),
-            preset.warmup.as_millis()
-        ));
-        if !path.exists() {
-            (runner.progress)(P::Run { done, total, label: &format!("{wname}: recording its trace") });
-            runner
-                .record_trace(w.as_ref(), warm.as_deref(), &path)
-                .with_context(|| format!("recording {wname} for the simulator"))?;
-        }
-        // Read once, replayed for every run.
-        let (meta, records) = sim::load(&path)?;
-        let mut one = |arch: &Arch, pct: u32, cap: u64, ws: u64| -> Result<Option<Row>> {
-            let label = if pct == 0 { arch.label.clone() } else { format!("{} at {pct}%", arch.label) };
-            (runner.progress)(P::Run { done, total, label: &format!("{wname}: {label} (simulated)") });
-            done += 1;
-            if !arch.extra.is_empty() {
-                (runner.progress)(P::Finished {
-                    done,
-                    total,
-                    line: &format!("{wname}: {label}: not simulated (mount options {:?})", arch.extra),
-                });
-                return Ok(None);
-            }
-            let mut cfg = match config(&arch.policy, arch.interval.as_deref(), cap, emulate.clone()) {
-                Ok(c) => c,
-                Err(e) => {
-                    (runner.progress)(P::Finished { done, total, line: &format!("{wname}: {label}: {e}") });
-                    return Ok(None);
-                }
-            };
-            cfg.type_aware = arch.type_aware;
-            cfg.duration = w.time_bounded().then_some(p.duration);
-            let r = sim::replay(&cfg, &meta, &records).with_context(|| format!("replaying {}", path.display()))?;
-            let mut report = r.report.clone();
-            report.workload = wname.clone();
-            if !w.time_bounded() {
-                report.txn_time_secs = Some(report.secs);
-            }
-            let row = Row {
+        let warm = (!preset.warmup.is_zero()).then(|| preset.warmup_params(wname));
+        let req = match traces {
+            None => Requests::Generated(sim_gen::Run {
                 workload: wname.clone(),
-                arch: arch.label.clone(),
-                pct,
-                ssd_capacity: if pct == 0 { 0 } else { cap },
-                working_set: if ws == 0 { r.bytes_held } else { ws },
-                ssd_hit_ratio: r.ssd_hit_ratio,
-                moves: r.total_moves,
-                evictions: r.total_evictions,
-                bytes_moved: r.total_bytes_moved,
-                run_hit_ratio: Some(r.ssd_hit_ratio),
-                hdd_busy_secs: Some(r.hdd_busy_secs),
-                run_moves: Some(tierfs_bench::sweep::RunMoves {
-                    moves: r.moves,
-                    evictions: r.evictions,
-                    bytes_moved: r.bytes_moved,
-                    hdd_requests: r.hdd_requests,
-                }),
-                report,
-            };
-            let line = format!("{wname}: {label}: {:.0} ops/s (simulated)", row.report.ops_per_sec);
-            (runner.progress)(P::Finished { done, total, line: &line });
-            Ok(Some(row))
+                params: p,
+                warmup: warm.map(|wp| (wp, preset.warmup)),
+                cost: Default::default(),
+            }),
+            Some(dir) => {
+                let path = dir.join(format!(
+                    "{wname}-scale{}-seed{}-{}ms-warm{}ms{}.trace",
+                    p.scale,
+                    p.seed,
+                    p.duration.as_millis(),
+                    preset.warmup.as_millis(),
+                    preset.warmup_ops_per_file.map_or(String::new(), |k| format!("x{k}"))
+                ));
+                if !path.exists() {
+                    (runner.progress)(P::Run {
+                        done: done.get(),
+                        total,
+                        label: &format!("{wname}: recording its trace"),
+                    });
+                    let warm = warm.and_then(|wp| workload::by_name(wname, wp));
+                    runner
+                        .record_trace(w.as_ref(), warm.as_deref(), &path)
+                        .with_context(|| format!("recording {wname} for the simulator"))?;
+                }
+                let (meta, records) = sim::load(&path)?;
+                Requests::Recorded(meta, records)
+            }
         };
-        let hdd = one(&Arch::plain("hdd-only"), 0, 0, w.working_set().unwrap_or(0))?
-            .ok_or_else(|| anyhow!("the HDD-only run was not simulated"))?;
+        let one = |arch: &Arch, pct: u32, cap: u64, ws: u64| {
+            simulate_one(&req, wname, w.time_bounded(), p.duration, &emulate, (arch, pct, cap, ws))
+        };
+        let label =
+            |arch: &Arch, pct: u32| if pct == 0 { arch.label.clone() } else { format!("{} at {pct}%", arch.label) };
+        let report = |arch: &Arch, pct: u32, r: std::result::Result<Row, String>| -> Option<Row> {
+            done.set(done.get() + 1);
+            let done = done.get();
+            let line = match &r {
+                Ok(row) => format!("{wname}: {}: {:.0} ops/s (simulated)", label(arch, pct), row.report.ops_per_sec),
+                Err(why) => format!("{wname}: {}: {why}", label(arch, pct)),
+            };
+            (runner.progress)(P::Finished { done, total, line: &line });
+            r.ok()
+        };
+        // The baselines first: the HDD-only run measures the working set.
+        let hdd_arch = Arch::plain("hdd-only");
+        (runner.progress)(P::Run { done: done.get(), total, label: &format!("{wname}: hdd-only (simulated)") });
+        let hdd = match one(&hdd_arch, 0, 0, w.working_set().unwrap_or(0)) {
+            Err(e)
+                if e.chain().any(|c| {
+                    c.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::Unsupported)
+                }) =>
+            {
+                // A workload that is a program of its own (postmark).
+                done.set(done.get() + 2 + archs.len() * preset.sizes.len());
+                let line = format!("{wname}: not simulated: {e:#}");
+                (runner.progress)(P::Finished { done: done.get(), total, line: &line });
+                continue;
+            }
+            r => r?,
+        };
+        let hdd = report(&hdd_arch, 0, hdd).ok_or_else(|| anyhow!("the HDD-only run was not simulated"))?;
         let ws = hdd.working_set.max(1);
         rows.push(hdd);
-        rows.extend(one(&Arch::plain("ssd-only"), 0, u64::MAX / 4, ws)?);
-        for arch in archs {
-            for &pct in &preset.sizes {
-                rows.extend(one(arch, pct, ws * pct as u64 / 100, ws)?);
+        let ssd_arch = Arch::plain("ssd-only");
+        let ssd = one(&ssd_arch, 0, u64::MAX / 4, ws)?;
+        rows.extend(report(&ssd_arch, 0, ssd));
+        // The other runs, on `workers` threads; their rows in the preset's
+        // order.
+        let jobs: Vec<(&Arch, u32)> =
+            archs.iter().flat_map(|a| preset.sizes.iter().map(move |&pct| (a, pct))).collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut results: Vec<Option<std::result::Result<Row, String>>> = (0..jobs.len()).map(|_| None).collect();
+        std::thread::scope(|s| -> Result<()> {
+            for _ in 0..workers.min(jobs.len()) {
+                let (tx, next, jobs, one) = (tx.clone(), &next, &jobs, &one);
+                s.spawn(move || loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(&(arch, pct)) = jobs.get(i) else { break };
+                    let r = one(arch, pct, ws * pct as u64 / 100, ws);
+                    let failed = r.is_err();
+                    if tx.send((i, r)).is_err() || failed {
+                        break;
+                    }
+                });
             }
-        }
+            drop(tx);
+            if let Some(&(arch, pct)) = jobs.first() {
+                (runner.progress)(P::Run {
+                    done: done.get(),
+                    total,
+                    label: &format!("{wname}: {} (simulated)", label(arch, pct)),
+                });
+            }
+            for (i, r) in rx {
+                let (arch, pct) = jobs[i];
+                let r = r?;
+                // Told as they finish; kept in order.
+                results[i] = Some(r.clone());
+                report(arch, pct, r);
+            }
+            Ok(())
+        })?;
+        rows.extend(results.into_iter().flatten().filter_map(|r| r.ok()));
     }
     Ok(rows)
 }

@@ -4,6 +4,7 @@
 //! `tierfs_core::trace`, so that the mount can record one.
 
 pub mod classify;
+pub mod generate;
 pub mod import;
 pub mod plan;
 pub mod sim;

@@ -30,7 +30,9 @@
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
+use std::sync::mpsc::Receiver;
 use std::time::Duration;
+use tierfs_bench::stream::{Item, Msg};
 use tierfs_bench::workload::{Latency, Report};
 use tierfs_core::clock::Timestamp;
 use tierfs_core::device::{Device, Profile, Req};
@@ -632,10 +634,6 @@ pub fn unsupported(kind: PolicyKind) -> Option<String> {
 /// the simulator cannot stand in for (see [`unsupported`]), the root's or
 /// a type-aware directory's, is refused.
 pub fn replay(cfg: &Config, meta: &Meta, records: &[Record]) -> io::Result<SimReport> {
-    let type_aware = meta.policies.iter().filter(|_| cfg.type_aware).filter_map(|(_, p)| PolicyKind::parse(p));
-    if let Some(why) = std::iter::once(cfg.policy).chain(type_aware).find_map(unsupported) {
-        return Err(io::Error::new(io::ErrorKind::Unsupported, why));
-    }
     let marked = meta.ops.is_some();
     let measure_at =
         if marked { records.iter().position(|r| r.kind == Kind::Phase && r.off == PHASE_MEASURE) } else { Some(0) };
@@ -656,93 +654,327 @@ pub fn replay(cfg: &Config, meta: &Meta, records: &[Record]) -> io::Result<SimRe
         (Some(a), Some(b)) => b.time_ns - a.time_ns,
         _ => 0,
     };
-    let overhead = cfg.overhead.unwrap_or_else(|| {
-        if marked && requests_recorded > 0 {
-            Duration::from_nanos(span / requests_recorded)
-        } else {
-            Duration::ZERO
+    let mut cfg = cfg.clone();
+    if cfg.overhead.is_none() && marked && requests_recorded > 0 {
+        cfg.overhead = Some(Duration::from_nanos(span / requests_recorded));
+    }
+    let mut src = Whole { records, at: 0, ended: false };
+    let mode = if marked {
+        Mode::Closed { per_mark }
+    } else {
+        Mode::Open { from_ns: measured.first().map_or(0, |r| r.time_ns) }
+    };
+    run(&cfg, meta, mode, &mut src)
+}
+
+/// Replays the streams a workload generator sends as it runs
+/// (`tierfs_bench::stream::Model`), closed-loop from the measured phase's
+/// mark: each thread of the workload a client of its own, a request issued
+/// when its stream's last one completed plus that request's cost outside
+/// the devices (the time the model gave it, unless `cfg.overhead`). The
+/// channel is dropped when the run is over, which ends the generator.
+pub fn replay_streams(cfg: &Config, meta: &Meta, marks_per_op: u64, rx: Receiver<Msg>) -> io::Result<SimReport> {
+    let mut src = Channel(rx);
+    run(cfg, meta, Mode::Closed { per_mark: 1.0 / marks_per_op.max(1) as f64 }, &mut src)
+}
+
+/// Where a replay's items come from.
+trait Source {
+    /// The next message, waiting for it; `None` when there are no more.
+    fn next(&mut self) -> Option<Msg>;
+}
+
+/// A trace read whole: one stream.
+struct Whole<'a> {
+    records: &'a [Record],
+    at: usize,
+    ended: bool,
+}
+
+impl Source for Whole<'_> {
+    fn next(&mut self) -> Option<Msg> {
+        if self.at < self.records.len() {
+            let to = (self.at + 4096).min(self.records.len());
+            let items = self.records[self.at..to].iter().map(|r| Item::Record(*r)).collect();
+            self.at = to;
+            return Some(Msg::Items { stream: 0, items });
         }
-    });
+        if !self.ended {
+            self.ended = true;
+            return Some(Msg::Items { stream: 0, items: vec![Item::End] });
+        }
+        None
+    }
+}
+
+struct Channel(Receiver<Msg>);
+
+impl Source for Channel {
+    fn next(&mut self) -> Option<Msg> {
+        self.0.recv().ok()
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    /// Each request when its stream's last one is done, plus the overhead;
+    /// `per_mark` operations per `op` mark.
+    Closed { per_mark: f64 },
+    /// Each request at its recorded time, from the first one's; every
+    /// request an operation.
+    Open { from_ns: u64 },
+}
+
+/// One client of the replay: a thread of the workload.
+#[derive(Debug, Default)]
+struct Client {
+    queue: VecDeque<Item>,
+    /// Forked (stream 0 from the start).
+    started: bool,
+    /// Took its end, or the source ran dry.
+    ended: bool,
+    /// Threads it forked that have not ended.
+    children: u32,
+    parent: Option<u32>,
+    /// When its next request is issued (measured run), or the time of its
+    /// last item (before).
+    now: Timestamp,
+    op_start: Timestamp,
+}
+
+/// The clients, their items as they come, and the directory tree.
+struct Clients<'s> {
+    src: &'s mut dyn Source,
+    by_id: std::collections::BTreeMap<u32, Client>,
+    dry: bool,
+}
+
+impl Clients<'_> {
+    /// Takes the source's next message; false when it has no more.
+    fn receive(&mut self, sim: &mut Sim) -> bool {
+        match self.src.next() {
+            Some(Msg::Items { stream, items }) => {
+                self.by_id.entry(stream).or_default().queue.extend(items);
+                true
+            }
+            Some(Msg::Dir { dir, parent }) => {
+                sim.parents.insert(dir, parent);
+                true
+            }
+            None => {
+                self.dry = true;
+                false
+            }
+        }
+    }
+
+    /// The clients that may go on: started, not ended, waiting for no
+    /// thread; each with its next item there (received as needed).
+    fn ready(&mut self, sim: &mut Sim) -> Vec<u32> {
+        loop {
+            let waiting = self
+                .by_id
+                .iter()
+                .find(|(_, c)| c.started && !c.ended && c.children == 0 && c.queue.is_empty())
+                .map(|(&id, _)| id);
+            let Some(id) = waiting else { break };
+            if !self.receive(sim) {
+                // Nothing more comes: whoever waits for items has ended.
+                if let Some(c) = self.by_id.get_mut(&id) {
+                    c.queue.push_back(Item::End);
+                }
+            }
+        }
+        // A client that forked goes on forking (a workload starts its
+        // threads one after another), then waits for them.
+        self.by_id
+            .iter()
+            .filter(|(_, c)| {
+                c.started && !c.ended && (c.children == 0 || matches!(c.queue.front(), Some(Item::Fork(_))))
+            })
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    /// The cost outside the devices of the request just taken from
+    /// client `id`, at `time_ns` in the stream: the time to its next one.
+    fn gap(&mut self, sim: &mut Sim, id: u32, time_ns: u64) -> Duration {
+        loop {
+            let Some(c) = self.by_id.get(&id) else { return Duration::ZERO };
+            match c.queue.front() {
+                Some(Item::Record(r)) => return Duration::from_nanos(r.time_ns.saturating_sub(time_ns)),
+                Some(_) => return Duration::ZERO,
+                None if self.dry => return Duration::ZERO,
+                None => {
+                    self.receive(sim);
+                }
+            }
+        }
+    }
+}
+
+fn run(cfg: &Config, meta: &Meta, mode: Mode, src: &mut dyn Source) -> io::Result<SimReport> {
+    let type_aware = meta.policies.iter().filter(|_| cfg.type_aware).filter_map(|(_, p)| PolicyKind::parse(p));
+    if let Some(why) = std::iter::once(cfg.policy).chain(type_aware).find_map(unsupported) {
+        return Err(io::Error::new(io::ErrorKind::Unsupported, why));
+    }
     let base = Timestamp::from_secs(1);
     let mut sim = Sim::new(cfg.clone(), meta, base);
-    // Preparation and warm-up: the models paused, the recorded times.
-    for r in &records[..measure_at] {
-        let now = Timestamp(base.0 + r.time_ns);
-        sim.advance(now);
-        if !r.kind.is_mark() {
-            sim.request(now, r);
+    let mut clients = Clients { src, by_id: Default::default(), dry: false };
+    clients.by_id.insert(0, Client { started: true, now: base, ..Client::default() });
+    // Before the measured run (preparation and warm-up): the models
+    // paused, every item at its recorded time, in time order over the
+    // clients. An open-loop trace is measured from its first record.
+    let mut measuring = false;
+    let mut t0 = base;
+    if let Mode::Open { from_ns } = mode {
+        t0 = Timestamp(base.0 + from_ns);
+        sim.paused = false;
+        sim.migrator_free = t0;
+        for d in &mut sim.devices {
+            d.reset(t0);
         }
-        sim.migrate(now);
+        measuring = true;
+        if let Some(c) = clients.by_id.get_mut(&0) {
+            c.now = t0;
+        }
     }
-    // The moves the preparation caused finish before the run (the sweep
-    // waits for them), then the models start cold.
-    let t0 = Timestamp(base.0 + measured.first().map_or(0, |r| r.time_ns));
-    sim.advance(t0);
-    sim.migrate(t0);
-    sim.paused = false;
-    sim.migrator_free = t0;
-    for d in &mut sim.devices {
-        d.reset(t0);
-    }
-    let before = sim.counters;
-    let end = cfg.duration.map(|d| t0.plus(d));
-    let mut now = t0;
-    let (mut ops, mut op_start) = (0u64, t0);
+    let mut before = sim.counters;
+    let mut overheads = (Duration::ZERO, 0u32);
+    let end = |t0: Timestamp| cfg.duration.map(|d| t0.plus(d));
+    let mut ops = 0u64;
     let mut op_lat: Vec<u64> = Vec::new();
     let mut req_lat: Vec<u64> = Vec::new();
     let (mut read, mut written) = (0u64, 0u64);
     let mut exhausted = true;
-    let mut last_done = t0;
-    for r in measured {
-        if marked {
-            if end.is_some_and(|e| now > e) {
-                exhausted = false;
-                break;
+    let mut last_done = base;
+    loop {
+        let ready = clients.ready(&mut sim);
+        // The next client: the earliest one.
+        let at = |c: &Client| -> Timestamp {
+            match (measuring, mode, c.queue.front()) {
+                (false, _, Some(Item::Record(r))) | (true, Mode::Open { .. }, Some(Item::Record(r))) => {
+                    c.now.max(Timestamp(base.0 + r.time_ns))
+                }
+                _ => c.now,
             }
-        } else {
-            // Open loop: issued at the recorded time.
-            now = now.max(Timestamp(base.0 + r.time_ns));
+        };
+        let Some((id, now)) = ready.iter().map(|&id| (id, at(&clients.by_id[&id]))).min_by_key(|&(id, t)| (t, id))
+        else {
+            break;
+        };
+        if measuring && matches!(mode, Mode::Closed { .. }) && end(t0).is_some_and(|e| now > e) {
+            exhausted = false;
+            break;
         }
+        let c = clients.by_id.get_mut(&id).expect("a ready client");
+        c.now = now;
+        let Some(item) = c.queue.pop_front() else { continue };
+        let r = match item {
+            Item::Fork(child) => {
+                c.children += 1;
+                let op_start = c.op_start;
+                let ch = clients.by_id.entry(child).or_default();
+                ch.started = true;
+                ch.parent = Some(id);
+                ch.now = now;
+                ch.op_start = if measuring { now } else { op_start };
+                continue;
+            }
+            Item::End => {
+                c.ended = true;
+                if let Some(p) = c.parent.and_then(|p| clients.by_id.get_mut(&p)) {
+                    p.children = p.children.saturating_sub(1);
+                    p.now = p.now.max(now);
+                }
+                continue;
+            }
+            Item::Record(r) => r,
+        };
         match r.kind {
+            Kind::Phase if r.off == PHASE_MEASURE && !measuring => {
+                // The moves the preparation caused finish before the run
+                // (the sweep waits for them), then the models start cold.
+                sim.advance(now);
+                sim.migrate(now);
+                sim.paused = false;
+                sim.migrator_free = now;
+                for d in &mut sim.devices {
+                    d.reset(now);
+                }
+                before = sim.counters;
+                measuring = true;
+                t0 = now;
+                last_done = now;
+                for cl in clients.by_id.values_mut() {
+                    cl.now = now;
+                    cl.op_start = now;
+                }
+                continue;
+            }
             Kind::Phase => continue,
             Kind::Op => {
-                ops += 1;
-                op_lat.push(now.since(op_start).as_micros() as u64);
-                op_start = now;
+                if measuring {
+                    ops += 1;
+                    op_lat.push(now.since(c.op_start).as_micros() as u64);
+                    c.op_start = now;
+                }
                 continue;
             }
             _ => {}
         }
         sim.advance(now);
-        // Closed loop, and open loop too: `now` is when it was issued.
-        let issued = now;
-        let done = sim.request(now, r);
+        if !measuring {
+            sim.request(now, &r);
+            sim.migrate(now);
+            continue;
+        }
+        let done = sim.request(now, &r);
         match r.kind {
             Kind::Read => read += r.len,
             Kind::Write => written += r.len,
             _ => {}
         }
-        req_lat.push(done.since(issued).as_micros() as u64);
+        req_lat.push(done.since(now).as_micros() as u64);
         last_done = last_done.max(done);
-        if marked {
-            now = done.plus(overhead);
-        } else {
-            ops += 1;
-            op_lat.push(done.since(issued).as_micros() as u64);
+        match mode {
+            Mode::Closed { .. } => {
+                let overhead = match cfg.overhead {
+                    Some(o) => o,
+                    None => clients.gap(&mut sim, id, r.time_ns),
+                };
+                overheads = (overheads.0 + overhead, overheads.1 + 1);
+                if let Some(c) = clients.by_id.get_mut(&id) {
+                    c.now = done.plus(overhead);
+                }
+            }
+            Mode::Open { .. } => {
+                ops += 1;
+                op_lat.push(done.since(now).as_micros() as u64);
+            }
         }
     }
-    // Open loop: the run ends when the last request is done.
-    let finish = if marked { now } else { now.max(last_done) };
-    let secs = match end {
-        Some(e) if marked && !exhausted => e.since(t0).as_secs_f64().min(finish.since(t0).as_secs_f64()),
+    if !measuring {
+        return Err(io::Error::other("the trace marks no measured run (record it with `bench workload --trace`)"));
+    }
+    // Closed loop: the run ends when its last client's last request and
+    // overhead are; open loop: when the last request is done.
+    let finish = match mode {
+        Mode::Closed { .. } => clients.by_id.values().map(|c| c.now).max().unwrap_or(t0).max(t0),
+        Mode::Open { .. } => clients.by_id.values().map(|c| c.now).max().unwrap_or(t0).max(last_done),
+    };
+    let secs = match end(t0) {
+        Some(e) if !exhausted => e.since(t0).as_secs_f64().min(finish.since(t0).as_secs_f64()),
         _ => finish.since(t0).as_secs_f64(),
     };
     let total = sim.counters;
     let c = total.since(&before);
     let all: u64 = c.requests.iter().sum();
-    // Open loop: an operation is a request.
     let lat = Latency::of(&mut op_lat);
-    let ops = if marked { (ops as f64 * per_mark).round() as u64 } else { ops };
+    let ops = match mode {
+        Mode::Closed { per_mark } => (ops as f64 * per_mark).round() as u64,
+        Mode::Open { .. } => ops,
+    };
     let report = Report {
         workload: meta.source.strip_prefix("workload:").unwrap_or(&meta.source).to_string(),
         ops,
@@ -768,8 +1000,11 @@ pub fn replay(cfg: &Config, meta: &Meta, records: &[Record]) -> io::Result<SimRe
         hdd_requests: sim.devices[1].requests,
         hdd_busy_secs: sim.devices[1].busy.as_secs_f64(),
         ssd_busy_secs: sim.devices[0].busy.as_secs_f64(),
-        overhead_us: overhead.as_secs_f64() * 1e6,
-        trace_exhausted: marked && exhausted && cfg.duration.is_some(),
+        overhead_us: match cfg.overhead {
+            Some(o) => o.as_secs_f64() * 1e6,
+            None => overheads.0.as_secs_f64() * 1e6 / overheads.1.max(1) as f64,
+        },
+        trace_exhausted: matches!(mode, Mode::Closed { .. }) && exhausted && cfg.duration.is_some(),
         bytes_held: sim.files.values().map(|f| f.size).sum(),
     })
 }

@@ -6,13 +6,10 @@
 //! must not flush the hot chunks out. Every file is past the 1 MiB sieve, so
 //! file-level architectures leave all of it on the HDD.
 
-use super::{write_file, Params, Recorder, Report, Workload};
+use super::{Fs, Params, Recorder, Report, Workload};
 use crate::rng::{Rng, Zipf};
-use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 /// Files in the set.
 pub const FILES: u64 = 4;
@@ -109,27 +106,25 @@ impl Workload for Db {
     fn name(&self) -> &'static str {
         "db"
     }
-    fn prepare(&self, dir: &Path) -> io::Result<()> {
-        std::fs::create_dir_all(dir.join("db"))?;
+    fn prepare(&self, fs: &dyn Fs, dir: &Path) -> io::Result<()> {
+        fs.create_dir_all(&dir.join("db"))?;
         for (i, p) in Db::paths(dir).iter().enumerate() {
-            write_file(p, self.file_size(), 1 << 20, 0x40 + i as u8)?;
+            fs.write_file(p, self.file_size(), 1 << 20, 0x40 + i as u8)?;
         }
         Ok(())
     }
-    fn run(&self, dir: &Path) -> io::Result<Report> {
-        let files: Vec<File> = Db::paths(dir)
-            .iter()
-            .map(|p| OpenOptions::new().read(true).write(true).open(p))
-            .collect::<io::Result<_>>()?;
+    fn run(&self, fs: &dyn Fs, dir: &Path) -> io::Result<Report> {
+        let files = Db::paths(dir).iter().map(|p| fs.open_rw(p)).collect::<io::Result<Vec<_>>>()?;
         let size = self.file_size();
         let mut stream = self.requests();
-        let mut buf = vec![0u8; REQUEST as usize];
-        let mut scan_buf = vec![0u8; SCAN_REQUEST];
-        let mut rec = Recorder::default();
+        let mut rec = Recorder::new(fs);
         let mut requests = 0u64;
         let mut scans = 0u64;
-        let t = Instant::now();
-        while t.elapsed() < self.p.duration {
+        let t = fs.start();
+        // Counted per chunk: a warm-up of so many operations per file would
+        // touch a few chunks only.
+        let units = FILES * size / CHUNK;
+        while self.p.going(fs, t, rec.ops(), units) {
             requests += 1;
             if requests % SCAN_EVERY == 0 {
                 let f = &files[(scans % FILES) as usize];
@@ -137,10 +132,10 @@ impl Workload for Db {
                 let start = (scans * SCAN_BYTES) % size / CHUNK * CHUNK;
                 scans += 1;
                 let mut off = 0;
-                while off < len && t.elapsed() < self.p.duration {
+                while off < len && self.p.going(fs, t, rec.ops(), units) {
                     let at = (start + off) % size;
                     let n = (SCAN_REQUEST as u64).min(size - at) as usize;
-                    rec.op(|| f.read_exact_at(&mut scan_buf[..n], at).map(|()| (n as u64, 0)))?;
+                    rec.op(|| f.read_at(at, n).map(|n| (n, 0)))?;
                     off += n as u64;
                 }
                 continue;
@@ -148,13 +143,12 @@ impl Workload for Db {
             let (file, at, read) = stream.next_request();
             let f = &files[file];
             if read {
-                rec.op(|| f.read_exact_at(&mut buf, at).map(|()| (REQUEST, 0)))?;
+                rec.op(|| f.read_at(at, REQUEST as usize).map(|n| (n, 0)))?;
             } else {
-                buf.fill(requests as u8);
-                rec.op(|| f.write_all_at(&buf, at).map(|()| (0, REQUEST)))?;
+                rec.op(|| f.write_at(at, REQUEST as usize, requests as u8).map(|n| (0, n)))?;
             }
         }
-        Ok(rec.report(self.name(), t.elapsed().as_secs_f64(), FILES))
+        Ok(rec.report(self.name(), fs.elapsed(t).as_secs_f64(), FILES))
     }
 }
 
@@ -166,13 +160,13 @@ mod tests {
     #[test]
     fn the_set_is_four_big_files_past_the_sieve_and_the_run_scans_and_writes() {
         let tmp = tempfile::tempdir().unwrap();
-        let p = Params { scale: 0.002, seed: 5, duration: Duration::from_millis(1500) };
+        let p = Params { scale: 0.002, seed: 5, duration: Duration::from_millis(1500), ops_per_file: None };
         let w = Db { p };
-        w.prepare(tmp.path()).unwrap();
+        w.prepare(&super::super::Real, tmp.path()).unwrap();
         for path in Db::paths(tmp.path()) {
             assert_eq!(std::fs::metadata(path).unwrap().len(), 2 << 20);
         }
-        let r = w.run(tmp.path()).unwrap();
+        let r = w.run(&super::super::Real, tmp.path()).unwrap();
         assert!(r.bytes_written > 0 && r.bytes_read > 0, "{r:?}");
         // More operations than requests between scans: a scan ran.
         assert!(r.ops > SCAN_EVERY, "{r:?}");
@@ -183,7 +177,7 @@ mod tests {
         // A warm-up (the sweep's seed + 1000) must heat the chunks the
         // measured run reads: compare each stream's 8 busiest chunks.
         let busiest = |seed: u64| -> Vec<(usize, u64)> {
-            let db = Db { p: Params { scale: 0.002, seed, duration: Duration::ZERO } };
+            let db = Db { p: Params { scale: 0.002, seed, duration: Duration::ZERO, ops_per_file: None } };
             let mut s = db.requests();
             let mut n = std::collections::HashMap::<(usize, u64), u32>::new();
             for _ in 0..20_000 {

@@ -2,11 +2,10 @@
 //! a directory); each loop creates and writes a file, appends to one, reads
 //! one whole, deletes one and stats one, uniformly, with 1 MB I/O.
 
-use super::{append, read_whole, write_file, FileSet, Params, Recorder, Report, Workload};
+use super::{FileSet, Fs, Params, Recorder, Report, Workload};
 use crate::rng::Rng;
 use std::io;
 use std::path::Path;
-use std::time::Instant;
 
 /// See the module documentation.
 pub struct FileServer {
@@ -29,41 +28,42 @@ impl Workload for FileServer {
     fn name(&self) -> &'static str {
         "fileserver"
     }
-    fn prepare(&self, dir: &Path) -> io::Result<()> {
+    fn prepare(&self, fs: &dyn Fs, dir: &Path) -> io::Result<()> {
         let set = self.set(dir);
-        set.make_dirs()?;
+        set.make_dirs(fs)?;
         let mut r = Rng::new(self.p.seed);
         for f in &set.files {
-            write_file(f, r.size(128 << 10), IO, 0x66)?;
+            fs.write_file(f, r.size(128 << 10), IO, 0x66)?;
         }
         Ok(())
     }
-    fn run(&self, dir: &Path) -> io::Result<Report> {
-        let mut set = FileSet::scan(self.set(dir).root, 20)?;
+    fn run(&self, fs: &dyn Fs, dir: &Path) -> io::Result<Report> {
+        let mut set = FileSet::scan(fs, self.set(dir).root, 20)?;
+        let files = set.files.len() as u64;
         let mut r = Rng::new(self.p.seed ^ 0x1234);
-        let mut rec = Recorder::default();
-        let t = Instant::now();
+        let mut rec = Recorder::new(fs);
+        let t = fs.start();
         let pick = |r: &mut Rng, set: &FileSet| set.files[r.below(set.files.len() as u64) as usize].clone();
-        while t.elapsed() < self.p.duration {
+        while self.p.going(fs, t, rec.ops(), files) {
             let new = set.new_path();
-            std::fs::create_dir_all(new.parent().expect("in a directory"))?;
+            fs.create_dir_all(new.parent().expect("in a directory"))?;
             let size = r.size(128 << 10);
-            rec.op(|| Ok((0, write_file(&new, size, IO, 0x66)?)))?;
+            rec.op(|| Ok((0, fs.write_file(&new, size, IO, 0x66)?)))?;
             set.files.push(new);
             let a = pick(&mut r, &set);
-            let n = r.range(1, 32 << 10) as usize;
-            rec.op(|| Ok((0, append(&a, n)?)))?;
+            let n = r.range(1, 32 << 10);
+            rec.op(|| Ok((0, fs.append(&a, n, n as usize, 0x5a)?)))?;
             let f = pick(&mut r, &set);
-            rec.op(|| Ok((read_whole(&f, IO)?, 0)))?;
+            rec.op(|| Ok((fs.read_whole(&f, IO)?, 0)))?;
             if set.files.len() > 1 {
                 let i = r.below(set.files.len() as u64) as usize;
                 let d = set.files.swap_remove(i);
-                rec.op(|| std::fs::remove_file(&d).map(|_| (0, 0)))?;
+                rec.op(|| fs.remove_file(&d).map(|_| (0, 0)))?;
             }
             let s = pick(&mut r, &set);
-            rec.op(|| std::fs::metadata(&s).map(|_| (0, 0)))?;
+            rec.op(|| fs.size(&s).map(|_| (0, 0)))?;
         }
         let n = set.files.len() as u64;
-        Ok(rec.report(self.name(), t.elapsed().as_secs_f64(), n))
+        Ok(rec.report(self.name(), fs.elapsed(t).as_secs_f64(), n))
     }
 }

@@ -3,11 +3,10 @@
 //! read or an append, paired with a create or a delete, in 4 KB I/O. The
 //! measure is the transaction time (preparation excluded).
 
-use super::{read_whole, write_file, Params, Recorder, Report, Workload};
+use super::{Fs, Params, Recorder, Report, Workload};
 use crate::rng::Rng;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 /// See the module documentation.
 pub struct Mail {
@@ -36,23 +35,25 @@ impl Workload for Mail {
     fn time_bounded(&self) -> bool {
         false
     }
-    fn prepare(&self, dir: &Path) -> io::Result<()> {
+    fn marks_per_op(&self) -> u64 {
+        2
+    }
+    fn prepare(&self, fs: &dyn Fs, dir: &Path) -> io::Result<()> {
         for s in 0..10 {
-            std::fs::create_dir_all(dir.join(format!("s{s}")))?;
+            fs.create_dir_all(&dir.join(format!("s{s}")))?;
         }
         let mut r = Rng::new(self.p.seed);
         for i in 0..self.files() {
-            write_file(&path(dir, i), r.range(LOW, HIGH), IO, 0x4d)?;
+            fs.write_file(&path(dir, i), r.range(LOW, HIGH), IO, 0x4d)?;
         }
         Ok(())
     }
-    fn run(&self, dir: &Path) -> io::Result<Report> {
+    fn run(&self, fs: &dyn Fs, dir: &Path) -> io::Result<Report> {
         // The mailboxes that exist now (an earlier run may have changed them).
         let mut live: Vec<u64> = Vec::new();
         for s in 0..10 {
-            for e in std::fs::read_dir(dir.join(format!("s{s}")))? {
-                let name = e?.file_name();
-                if let Some(n) = name.to_str().and_then(|n| n.strip_prefix('m')).and_then(|n| n.parse().ok()) {
+            for (name, _) in fs.list(&dir.join(format!("s{s}")))? {
+                if let Some(n) = name.strip_prefix('m').and_then(|n| n.parse().ok()) {
                     live.push(n);
                 }
             }
@@ -60,43 +61,33 @@ impl Workload for Mail {
         live.sort_unstable();
         let mut next = live.last().map(|x| x + 1).unwrap_or(0);
         let mut r = Rng::new(self.p.seed ^ 0x55);
-        let mut rec = Recorder::default();
+        let mut rec = Recorder::new(fs);
         let txns = self.p.scaled(80_000, 20);
-        let t = Instant::now();
+        let t = fs.start();
         for _ in 0..txns {
             if live.is_empty() {
                 break;
             }
             let f = path(dir, live[r.below(live.len() as u64) as usize]);
             if r.chance(0.5) {
-                rec.op(|| Ok((read_whole(&f, IO)?, 0)))?;
+                rec.op(|| Ok((fs.read_whole(&f, IO)?, 0)))?;
             } else {
-                let n = r.range(LOW, HIGH) as usize;
-                rec.op(|| {
-                    let mut h = std::fs::OpenOptions::new().append(true).open(&f)?;
-                    let buf = vec![0x4du8; IO];
-                    let mut left = n;
-                    while left > 0 {
-                        let k = left.min(IO);
-                        h.write_all(&buf[..k])?;
-                        left -= k;
-                    }
-                    Ok((0, n as u64))
-                })?;
+                let n = r.range(LOW, HIGH);
+                rec.op(|| Ok((0, fs.append(&f, n, IO, 0x4d)?)))?;
             }
             if r.chance(0.5) {
                 let p = path(dir, next);
                 let size = r.range(LOW, HIGH);
-                rec.op(|| Ok((0, write_file(&p, size, IO, 0x4d)?)))?;
+                rec.op(|| Ok((0, fs.write_file(&p, size, IO, 0x4d)?)))?;
                 live.push(next);
                 next += 1;
             } else {
                 let i = r.below(live.len() as u64) as usize;
                 let victim = path(dir, live.swap_remove(i));
-                rec.op(|| std::fs::remove_file(&victim).map(|_| (0, 0)))?;
+                rec.op(|| fs.remove_file(&victim).map(|_| (0, 0)))?;
             }
         }
-        let secs = t.elapsed().as_secs_f64();
+        let secs = fs.elapsed(t).as_secs_f64();
         let mut rep = rec.report(self.name(), secs, live.len() as u64);
         rep.txn_time_secs = Some(secs);
         rep.ops_per_sec = txns as f64 / secs;

@@ -3,7 +3,7 @@
 //! the SSD. The type-aware configuration caches the web server's files and
 //! tiers the file server's.
 
-use super::{FileServer, Params, Report, WebServer, Workload};
+use super::{FileServer, Fs, Params, Report, WebServer, Workload};
 use std::io;
 use std::path::Path;
 
@@ -26,20 +26,22 @@ impl Workload for Mixed {
     fn type_aware(&self) -> Vec<(&'static str, &'static str)> {
         vec![("web", "on-demand-cache"), ("fs", "dynamic-hot-dst")]
     }
-    fn prepare(&self, dir: &Path) -> io::Result<()> {
-        let (fs, web) = self.parts();
-        std::fs::create_dir_all(dir.join("fs"))?;
-        std::fs::create_dir_all(dir.join("web"))?;
-        fs.prepare(dir)?;
-        web.prepare(dir)?;
+    fn prepare(&self, fs: &dyn Fs, dir: &Path) -> io::Result<()> {
+        let (files, web) = self.parts();
+        fs.create_dir_all(&dir.join("fs"))?;
+        fs.create_dir_all(&dir.join("web"))?;
+        files.prepare(fs, dir)?;
+        web.prepare(fs, dir)?;
         // The dummy set that pushes the others off the SSD.
-        super::webserver::make_set(&dir.join("dummy"), &self.p, self.p.seed + 7).map(drop)
+        super::webserver::make_set(fs, &dir.join("dummy"), &self.p, self.p.seed + 7).map(drop)
     }
-    fn run(&self, dir: &Path) -> io::Result<Report> {
-        let (fs, web) = self.parts();
+    fn run(&self, fs: &dyn Fs, dir: &Path) -> io::Result<Report> {
+        let (files, web) = self.parts();
+        // Each half on a thread of its own: a model gives each its stream.
+        let (fs1, fs2) = (fs.thread(), fs.thread());
         let (a, b) = std::thread::scope(|s| {
-            let a = s.spawn(|| fs.run(dir));
-            let b = s.spawn(|| web.run(dir));
+            let a = s.spawn(|| files.run(fs1.as_ref(), dir));
+            let b = s.spawn(|| web.run(fs2.as_ref(), dir));
             (a.join(), b.join())
         });
         let a = a.map_err(|_| io::Error::other("file server thread panicked"))??;

@@ -4,6 +4,7 @@
 
 mod db;
 mod fileserver;
+pub mod fs;
 mod mail;
 mod mixed;
 mod postmark;
@@ -12,16 +13,15 @@ mod webserver;
 
 pub use db::Db;
 pub use fileserver::FileServer;
+pub use fs::{bytes_written, Fs, Real, Start};
 pub use mail::Mail;
 pub use mixed::Mixed;
 pub use postmark::PostmarkReal;
 pub use webserver::{Shifting, WebServer};
 
 use serde::{Deserialize, Serialize};
-use std::fs;
-use std::io::{self, Read, Write};
+use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Settings shared by all workloads.
@@ -33,11 +33,16 @@ pub struct Params {
     pub seed: u64,
     /// Length of time-bounded runs.
     pub duration: Duration,
+    /// Instead of `duration`: a time-bounded run ends after this many
+    /// operations per file of its set (a warm-up that leaves the same file
+    /// set however fast the machine is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops_per_file: Option<u64>,
 }
 
 impl Default for Params {
     fn default() -> Self {
-        Params { scale: 1.0, seed: 42, duration: Duration::from_secs(60) }
+        Params { scale: 1.0, seed: 42, duration: Duration::from_secs(60), ops_per_file: None }
     }
 }
 
@@ -45,6 +50,15 @@ impl Params {
     /// `n` scaled, at least `min`.
     pub fn scaled(&self, n: u64, min: u64) -> u64 {
         ((n as f64 * self.scale).round() as u64).max(min)
+    }
+
+    /// Whether a time-bounded run over `files` files that began at `start`
+    /// on `fs` and has made `ops` operations goes on.
+    pub fn going(&self, fs: &dyn Fs, start: Start, ops: u64, files: u64) -> bool {
+        match self.ops_per_file {
+            Some(k) => ops < k.saturating_mul(files.max(1)),
+            None => fs.elapsed(start) < self.duration,
+        }
     }
 }
 
@@ -117,19 +131,24 @@ pub trait Workload: Send + Sync {
     fn type_aware(&self) -> Vec<(&'static str, &'static str)> {
         Vec::new()
     }
-    /// Creates the file set below `dir` (not measured).
-    fn prepare(&self, dir: &Path) -> io::Result<()>;
+    /// Creates the file set below `dir` on `fs` (not measured).
+    fn prepare(&self, fs: &dyn Fs, dir: &Path) -> io::Result<()>;
     /// The bytes of its file set, for a workload that removes its files
     /// before it ends (the sweep cannot measure them afterwards).
     fn working_set(&self) -> Option<u64> {
         None
     }
-    /// Runs the measured part.
-    fn run(&self, dir: &Path) -> io::Result<Report>;
+    /// Runs the measured part on `fs`.
+    fn run(&self, fs: &dyn Fs, dir: &Path) -> io::Result<Report>;
     /// True if a run lasts `Params::duration` (false: it runs a number of
     /// transactions).
     fn time_bounded(&self) -> bool {
         true
+    }
+    /// How many times an operation of its report calls the recorder (a
+    /// mail transaction: its read or append, then its delivery or delete).
+    fn marks_per_op(&self) -> u64 {
+        1
     }
 }
 
@@ -154,30 +173,33 @@ pub const NAMES: &[&str] =
     &["mail", "postmark", "fileserver", "webserver", "webserver-zipf", "shifting", "mixed", "db", "updates"];
 
 /// Counts operations, bytes and latencies.
-#[derive(Debug, Default)]
-pub struct Recorder {
+pub struct Recorder<'a> {
+    fs: &'a dyn Fs,
     lat: Vec<u32>,
     read: u64,
     written: u64,
 }
 
-impl Recorder {
+impl<'a> Recorder<'a> {
+    /// Counts the operations of a run on `fs`.
+    pub fn new(fs: &'a dyn Fs) -> Self {
+        Recorder { fs, lat: Vec::new(), read: 0, written: 0 }
+    }
+
     /// Times one operation returning (bytes read, bytes written).
     pub fn op(&mut self, f: impl FnOnce() -> io::Result<(u64, u64)>) -> io::Result<()> {
         let t = Instant::now();
         let (r, w) = f()?;
         self.lat.push(t.elapsed().as_micros().min(u32::MAX as u128) as u32);
-        log_op();
+        self.fs.op_done();
         self.read += r;
         self.written += w;
         Ok(())
     }
 
-    /// Adds another recorder's counts.
-    pub fn merge(&mut self, o: Recorder) {
-        self.lat.extend(o.lat);
-        self.read += o.read;
-        self.written += o.written;
+    /// Operations so far.
+    pub fn ops(&self) -> u64 {
+        self.lat.len() as u64
     }
 
     /// The report of a run that took `secs`.
@@ -207,7 +229,7 @@ pub fn unix_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
-fn log_op() {
+pub(crate) fn log_op() {
     // A poisoned log (a workload thread panicked) records nothing more.
     if let Ok(mut log) = OP_LOG.lock() {
         if let Some(v) = log.as_mut() {
@@ -229,51 +251,6 @@ pub fn take_op_log() -> Vec<u64> {
     let mut v = OP_LOG.lock().ok().and_then(|mut l| l.take()).unwrap_or_default();
     v.sort_unstable();
     v
-}
-
-/// Writes a new file of `size` bytes in `io` pieces.
-pub fn write_file(path: &Path, size: u64, io: usize, byte: u8) -> io::Result<u64> {
-    let mut f = fs::File::create(path)?;
-    let buf = vec![byte; io];
-    let mut left = size;
-    while left > 0 {
-        let n = (left as usize).min(io);
-        f.write_all(&buf[..n])?;
-        left -= n as u64;
-        WRITTEN.fetch_add(n as u64, Ordering::Relaxed);
-    }
-    Ok(size)
-}
-
-/// Bytes [`write_file`] wrote in this process.
-static WRITTEN: AtomicU64 = AtomicU64::new(0);
-
-/// Bytes the generators' files took so far in this process (whole-file
-/// writes: preparations and file creations of the runs), for a progress
-/// display.
-pub fn bytes_written() -> u64 {
-    WRITTEN.load(Ordering::Relaxed)
-}
-
-/// Reads a whole file in `io` pieces.
-pub fn read_whole(path: &Path, io: usize) -> io::Result<u64> {
-    let mut f = fs::File::open(path)?;
-    let mut buf = vec![0u8; io];
-    let mut total = 0;
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            return Ok(total);
-        }
-        total += n as u64;
-    }
-}
-
-/// Appends `n` bytes in one write.
-pub fn append(path: &Path, n: usize) -> io::Result<u64> {
-    let mut f = fs::OpenOptions::new().append(true).create(true).open(path)?;
-    f.write_all(&vec![0x5a; n])?;
-    Ok(n as u64)
 }
 
 /// A file set laid out as filebench does: directories of `width` entries.
@@ -298,24 +275,18 @@ impl FileSet {
         s
     }
 
-    /// The files that exist below `root` now (a run may follow another
-    /// that created and deleted files), in number order.
-    pub fn scan(root: PathBuf, width: usize) -> io::Result<Self> {
+    /// The files that exist below `root` on `fs` now (a run may follow
+    /// another that created and deleted files), in number order.
+    pub fn scan(fs: &dyn Fs, root: PathBuf, width: usize) -> io::Result<Self> {
         let mut found: Vec<(u64, PathBuf)> = Vec::new();
-        for d in fs::read_dir(&root)? {
-            let d = d?.path();
-            if !d.is_dir() {
+        for (d, is_dir) in fs.list(&root)? {
+            if !is_dir {
                 continue;
             }
-            for f in fs::read_dir(&d)? {
-                let f = f?.path();
-                let n = f
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| n.strip_prefix('f'))
-                    .and_then(|n| n.parse().ok());
-                if let Some(n) = n {
-                    found.push((n, f));
+            let d = root.join(d);
+            for (f, _) in fs.list(&d)? {
+                if let Some(n) = f.strip_prefix('f').and_then(|n| n.parse().ok()) {
+                    found.push((n, d.join(f)));
                 }
             }
         }
@@ -331,13 +302,13 @@ impl FileSet {
         self.root.join(format!("d{}", i / self.width as u64)).join(format!("f{i}"))
     }
 
-    /// Creates the directories of every file.
-    pub fn make_dirs(&self) -> io::Result<()> {
+    /// Creates the directories of every file on `fs`.
+    pub fn make_dirs(&self, fs: &dyn Fs) -> io::Result<()> {
         let mut last = None;
         for f in &self.files {
             let d = f.parent().expect("files are in directories");
             if last != Some(d) {
-                fs::create_dir_all(d)?;
+                fs.create_dir_all(d)?;
                 last = Some(d);
             }
         }
@@ -350,7 +321,7 @@ mod tests {
     use super::*;
 
     fn quick() -> Params {
-        Params { scale: 0.002, seed: 1, duration: Duration::from_millis(300) }
+        Params { scale: 0.002, seed: 1, duration: Duration::from_millis(300), ops_per_file: None }
     }
 
     #[test]
@@ -358,8 +329,8 @@ mod tests {
         for name in NAMES.iter().filter(|n| **n != "postmark") {
             let tmp = tempfile::tempdir().unwrap();
             let w = by_name(name, quick()).unwrap();
-            w.prepare(tmp.path()).unwrap();
-            let r = w.run(tmp.path()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            w.prepare(&Real, tmp.path()).unwrap();
+            let r = w.run(&Real, tmp.path()).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert!(r.ops > 0, "{name}: {r:?}");
             assert!(r.bytes_read + r.bytes_written > 0, "{name}");
             assert!(r.latency.p50_us <= r.latency.p99_us && r.latency.p99_us <= r.latency.max_us);
@@ -372,11 +343,11 @@ mod tests {
         for name in ["mail", "fileserver"] {
             let tmp = tempfile::tempdir().unwrap();
             let w = by_name(name, quick()).unwrap();
-            w.prepare(tmp.path()).unwrap();
+            w.prepare(&Real, tmp.path()).unwrap();
             let mut warm = quick();
             warm.seed = 99;
-            by_name(name, warm).unwrap().run(tmp.path()).unwrap();
-            w.run(tmp.path()).unwrap_or_else(|e| panic!("{name} after a warm-up: {e}"));
+            by_name(name, warm).unwrap().run(&Real, tmp.path()).unwrap();
+            w.run(&Real, tmp.path()).unwrap_or_else(|e| panic!("{name} after a warm-up: {e}"));
         }
     }
 
@@ -385,10 +356,10 @@ mod tests {
         let a = tempfile::tempdir().unwrap();
         let b = tempfile::tempdir().unwrap();
         for d in [a.path(), b.path()] {
-            by_name("webserver", quick()).unwrap().prepare(d).unwrap();
+            by_name("webserver", quick()).unwrap().prepare(&Real, d).unwrap();
         }
         let sizes = |d: &Path| -> Vec<u64> {
-            let mut v: Vec<u64> = walk(d).into_iter().map(|p| fs::metadata(p).unwrap().len()).collect();
+            let mut v: Vec<u64> = walk(d).into_iter().map(|p| std::fs::metadata(p).unwrap().len()).collect();
             v.sort();
             v
         };
@@ -397,7 +368,7 @@ mod tests {
 
     fn walk(d: &Path) -> Vec<PathBuf> {
         let mut out = Vec::new();
-        for e in fs::read_dir(d).unwrap() {
+        for e in std::fs::read_dir(d).unwrap() {
             let p = e.unwrap().path();
             if p.is_dir() {
                 out.extend(walk(&p));

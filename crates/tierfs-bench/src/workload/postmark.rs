@@ -1,7 +1,7 @@
 //! The real postmark (Debian's `postmark`), configured as in Loris §V-C1
 //! and scaled like the built-in mail workload.
 
-use super::{Params, Report, Workload};
+use super::{Fs, Params, Report, Workload};
 use std::io::{self, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -31,12 +31,13 @@ impl Workload for PostmarkReal {
     fn time_bounded(&self) -> bool {
         false
     }
-    fn prepare(&self, _dir: &Path) -> io::Result<()> {
+    fn prepare(&self, fs: &dyn Fs, _dir: &Path) -> io::Result<()> {
         // postmark creates its own files, inside the measured run, and
         // reports the transaction time apart.
-        Ok(())
+        external(fs)
     }
-    fn run(&self, dir: &Path) -> io::Result<Report> {
+    fn run(&self, fs: &dyn Fs, dir: &Path) -> io::Result<Report> {
+        external(fs)?;
         let files = self.p.scaled(40_000, 10);
         let txns = self.p.scaled(80_000, 20);
         let script = format!(
@@ -70,6 +71,18 @@ impl Workload for PostmarkReal {
             ..Report::default()
         })
     }
+}
+
+/// postmark is a program of its own: its requests reach a real file
+/// system only.
+fn external(fs: &dyn Fs) -> io::Result<()> {
+    if fs.is_model() {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "postmark is a program of its own: its requests cannot be generated, only recorded on a mount",
+        ));
+    }
+    Ok(())
 }
 
 /// The terse report (`set report terse`): one line of numbers, total

@@ -7,13 +7,10 @@
 //! with random writes, the write-mostly files are better served by the
 //! HDD and the read-mostly ones by the SSD.
 
-use super::{write_file, Params, Recorder, Report, Workload};
+use super::{Fs, Params, Recorder, Report, Workload};
 use crate::rng::{Rng, Zipf};
-use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 /// Files at scale 1.
 pub const FILES: u64 = 20_000;
@@ -50,19 +47,18 @@ impl Workload for Updates {
     fn name(&self) -> &'static str {
         "updates"
     }
-    fn prepare(&self, dir: &Path) -> io::Result<()> {
+    fn prepare(&self, fs: &dyn Fs, dir: &Path) -> io::Result<()> {
         for (i, p) in self.paths(dir).iter().enumerate() {
             if let Some(d) = p.parent() {
-                std::fs::create_dir_all(d)?;
+                fs.create_dir_all(d)?;
             }
-            write_file(p, FILE_SIZE, FILE_SIZE as usize, i as u8)?;
+            fs.write_file(p, FILE_SIZE, FILE_SIZE as usize, i as u8)?;
         }
         Ok(())
     }
-    fn run(&self, dir: &Path) -> io::Result<Report> {
+    fn run(&self, fs: &dyn Fs, dir: &Path) -> io::Result<Report> {
         let paths = self.paths(dir);
-        let files: Vec<File> =
-            paths.iter().map(|p| OpenOptions::new().read(true).write(true).open(p)).collect::<io::Result<_>>()?;
+        let files = paths.iter().map(|p| fs.open_rw(p)).collect::<io::Result<Vec<_>>>()?;
         let mut order: Vec<usize> = (0..files.len()).collect();
         let mut layout = Rng::new(LAYOUT_SEED);
         for i in (1..order.len()).rev() {
@@ -71,22 +67,21 @@ impl Workload for Updates {
         }
         let zipf = Zipf::new(files.len(), 1.0);
         let mut rng = Rng::new(self.p.seed ^ 0x0bd);
-        let mut buf = vec![0u8; REQUEST as usize];
-        let mut rec = Recorder::default();
-        let t = Instant::now();
-        while t.elapsed() < self.p.duration {
+        let mut rec = Recorder::new(fs);
+        let t = fs.start();
+        while self.p.going(fs, t, rec.ops(), files.len() as u64) {
             let i = order[zipf.sample(&mut rng)];
             let at = rng.below(FILE_SIZE / REQUEST) * REQUEST;
             let write = rng.chance(MOSTLY) == write_mostly(i);
             let f = &files[i];
             if write {
-                buf.fill(rng.below(256) as u8);
-                rec.op(|| f.write_all_at(&buf, at).map(|()| (0, REQUEST)))?;
+                let byte = rng.below(256) as u8;
+                rec.op(|| f.write_at(at, REQUEST as usize, byte).map(|n| (0, n)))?;
             } else {
-                rec.op(|| f.read_exact_at(&mut buf, at).map(|()| (REQUEST, 0)))?;
+                rec.op(|| f.read_at(at, REQUEST as usize).map(|n| (n, 0)))?;
             }
         }
-        Ok(rec.report(self.name(), t.elapsed().as_secs_f64(), files.len() as u64))
+        Ok(rec.report(self.name(), fs.elapsed(t).as_secs_f64(), files.len() as u64))
     }
 }
 
@@ -98,10 +93,11 @@ mod tests {
     #[test]
     fn updates_writes_about_half_of_its_requests() {
         let tmp = tempfile::tempdir().unwrap();
-        let w = Updates { p: Params { scale: 0.002, seed: 3, duration: Duration::from_millis(300) } };
-        w.prepare(tmp.path()).unwrap();
+        let w =
+            Updates { p: Params { scale: 0.002, seed: 3, duration: Duration::from_millis(300), ops_per_file: None } };
+        w.prepare(&super::super::Real, tmp.path()).unwrap();
         assert_eq!(w.paths(tmp.path()).len(), 40);
-        let r = w.run(tmp.path()).unwrap();
+        let r = w.run(&super::super::Real, tmp.path()).unwrap();
         let share = r.bytes_written as f64 / (r.bytes_read + r.bytes_written) as f64;
         assert!((0.3..0.7).contains(&share), "written share {share}: {r:?}");
         assert_eq!(r.files, 40);

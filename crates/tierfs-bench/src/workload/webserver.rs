@@ -4,11 +4,10 @@
 //! locality variant: two such sets, the first pushed off the SSD by the
 //! second, then the first read.
 
-use super::{append, read_whole, write_file, FileSet, Params, Recorder, Report, Workload};
+use super::{FileSet, Fs, Params, Recorder, Report, Workload};
 use crate::rng::{Rng, Zipf};
 use std::io;
 use std::path::Path;
-use std::time::Instant;
 
 /// See the module documentation.
 pub struct WebServer {
@@ -25,30 +24,38 @@ fn nfiles(p: &Params) -> u64 {
 }
 
 /// Creates one web file set below `dir`.
-pub fn make_set(dir: &Path, p: &Params, seed: u64) -> io::Result<FileSet> {
+pub fn make_set(fs: &dyn Fs, dir: &Path, p: &Params, seed: u64) -> io::Result<FileSet> {
     let set = FileSet::new(dir.to_path_buf(), nfiles(p), 20);
-    set.make_dirs()?;
+    set.make_dirs(fs)?;
     let mut r = Rng::new(seed);
     for f in &set.files {
-        write_file(f, r.size(32 << 10), 1 << 20, 0x77)?;
+        fs.write_file(f, r.size(32 << 10), 1 << 20, 0x77)?;
     }
     Ok(set)
 }
 
 /// The measured loop over an existing set.
-pub fn run_set(set: &FileSet, log: &Path, p: &Params, zipf: bool, seed: u64, name: &str) -> io::Result<Report> {
+pub fn run_set(
+    fs: &dyn Fs,
+    set: &FileSet,
+    log: &Path,
+    p: &Params,
+    zipf: bool,
+    seed: u64,
+    name: &str,
+) -> io::Result<Report> {
     let mut r = Rng::new(seed ^ 0xabcd);
     let z = Zipf::new(set.files.len(), 1.0);
-    let mut rec = Recorder::default();
-    let t = Instant::now();
-    while t.elapsed() < p.duration {
+    let mut rec = Recorder::new(fs);
+    let t = fs.start();
+    while p.going(fs, t, rec.ops(), set.files.len() as u64) {
         for _ in 0..10 {
             let i = if zipf { z.sample(&mut r) } else { r.below(set.files.len() as u64) as usize };
-            rec.op(|| Ok((read_whole(&set.files[i], 1 << 20)?, 0)))?;
+            rec.op(|| Ok((fs.read_whole(&set.files[i], 1 << 20)?, 0)))?;
         }
-        rec.op(|| Ok((0, append(log, 16 << 10)?)))?;
+        rec.op(|| Ok((0, fs.append(log, 16 << 10, 16 << 10, 0x5a)?)))?;
     }
-    Ok(rec.report(name, t.elapsed().as_secs_f64(), set.files.len() as u64 + 1))
+    Ok(rec.report(name, fs.elapsed(t).as_secs_f64(), set.files.len() as u64 + 1))
 }
 
 impl WebServer {
@@ -69,15 +76,15 @@ impl Workload for WebServer {
             "webserver"
         }
     }
-    fn prepare(&self, dir: &Path) -> io::Result<()> {
+    fn prepare(&self, fs: &dyn Fs, dir: &Path) -> io::Result<()> {
         let d = self.dir(dir);
-        std::fs::create_dir_all(&d)?;
-        make_set(&d.join("htdocs"), &self.p, self.p.seed).map(drop)
+        fs.create_dir_all(&d)?;
+        make_set(fs, &d.join("htdocs"), &self.p, self.p.seed).map(drop)
     }
-    fn run(&self, dir: &Path) -> io::Result<Report> {
+    fn run(&self, fs: &dyn Fs, dir: &Path) -> io::Result<Report> {
         let d = self.dir(dir);
         let set = FileSet::new(d.join("htdocs"), nfiles(&self.p), 20);
-        run_set(&set, &d.join("weblog"), &self.p, self.zipf, self.p.seed, self.name())
+        run_set(fs, &set, &d.join("weblog"), &self.p, self.zipf, self.p.seed, self.name())
     }
 }
 
@@ -92,12 +99,12 @@ impl Workload for Shifting {
     fn name(&self) -> &'static str {
         "shifting"
     }
-    fn prepare(&self, dir: &Path) -> io::Result<()> {
-        make_set(&dir.join("set-a"), &self.p, self.p.seed)?;
-        make_set(&dir.join("set-b"), &self.p, self.p.seed + 1).map(drop)
+    fn prepare(&self, fs: &dyn Fs, dir: &Path) -> io::Result<()> {
+        make_set(fs, &dir.join("set-a"), &self.p, self.p.seed)?;
+        make_set(fs, &dir.join("set-b"), &self.p, self.p.seed + 1).map(drop)
     }
-    fn run(&self, dir: &Path) -> io::Result<Report> {
+    fn run(&self, fs: &dyn Fs, dir: &Path) -> io::Result<Report> {
         let set = FileSet::new(dir.join("set-a"), nfiles(&self.p), 20);
-        run_set(&set, &dir.join("weblog"), &self.p, true, self.p.seed, self.name())
+        run_set(fs, &set, &dir.join("weblog"), &self.p, true, self.p.seed, self.name())
     }
 }

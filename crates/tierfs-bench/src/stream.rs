@@ -1,0 +1,565 @@
+//! A workload's requests without a mount: the generators run on [`Model`],
+//! a file system of names and sizes in memory that numbers each file and
+//! directory and turns each operation into the records a recording mount
+//! would write for it (a whole-file read is an open, the reads, the read
+//! that finds the end of the file, and a close), stamped with a virtual
+//! time that advances by each request's cost outside the devices
+//! ([`Cost`]). The records go, in batches, down a channel to whoever
+//! replays them (the simulator), which asks for more as its replay goes
+//! on; a time-bounded run given no end of its own runs until the reader
+//! hangs up.
+//!
+//! Each thread of a workload is a stream of its own ([`Fs::thread`]): its
+//! parent's stream holds a [`Item::Fork`] where it starts, the thread's
+//! stream ends with [`Item::End`], and the parent goes on when all its
+//! threads have ended. Streams are numbered in the order they are made and
+//! files and directories per stream, so the same workload and seed give
+//! the same streams whatever the threads' timing (as long as only one
+//! thread makes threads, as every workload here does).
+
+use crate::workload::fs::{Handle, Start, StartAt};
+use crate::workload::Fs;
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tierfs_core::trace::{Kind, Record};
+
+/// What one request costs outside the devices: the client, the kernel and
+/// the daemon. The defaults were measured on the two-core machine of the
+/// results (`results/sim-small/README.md`): recordings of the small
+/// preset's workloads without emulation took 37.8 µs per request at 2.4 KB
+/// per request (mail) and 68.2 µs at 30 KB (fileserver).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cost {
+    /// Per request.
+    pub per_request: Duration,
+    /// Per byte read or written, nanoseconds.
+    pub per_byte_ns: f64,
+}
+
+impl Default for Cost {
+    fn default() -> Self {
+        Cost { per_request: Duration::from_nanos(35_200), per_byte_ns: 1.1 }
+    }
+}
+
+impl Cost {
+    /// Nanoseconds a request of `len` bytes takes.
+    pub fn of(&self, len: u64) -> u64 {
+        self.per_request.as_nanos() as u64 + (len as f64 * self.per_byte_ns) as u64
+    }
+}
+
+/// One item of a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Item {
+    /// A request, or a mark of the workload's structure.
+    Record(Record),
+    /// Stream `n` starts here, and this one waits for it to end.
+    Fork(u32),
+    /// The stream ends.
+    End,
+}
+
+/// What goes down the channel.
+#[derive(Debug)]
+pub enum Msg {
+    /// Items of stream `stream`, in order.
+    Items {
+        /// The stream.
+        stream: u32,
+        /// Its next items.
+        items: Vec<Item>,
+    },
+    /// A directory was made in `parent` (the root is its own parent).
+    Dir {
+        /// The directory.
+        dir: u64,
+        /// Its parent.
+        parent: u64,
+    },
+}
+
+/// Items sent in one message.
+const BATCH: usize = 4096;
+/// The workload's root directory.
+pub const ROOT_DIR: u64 = 1;
+
+#[derive(Clone, Copy, Debug)]
+enum Node {
+    Dir(u64),
+    File { id: u64, dir: u64, size: u64 },
+}
+
+struct Shared {
+    root: PathBuf,
+    /// The number of the next stream.
+    streams: std::sync::atomic::AtomicU32,
+    names: Mutex<HashMap<PathBuf, Node>>,
+    tx: SyncSender<Msg>,
+    cost: Cost,
+}
+
+/// See the module documentation.
+pub struct Model {
+    shared: Arc<Shared>,
+    stream: u32,
+    /// The stream's virtual time, nanoseconds.
+    now: AtomicU64,
+    next_id: AtomicU64,
+    buf: Mutex<Vec<Item>>,
+}
+
+fn closed() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "the replay has all the requests it wants")
+}
+
+/// Whether `e` is the end [`Model`] gives once the reader hung up.
+pub fn hung_up(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::BrokenPipe
+}
+
+impl Model {
+    /// A model of the directory `root` (which exists, empty), sending its
+    /// streams down a channel of `depth` batches; the receiving end is
+    /// returned with it. Stream 0 is the caller's.
+    pub fn new(root: &Path, cost: Cost, depth: usize) -> (Model, Receiver<Msg>) {
+        let (tx, rx) = std::sync::mpsc::sync_channel(depth);
+        let mut names = HashMap::new();
+        names.insert(root.to_path_buf(), Node::Dir(ROOT_DIR));
+        let shared = Arc::new(Shared {
+            root: root.to_path_buf(),
+            streams: std::sync::atomic::AtomicU32::new(1),
+            names: Mutex::new(names),
+            tx,
+            cost,
+        });
+        let _ = shared.tx.send(Msg::Dir { dir: ROOT_DIR, parent: ROOT_DIR });
+        (Model::stream(shared, 0, 0), rx)
+    }
+
+    fn stream(shared: Arc<Shared>, stream: u32, now: u64) -> Model {
+        Model {
+            shared,
+            stream,
+            now: AtomicU64::new(now),
+            // Numbers of stream n start at n * 2^40; 0 and 1 are taken.
+            next_id: AtomicU64::new(((stream as u64) << 40) + 2),
+            buf: Mutex::new(Vec::with_capacity(BATCH)),
+        }
+    }
+
+    /// The directory number of `path`, if the model has it.
+    pub fn dir_id(&self, path: &Path) -> Option<u64> {
+        match self.names().get(path) {
+            Some(Node::Dir(d)) => Some(*d),
+            _ => None,
+        }
+    }
+
+    /// Puts a mark of the workload's phase in (see `trace::PHASE_*`).
+    pub fn phase(&self, phase: u64) -> io::Result<()> {
+        self.push(Kind::Phase, 0, 0, phase, 0, 0)
+    }
+
+    /// Lets virtual time pass with no request (a warm-up that idles).
+    pub fn idle(&self, d: Duration) {
+        self.now.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// Sends what is buffered.
+    pub fn flush(&self) -> io::Result<()> {
+        let items = std::mem::take(&mut *self.buf.lock().expect("a model's buffer"));
+        if items.is_empty() {
+            return Ok(());
+        }
+        self.shared.tx.send(Msg::Items { stream: self.stream, items }).map_err(|_| closed())
+    }
+
+    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Node>> {
+        // A generator thread that panicked poisons it; the names are
+        // still whole (every change is one insert or remove).
+        self.shared.names.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn item(&self, item: Item) -> io::Result<()> {
+        let full = {
+            let mut b = self.buf.lock().expect("a model's buffer");
+            b.push(item);
+            b.len() >= BATCH
+        };
+        if full {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// A record at the stream's time, which then advances by its cost.
+    fn push(&self, kind: Kind, file: u64, dir: u64, off: u64, len: u64, cost: u64) -> io::Result<()> {
+        let time_ns = self.now.fetch_add(cost, Ordering::Relaxed);
+        self.item(Item::Record(Record { time_ns, file, dir, kind, off, len }))
+    }
+
+    /// A request that reaches the daemon: a record, and its cost.
+    fn request(&self, kind: Kind, file: u64, dir: u64, off: u64, len: u64) -> io::Result<()> {
+        let bytes = if kind.is_io() { len } else { 0 };
+        self.push(kind, file, dir, off, len, self.shared.cost.of(bytes))
+    }
+
+    fn id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn parent_dir(&self, path: &Path) -> io::Result<u64> {
+        let parent = path.parent().ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        match self.names().get(parent) {
+            Some(Node::Dir(d)) => Ok(*d),
+            Some(Node::File { .. }) => Err(io::Error::from_raw_os_error(libc::ENOTDIR)),
+            None => Err(io::Error::from(io::ErrorKind::NotFound)),
+        }
+    }
+
+    fn file(&self, path: &Path) -> io::Result<(u64, u64, u64)> {
+        match self.names().get(path) {
+            Some(Node::File { id, dir, size }) => Ok((*id, *dir, *size)),
+            Some(Node::Dir(_)) => Err(io::Error::from_raw_os_error(libc::EISDIR)),
+            None => Err(io::Error::from(io::ErrorKind::NotFound)),
+        }
+    }
+
+    fn set_size(&self, path: &Path, size: u64) {
+        if let Some(Node::File { size: s, .. }) = self.names().get_mut(path) {
+            *s = size;
+        }
+    }
+
+    /// The file `path`, made (empty) if missing; opened for writing.
+    fn open_for_write(&self, path: &Path, truncate: bool) -> io::Result<(u64, u64, u64)> {
+        let (id, dir, size) = match self.file(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let dir = self.parent_dir(path)?;
+                let id = self.id();
+                self.names().insert(path.to_path_buf(), Node::File { id, dir, size: 0 });
+                self.request(Kind::Create, id, dir, 0, 0)?;
+                (id, dir, 0)
+            }
+            Err(e) => return Err(e),
+        };
+        self.request(Kind::Open, id, dir, 1, size)?;
+        if truncate && size > 0 {
+            self.set_size(path, 0);
+            self.request(Kind::Truncate, id, dir, 0, 0)?;
+            return Ok((id, dir, 0));
+        }
+        Ok((id, dir, size))
+    }
+
+    /// Writes `n` bytes at `at` in `io` pieces; returns the new end.
+    fn write_pieces(&self, id: u64, dir: u64, at: u64, n: u64, io: usize) -> io::Result<u64> {
+        let io = io.max(1) as u64;
+        let mut off = at;
+        while off < at + n {
+            let k = io.min(at + n - off);
+            self.request(Kind::Write, id, dir, off, k)?;
+            off += k;
+        }
+        Ok(off)
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        if self.stream != 0 {
+            // A thread's stream ends with it; the caller's ends when the
+            // replay has it all (the sweep drops the model).
+            let _ = self.item(Item::End);
+        }
+        let _ = self.flush();
+    }
+}
+
+struct ModelFile<'a> {
+    m: &'a Model,
+    path: PathBuf,
+    id: u64,
+    dir: u64,
+}
+
+impl Handle for ModelFile<'_> {
+    fn read_at(&self, off: u64, len: usize) -> io::Result<u64> {
+        let (_, _, size) = self.m.file(&self.path)?;
+        let n = (len as u64).min(size.saturating_sub(off));
+        self.m.request(Kind::Read, self.id, self.dir, off, n)?;
+        if n < len as u64 {
+            return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+        }
+        Ok(n)
+    }
+
+    fn write_at(&self, off: u64, len: usize, _byte: u8) -> io::Result<u64> {
+        let (_, _, size) = self.m.file(&self.path)?;
+        self.m.request(Kind::Write, self.id, self.dir, off, len as u64)?;
+        if off + len as u64 > size {
+            self.m.set_size(&self.path, off + len as u64);
+        }
+        Ok(len as u64)
+    }
+}
+
+impl Drop for ModelFile<'_> {
+    fn drop(&mut self) {
+        let size = self.m.file(&self.path).map_or(0, |f| f.2);
+        let _ = self.m.request(Kind::Close, self.id, self.dir, 0, size);
+    }
+}
+
+impl Fs for Model {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        if !dir.starts_with(&self.shared.root) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} is outside the model", dir.display())));
+        }
+        let mut made = Vec::new();
+        let mut p = dir;
+        while !self.names().contains_key(p) {
+            made.push(p.to_path_buf());
+            p = p.parent().ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        }
+        for d in made.into_iter().rev() {
+            let parent = self.parent_dir(&d)?;
+            let id = self.id();
+            self.names().insert(d, Node::Dir(id));
+            self.shared.tx.send(Msg::Dir { dir: id, parent }).map_err(|_| closed())?;
+            // mkdir is a request too, with no record of its own.
+            self.now.fetch_add(self.shared.cost.of(0), Ordering::Relaxed);
+        }
+        if let Some(Node::File { .. }) = self.names().get(dir) {
+            return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+        }
+        Ok(())
+    }
+
+    fn write_file(&self, path: &Path, size: u64, io: usize, _byte: u8) -> io::Result<u64> {
+        let (id, dir, _) = self.open_for_write(path, true)?;
+        let end = self.write_pieces(id, dir, 0, size, io)?;
+        self.set_size(path, end);
+        self.request(Kind::Close, id, dir, 0, end)?;
+        Ok(size)
+    }
+
+    fn read_whole(&self, path: &Path, io: usize) -> io::Result<u64> {
+        let (id, dir, size) = self.file(path)?;
+        self.request(Kind::Open, id, dir, 0, size)?;
+        let io = io.max(1) as u64;
+        let mut off = 0;
+        while off < size {
+            let k = io.min(size - off);
+            self.request(Kind::Read, id, dir, off, k)?;
+            off += k;
+        }
+        // The read that finds the end.
+        self.request(Kind::Read, id, dir, size, 0)?;
+        self.request(Kind::Close, id, dir, 0, size)?;
+        Ok(size)
+    }
+
+    fn append(&self, path: &Path, n: u64, io: usize, _byte: u8) -> io::Result<u64> {
+        let (id, dir, size) = self.open_for_write(path, false)?;
+        let end = self.write_pieces(id, dir, size, n, io)?;
+        self.set_size(path, end);
+        self.request(Kind::Close, id, dir, 0, end)?;
+        Ok(n)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        let (id, dir, _) = self.file(path)?;
+        self.names().remove(path);
+        self.request(Kind::Remove, id, dir, 0, 0)
+    }
+
+    fn size(&self, path: &Path) -> io::Result<u64> {
+        let (_, _, size) = self.file(path)?;
+        // A stat reaches the daemon and leaves no record.
+        self.now.fetch_add(self.shared.cost.of(0), Ordering::Relaxed);
+        Ok(size)
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<(String, bool)>> {
+        let names = self.names();
+        match names.get(dir) {
+            Some(Node::Dir(_)) => {}
+            Some(Node::File { .. }) => return Err(io::Error::from_raw_os_error(libc::ENOTDIR)),
+            None => return Err(io::Error::from(io::ErrorKind::NotFound)),
+        }
+        let mut v: Vec<(String, bool)> = names
+            .iter()
+            .filter(|(p, _)| p.parent() == Some(dir))
+            .filter_map(|(p, n)| Some((p.file_name()?.to_str()?.to_string(), matches!(n, Node::Dir(_)))))
+            .collect();
+        // In a fixed order: a hash map's is not.
+        v.sort();
+        Ok(v)
+    }
+
+    fn open_rw(&self, path: &Path) -> io::Result<Box<dyn Handle + '_>> {
+        let (id, dir, size) = self.file(path)?;
+        self.request(Kind::Open, id, dir, 1, size)?;
+        Ok(Box::new(ModelFile { m: self, path: path.to_path_buf(), id, dir }))
+    }
+
+    fn elapsed(&self, start: Start) -> Duration {
+        match start.0 {
+            StartAt::Virtual(t) => Duration::from_nanos(self.now.load(Ordering::Relaxed).saturating_sub(t)),
+            StartAt::Real(t) => t.elapsed(),
+        }
+    }
+
+    fn start(&self) -> Start {
+        Start(StartAt::Virtual(self.now.load(Ordering::Relaxed)))
+    }
+
+    fn op_done(&self) {
+        // A failed send ends the run at its next request.
+        let _ = self.push(Kind::Op, 0, 0, 0, 0, 0);
+    }
+
+    fn thread(&self) -> Box<dyn Fs + '_> {
+        let n = self.shared.streams.fetch_add(1, Ordering::Relaxed);
+        let child = Model::stream(self.shared.clone(), n, self.now.load(Ordering::Relaxed));
+        // The fork goes in the parent's stream; a closed channel shows at
+        // the child's first request.
+        let _ = self.item(Item::Fork(n)).and_then(|()| self.flush());
+        Box::new(child)
+    }
+
+    fn is_model(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::{by_name, Params};
+    use tierfs_core::trace::PHASE_MEASURE;
+
+    /// Items by stream.
+    type Streams = HashMap<u32, Vec<Item>>;
+
+    /// Everything a model sent, by stream, and the directories, once it is
+    /// dropped.
+    fn drain(rx: Receiver<Msg>) -> (Streams, Vec<(u64, u64)>) {
+        let mut streams: HashMap<u32, Vec<Item>> = HashMap::new();
+        let mut dirs = Vec::new();
+        for m in rx {
+            match m {
+                Msg::Items { stream, items } => streams.entry(stream).or_default().extend(items),
+                Msg::Dir { dir, parent } => dirs.push((dir, parent)),
+            }
+        }
+        (streams, dirs)
+    }
+
+    fn kinds(items: &[Item]) -> Vec<Kind> {
+        items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Record(r) => Some(r.kind),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_whole_file_read_is_an_open_the_reads_the_end_and_a_close() {
+        let root = Path::new("/w");
+        let (m, rx) = Model::new(root, Cost::default(), 1024);
+        m.create_dir_all(&root.join("d")).unwrap();
+        m.write_file(&root.join("d/f"), 3000, 1024, 0).unwrap();
+        assert_eq!(m.read_whole(&root.join("d/f"), 2048).unwrap(), 3000);
+        assert_eq!(m.append(&root.join("d/f"), 100, 100, 0).unwrap(), 100);
+        assert_eq!(m.size(&root.join("d/f")).unwrap(), 3100);
+        m.remove_file(&root.join("d/f")).unwrap();
+        assert!(m.read_whole(&root.join("d/f"), 2048).is_err());
+        drop(m);
+        let (streams, dirs) = drain(rx);
+        assert_eq!(dirs.len(), 2, "the root and d: {dirs:?}");
+        use Kind::*;
+        assert_eq!(
+            kinds(&streams[&0]),
+            [Create, Open, Write, Write, Write, Close, Open, Read, Read, Read, Close, Open, Write, Close, Remove]
+        );
+        let Item::Record(last_read) = streams[&0][9] else { panic!() };
+        assert_eq!((last_read.off, last_read.len), (3000, 0), "the read at the end finds nothing");
+        // Time advances by each request's cost.
+        let times: Vec<u64> = streams[&0]
+            .iter()
+            .filter_map(|i| match i {
+                Item::Record(r) => Some(r.time_ns),
+                _ => None,
+            })
+            .collect();
+        assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+    }
+
+    #[test]
+    fn a_thread_is_a_stream_of_its_own_forked_from_its_parent() {
+        let root = Path::new("/w");
+        let (m, rx) = Model::new(root, Cost::default(), 1024);
+        m.write_file(&root.join("a"), 10, 10, 0).unwrap();
+        {
+            let t = m.thread();
+            t.write_file(&root.join("b"), 10, 10, 0).unwrap();
+        }
+        drop(m);
+        let (streams, _) = drain(rx);
+        assert!(streams[&0].contains(&Item::Fork(1)));
+        assert_eq!(streams[&1].last(), Some(&Item::End));
+        let id = |items: &[Item]| {
+            items.iter().find_map(|i| match i {
+                Item::Record(r) if r.kind == Kind::Create => Some(r.file),
+                _ => None,
+            })
+        };
+        assert_eq!(id(&streams[&1]), Some((1 << 40) + 2), "numbered per stream");
+    }
+
+    #[test]
+    fn the_same_workload_gives_the_same_streams_and_stops_when_the_reader_hangs_up() {
+        let run = || {
+            let root = Path::new("/w");
+            let (m, rx) = Model::new(root, Cost::default(), 4);
+            let p = Params { scale: 0.002, seed: 7, duration: Duration::from_secs(3600), ops_per_file: None };
+            let w = by_name("mixed", p).unwrap();
+            let h = std::thread::spawn(move || {
+                w.prepare(&m, root)?;
+                m.phase(PHASE_MEASURE)?;
+                w.run(&m, root).map(drop)
+            });
+            // Take 200 batches, then hang up.
+            let mut got: HashMap<u32, Vec<Item>> = HashMap::new();
+            for msg in rx.iter().take(200) {
+                if let Msg::Items { stream, items } = msg {
+                    got.entry(stream).or_default().extend(items);
+                }
+            }
+            drop(rx);
+            let e = h.join().unwrap().unwrap_err();
+            assert!(hung_up(&e), "{e}");
+            got
+        };
+        let (a, b) = (run(), run());
+        assert!(a.contains_key(&1) && a.contains_key(&2), "both halves ran: {:?}", a.keys());
+        // The streams are cut wherever the reader stopped; what both have
+        // is the same.
+        for s in [0, 1, 2] {
+            let n = a[&s].len().min(b[&s].len());
+            assert!(n > 100, "stream {s}: {n} items");
+            assert_eq!(a[&s][..n], b[&s][..n], "stream {s}");
+        }
+    }
+}
