@@ -42,14 +42,41 @@ pub fn run(a: &SimArgs) -> Result<ExitCode> {
     cfg.type_aware = a.type_aware;
     cfg.duration = a.duration.as_deref().map(parse_duration).transpose().map_err(|e| anyhow!("--duration: {e}"))?;
     cfg.overhead = a.overhead.as_deref().map(parse_duration).transpose().map_err(|e| anyhow!("--overhead: {e}"))?;
-    let (meta, records) = sim::load(&a.trace)?;
-    let r = sim::replay(&cfg, &meta, &records).with_context(|| format!("replaying {}", a.trace.display()))?;
+    let (r, input) = match (&a.trace, &a.workload) {
+        (Some(trace), _) => {
+            let (meta, records) = sim::load(trace)?;
+            let r = sim::replay(&cfg, &meta, &records).with_context(|| format!("replaying {}", trace.display()))?;
+            (r, trace.display().to_string())
+        }
+        (None, Some(name)) => {
+            if !(a.scale > 0.0 && a.scale <= 10.0) {
+                bail!("--scale: {} is not between 0 (excluded) and 10", a.scale);
+            }
+            let p = workload::Params { scale: a.scale, seed: a.seed, ..workload::Params::default() };
+            let w = workload::by_name(name, p)
+                .ok_or_else(|| anyhow!("unknown workload {name:?} (one of: {})", workload::NAMES.join(", ")))?;
+            if w.time_bounded() && cfg.duration.is_none() {
+                cfg.duration = Some(std::time::Duration::from_secs(60));
+            }
+            let warmup = match &a.warmup {
+                Some(d) => {
+                    let d = parse_duration(d).map_err(|e| anyhow!("--warmup: {e}"))?;
+                    Some((workload::Params { seed: a.seed + 1000, duration: d, ..p }, d))
+                }
+                None => None,
+            };
+            let run = sim_gen::Run { workload: name.clone(), params: p, warmup, cost: Default::default() };
+            let r = sim_gen::simulate(&cfg, &run).with_context(|| format!("simulating {name}"))?;
+            (r, format!("{name} generated at scale {}, seed {}", a.scale, a.seed))
+        }
+        (None, None) => bail!("--trace or --workload"),
+    };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(ExitCode::SUCCESS);
     }
     let w = &r.report;
-    println!("trace:      {} ({})", a.trace.display(), w.workload);
+    println!("input:      {input} ({})", w.workload);
     println!(
         "tiers:      SSD {} of {}, HDD {}, modelled cache {} each; policy {}{}",
         format_size(cap),
@@ -82,7 +109,11 @@ pub fn run(a: &SimArgs) -> Result<ExitCode> {
     println!(
         "overhead:   {:.1} µs per request outside the devices ({})",
         r.overhead_us,
-        if a.overhead.is_some() { "--overhead" } else { "the trace's own" }
+        match (a.overhead.is_some(), a.trace.is_some()) {
+            (true, _) => "--overhead",
+            (false, true) => "the trace's own",
+            (false, false) => "the model's, on average",
+        }
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -139,6 +139,10 @@ struct File {
     dir: u64,
 }
 
+/// What the cleaner frees beyond what a waiting write needs
+/// (`Engine::wait_room`'s pressure).
+const WRITE_HEADROOM: u64 = 1 << 20;
+
 /// A file the trace has not shown before: empty, on the HDD.
 const NEW: File = File { size: 0, placement: Placement::On(Tier::Hdd), dir: 0 };
 
@@ -599,7 +603,10 @@ impl Sim {
         if f.placement.uses_ssd() && size > f.size {
             let grow = size - f.size;
             if self.cfg.ssd_capacity.saturating_sub(self.used) < grow {
-                t = self.make_room(now, grow, ino);
+                // As the mount's cleaner does for a write that waits: a
+                // mebibyte more than it needs, so the next writes find
+                // room.
+                t = self.make_room(now, (grow + WRITE_HEADROOM).min(self.cfg.ssd_capacity), ino);
                 if self.cfg.ssd_capacity.saturating_sub(self.used) < grow {
                     t = self.take_off(t, ino, Reason::Evict { counter: 0 });
                 }
@@ -797,13 +804,20 @@ impl Clients<'_> {
     }
 
     /// The cost outside the devices of the request just taken from
-    /// client `id`, at `time_ns` in the stream: the time to its next one.
+    /// client `id`, at `time_ns` in the stream: the time to its next
+    /// request (marks between them take no time of their own).
     fn gap(&mut self, sim: &mut Sim, id: u32, time_ns: u64) -> Duration {
         loop {
             let Some(c) = self.by_id.get(&id) else { return Duration::ZERO };
-            match c.queue.front() {
-                Some(Item::Record(r)) => return Duration::from_nanos(r.time_ns.saturating_sub(time_ns)),
-                Some(_) => return Duration::ZERO,
+            let next = c.queue.iter().find_map(|i| match i {
+                Item::Record(r) if r.kind.is_mark() => None,
+                Item::Record(r) => Some(Some(r.time_ns)),
+                // A fork or the end: nothing comes after on this client.
+                _ => Some(None),
+            });
+            match next {
+                Some(Some(t)) => return Duration::from_nanos(t.saturating_sub(time_ns)),
+                Some(None) => return Duration::ZERO,
                 None if self.dry => return Duration::ZERO,
                 None => {
                     self.receive(sim);

@@ -38,7 +38,19 @@ impl Workload for FileServer {
         Ok(())
     }
     fn run(&self, fs: &dyn Fs, dir: &Path) -> io::Result<Report> {
-        let mut set = FileSet::scan(fs, self.set(dir).root, 20)?;
+        self.run_set(fs, self.scan(fs, dir)?)
+    }
+}
+
+impl FileServer {
+    /// The files of the set that exist now (a run may follow another that
+    /// created and deleted files).
+    pub fn scan(&self, fs: &dyn Fs, dir: &Path) -> io::Result<FileSet> {
+        FileSet::scan(fs, self.set(dir).root, 20)
+    }
+
+    /// The measured loop over `set`, as [`FileServer::scan`] found it.
+    pub fn run_set(&self, fs: &dyn Fs, mut set: FileSet) -> io::Result<Report> {
         let files = set.files.len() as u64;
         let mut r = Rng::new(self.p.seed ^ 0x1234);
         let mut rec = Recorder::new(fs);
