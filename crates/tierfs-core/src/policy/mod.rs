@@ -553,13 +553,13 @@ pub fn sieve_on_growth(v: &View<'_>, ino: Ino, f: &FileStats, ev: &EventKind) ->
 pub fn evict_for(v: &View<'_>, need: u64, exclude: &HashSet<Ino>, reason: fn(u32) -> Reason) -> (Vec<Step>, u64) {
     let mut steps = Vec::new();
     let mut freed = 0u64;
-    let mut chosen: HashSet<Ino> = HashSet::new();
+    // One pass over the SSD's files, coldest first.
+    let mut victims = v
+        .stats
+        .ssd_coldest_first()
+        .filter(|&(ino, _)| !exclude.contains(&ino) && (v.pin)(ino) != Some(Tier::Ssd) && !(v.busy)(ino));
     while v.space.free() + freed < need {
-        let pick = v.stats.coldest_on_ssd(&mut |ino, _| {
-            chosen.contains(&ino) || exclude.contains(&ino) || (v.pin)(ino) == Some(Tier::Ssd) || (v.busy)(ino)
-        });
-        let Some((ino, f)) = pick else { break };
-        chosen.insert(ino);
+        let Some((ino, f)) = victims.next() else { break };
         if let Some(mv) = off_ssd(f.residence) {
             steps.push(Step { ino, mv, reason: reason(f.counter), size: f.size });
             freed += f.size;
@@ -590,8 +590,10 @@ pub fn interval_run(v: &View<'_>, mv: Move) -> Plan {
     let mut p = Plan::default();
     let mut threshold = v.stats.admission_threshold();
     let mut free = v.space.free();
-    let mut moving: HashSet<Ino> = HashSet::new();
-    let mut evicted: HashSet<Ino> = HashSet::new();
+    // The eviction candidates, coldest first, each looked at once (the
+    // files this run moves up are on the HDD until they are moved).
+    let mut victims =
+        v.stats.ssd_coldest_first().filter(|&(i, _)| (v.pin)(i) != Some(Tier::Ssd) && !(v.busy)(i)).peekable();
     for (ino, f) in v.stats.hottest(v.group, Residence::Hdd) {
         if f.counter <= threshold {
             break;
@@ -611,10 +613,7 @@ pub fn interval_run(v: &View<'_>, mv: Move) -> Plan {
         // Make room, coldest first, while the coldest is colder.
         let mut stop = false;
         while free < f.size {
-            let pick = v.stats.coldest_on_ssd(&mut |i, _| {
-                evicted.contains(&i) || moving.contains(&i) || (v.pin)(i) == Some(Tier::Ssd) || (v.busy)(i)
-            });
-            let Some((vi, vf)) = pick else {
+            let Some(&(_, vf)) = victims.peek() else {
                 stop = true;
                 break;
             };
@@ -623,7 +622,7 @@ pub fn interval_run(v: &View<'_>, mv: Move) -> Plan {
                 stop = true;
                 break;
             }
-            evicted.insert(vi);
+            let Some((vi, vf)) = victims.next() else { break };
             if let Some(out) = off_ssd(vf.residence) {
                 p.push(vi, out, Reason::Evict { counter: vf.counter }, vf.size);
                 free += vf.size;
@@ -639,7 +638,6 @@ pub fn interval_run(v: &View<'_>, mv: Move) -> Plan {
             break;
         }
         free -= f.size;
-        moving.insert(ino);
         p.push(ino, mv, Reason::Interval { counter: f.counter }, f.size);
     }
     p

@@ -489,6 +489,25 @@ impl Stats {
         best.map(|(k, f)| (k.2, f))
     }
 
+    /// The files on the SSD (moved there or cached) over all groups,
+    /// coldest first, in the order repeated calls of
+    /// [`Stats::coldest_on_ssd`] skipping the files already taken would
+    /// give them, at the cost of one pass (an eviction of many files looks
+    /// at each once).
+    pub fn ssd_coldest_first(&self) -> impl Iterator<Item = (Ino, FileStats)> + '_ {
+        let mut sets: Vec<std::iter::Peekable<_>> =
+            self.sets().into_iter().filter(|(_, r)| r.on_ssd()).map(|(g, r)| self.keys(g, r).peekable()).collect();
+        std::iter::from_fn(move || loop {
+            // The set whose next key is the least (a few sets: a scan).
+            let (i, _) =
+                sets.iter_mut().enumerate().filter_map(|(i, s)| s.peek().map(|k| (i, *k))).min_by_key(|&(_, k)| k)?;
+            let k = sets[i].next()?;
+            if let Some(f) = self.files.get(k.2) {
+                return Some((k.2, f));
+            }
+        })
+    }
+
     /// The hottest file of a residence over all groups.
     pub fn hottest_any(&self, r: Residence) -> Option<(Ino, FileStats)> {
         self.sets()
@@ -980,6 +999,12 @@ mod tests {
                 let want_cold = m.files.iter().filter(|(_, e)| e.2.on_ssd()).map(|(i, e)| (e.0, e.1, *i)).min();
                 let got_cold = s.coldest_on_ssd(&mut |_, _| false).map(|(i, f)| (f.counter, f.seq, i));
                 prop_assert_eq!(got_cold, want_cold);
+                // Every SSD file over all groups, coldest first, in one pass.
+                let mut want_all: Vec<(u32, u64, Ino)> =
+                    m.files.iter().filter(|(_, e)| e.2.on_ssd()).map(|(i, e)| (e.0, e.1, *i)).collect();
+                want_all.sort();
+                let got_all: Vec<_> = s.ssd_coldest_first().map(|(i, f)| (f.counter, f.seq, i)).collect();
+                prop_assert_eq!(got_all, want_all);
             }
         }
     }
