@@ -118,6 +118,8 @@ enum Node {
 
 struct Shared {
     root: PathBuf,
+    /// The reader hung up: every request from now on fails.
+    closed: std::sync::atomic::AtomicBool,
     /// The number of the next stream.
     streams: std::sync::atomic::AtomicU32,
     names: Mutex<HashMap<PathBuf, Node>>,
@@ -154,6 +156,7 @@ impl Model {
         names.insert(root.to_path_buf(), Node::Dir(ROOT_DIR));
         let shared = Arc::new(Shared {
             root: root.to_path_buf(),
+            closed: std::sync::atomic::AtomicBool::new(false),
             streams: std::sync::atomic::AtomicU32::new(1),
             names: Mutex::new(names),
             tx,
@@ -198,7 +201,10 @@ impl Model {
         if items.is_empty() {
             return Ok(());
         }
-        self.shared.tx.send(Msg::Items { stream: self.stream, items }).map_err(|_| closed())
+        self.shared.tx.send(Msg::Items { stream: self.stream, items }).map_err(|_| {
+            self.shared.closed.store(true, Ordering::Relaxed);
+            closed()
+        })
     }
 
     fn names(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Node>> {
@@ -208,6 +214,11 @@ impl Model {
     }
 
     fn item(&self, item: Item) -> io::Result<()> {
+        // Once the reader is gone, for good: an error a caller ignores
+        // (an operation's mark) must not let the generator run on.
+        if self.shared.closed.load(Ordering::Relaxed) {
+            return Err(closed());
+        }
         let full = {
             let mut b = self.buf.lock().expect("a model's buffer");
             b.push(item);
@@ -375,7 +386,10 @@ impl Fs for Model {
             let parent = self.parent_dir(&d)?;
             let id = self.id();
             self.names().insert(d, Node::Dir(id));
-            self.shared.tx.send(Msg::Dir { dir: id, parent }).map_err(|_| closed())?;
+            self.shared.tx.send(Msg::Dir { dir: id, parent }).map_err(|_| {
+                self.shared.closed.store(true, Ordering::Relaxed);
+                closed()
+            })?;
             // mkdir is a request too, with no record of its own.
             self.unrecorded();
         }
@@ -606,5 +620,27 @@ mod tests {
             assert!(n > 100, "stream {s}: {n} items");
             assert_eq!(a[&s][..n], b[&s][..n], "stream {s}");
         }
+    }
+
+    #[test]
+    fn a_generator_whose_marks_meet_the_hang_up_still_stops() {
+        // db makes a request and a mark each operation, so the batch that
+        // finds the reader gone is sent by a mark, whose error the
+        // recorder drops: the model must fail every request after.
+        let root = Path::new("/w");
+        let (m, rx) = Model::new(root, Cost::default(), 1);
+        let p = Params { scale: 0.002, seed: 1, duration: Duration::MAX, ops_per_file: None };
+        let w = by_name("db", p).unwrap();
+        let (done_tx, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let r = w.prepare(&m, root).and_then(|()| w.run(&m, root).map(drop));
+            let _ = done_tx.send(r);
+        });
+        for _ in rx.iter().take(10) {}
+        drop(rx);
+        // A watchdog: a generator that does not stop would run for ever.
+        let r = done.recv_timeout(Duration::from_secs(30)).expect("the generator stopped");
+        let e = r.unwrap_err();
+        assert!(hung_up(&e), "{e}");
     }
 }
