@@ -139,10 +139,6 @@ struct File {
     dir: u64,
 }
 
-/// What the cleaner frees beyond what a waiting write needs
-/// (`Engine::wait_room`'s pressure).
-const WRITE_HEADROOM: u64 = 1 << 20;
-
 /// A file the trace has not shown before: empty, on the HDD.
 const NEW: File = File { size: 0, placement: Placement::On(Tier::Hdd), dir: 0 };
 
@@ -603,10 +599,7 @@ impl Sim {
         if f.placement.uses_ssd() && size > f.size {
             let grow = size - f.size;
             if self.cfg.ssd_capacity.saturating_sub(self.used) < grow {
-                // As the mount's cleaner does for a write that waits: a
-                // mebibyte more than it needs, so the next writes find
-                // room.
-                t = self.make_room(now, (grow + WRITE_HEADROOM).min(self.cfg.ssd_capacity), ino);
+                t = self.make_room(now, grow, ino);
                 if self.cfg.ssd_capacity.saturating_sub(self.used) < grow {
                     t = self.take_off(t, ino, Reason::Evict { counter: 0 });
                 }
