@@ -56,15 +56,16 @@ fn tree(root: &Path) -> io::Result<Vec<[u64; 2]>> {
     Ok(out)
 }
 
-/// Runs `w` (its preparation unless `prepared`, `warm` if given, then its
-/// measured run) in `dir`, which is `mnt` or below it, while the tierfs
-/// mounted at `mnt` records, and writes the trace to `out` (not on the
-/// mount). Returns the workload's report and what the trace holds.
+/// Runs `w` (its preparation unless `prepared`, `warm` if given and then
+/// idling until its duration has passed, then its measured run) in `dir`,
+/// which is `mnt` or below it, while the tierfs mounted at `mnt` records,
+/// and writes the trace to `out` (not on the mount). Returns the
+/// workload's report and what the trace holds.
 pub fn record(
     mnt: &Path,
     dir: &Path,
     w: &dyn Workload,
-    warm: Option<&dyn Workload>,
+    warm: Option<(&dyn Workload, std::time::Duration)>,
     prepared: bool,
     out: &Path,
     note: String,
@@ -77,9 +78,13 @@ pub fn record(
             phases.push((unix_ns(), PHASE_PREPARE));
             w.prepare(&workload::Real, dir)?;
         }
-        if let Some(warm) = warm {
+        if let Some((warm, least)) = warm {
             phases.push((unix_ns(), PHASE_WARMUP));
+            let t = std::time::Instant::now();
             warm.run(&workload::Real, dir)?;
+            // As the sweep does: an interval policy acts in the warm-up
+            // however soon its operations were done.
+            std::thread::sleep(least.saturating_sub(t.elapsed()));
         }
         phases.push((unix_ns(), PHASE_MEASURE));
         workload::start_op_log();

@@ -4,10 +4,12 @@
 //! would write for it (a whole-file read is an open, the reads, the read
 //! that finds the end of the file, and a close), stamped with a virtual
 //! time that advances by each request's cost outside the devices
-//! ([`Cost`]). The records go, in batches, down a channel to whoever
-//! replays them (the simulator), which asks for more as its replay goes
-//! on; a time-bounded run given no end of its own runs until the reader
-//! hangs up.
+//! ([`Cost`]). Each stream's records go, in batches, down a bounded channel
+//! of its own to whoever replays them (the simulator), which takes from a
+//! stream only when its replay needs that stream's next request: a stream
+//! that runs ahead of the others waits, and memory stays bounded. A
+//! time-bounded run given no end of its own runs until the reader hangs
+//! up.
 //!
 //! Each thread of a workload is a stream of its own ([`Fs::thread`]): its
 //! parent's stream holds a [`Item::Fork`] where it starts, the thread's
@@ -80,22 +82,6 @@ impl Cost {
 pub enum Item {
     /// A request, or a mark of the workload's structure.
     Record(Record),
-    /// Stream `n` starts here, and this one waits for it to end.
-    Fork(u32),
-    /// The stream ends.
-    End,
-}
-
-/// What goes down the channel.
-#[derive(Debug)]
-pub enum Msg {
-    /// Items of stream `stream`, in order.
-    Items {
-        /// The stream.
-        stream: u32,
-        /// Its next items.
-        items: Vec<Item>,
-    },
     /// A directory was made in `parent` (the root is its own parent).
     Dir {
         /// The directory.
@@ -103,6 +89,34 @@ pub enum Msg {
         /// Its parent.
         parent: u64,
     },
+    /// Stream `n` starts here, and this one waits for it to end.
+    Fork(u32),
+    /// The stream ends.
+    End,
+}
+
+/// A stream's channel: batches of its items.
+pub type Batches = Receiver<Vec<Item>>;
+
+/// The reading end of a model: each stream's channel, as streams start.
+pub struct Streams {
+    started: Receiver<(u32, Batches)>,
+    by_id: HashMap<u32, Batches>,
+}
+
+impl Streams {
+    /// The next batch of stream `n`, waiting for it; `None` once the stream
+    /// has ended (its generator dropped it) or never started.
+    pub fn next(&mut self, n: u32) -> Option<Vec<Item>> {
+        loop {
+            if let Some(rx) = self.by_id.get(&n) {
+                return rx.recv().ok();
+            }
+            // A stream's channel is announced before its fork is sent.
+            let (id, rx) = self.started.recv().ok()?;
+            self.by_id.insert(id, rx);
+        }
+    }
 }
 
 /// Items sent in one message.
@@ -123,7 +137,10 @@ struct Shared {
     /// The number of the next stream.
     streams: std::sync::atomic::AtomicU32,
     names: Mutex<HashMap<PathBuf, Node>>,
-    tx: SyncSender<Msg>,
+    /// Where a new stream's channel is announced.
+    started: Mutex<std::sync::mpsc::Sender<(u32, Batches)>>,
+    /// Batches a stream's channel holds.
+    depth: usize,
     cost: Cost,
 }
 
@@ -131,10 +148,36 @@ struct Shared {
 pub struct Model {
     shared: Arc<Shared>,
     stream: u32,
+    /// Its channel and what is not sent yet, sent under the lock.
+    out: Arc<Out>,
+    /// The parent's, for a thread's stream: its forks go out before the
+    /// thread's first batch.
+    parent: Option<Arc<Out>>,
     /// The stream's virtual time, nanoseconds.
     now: AtomicU64,
     next_id: AtomicU64,
+}
+
+/// A stream's channel and the items not sent yet.
+struct Out {
     buf: Mutex<Vec<Item>>,
+    tx: SyncSender<Vec<Item>>,
+}
+
+impl Out {
+    /// Sends what is buffered, in order (under the lock: a thread may send
+    /// its parent's forks while the parent sends).
+    fn flush(&self, shared: &Shared) -> io::Result<()> {
+        let mut b = self.buf.lock().unwrap_or_else(|e| e.into_inner());
+        if b.is_empty() {
+            return Ok(());
+        }
+        let items = std::mem::take(&mut *b);
+        self.tx.send(items).map_err(|_| {
+            shared.closed.store(true, Ordering::Relaxed);
+            closed()
+        })
+    }
 }
 
 fn closed() -> io::Error {
@@ -147,11 +190,11 @@ pub fn hung_up(e: &io::Error) -> bool {
 }
 
 impl Model {
-    /// A model of the directory `root` (which exists, empty), sending its
-    /// streams down a channel of `depth` batches; the receiving end is
+    /// A model of the directory `root` (which exists, empty), sending each
+    /// stream down a channel of `depth` batches; the reading end is
     /// returned with it. Stream 0 is the caller's.
-    pub fn new(root: &Path, cost: Cost, depth: usize) -> (Model, Receiver<Msg>) {
-        let (tx, rx) = std::sync::mpsc::sync_channel(depth);
+    pub fn new(root: &Path, cost: Cost, depth: usize) -> (Model, Streams) {
+        let (started_tx, started) = std::sync::mpsc::channel();
         let mut names = HashMap::new();
         names.insert(root.to_path_buf(), Node::Dir(ROOT_DIR));
         let shared = Arc::new(Shared {
@@ -159,21 +202,27 @@ impl Model {
             closed: std::sync::atomic::AtomicBool::new(false),
             streams: std::sync::atomic::AtomicU32::new(1),
             names: Mutex::new(names),
-            tx,
+            started: Mutex::new(started_tx),
+            depth: depth.max(1),
             cost,
         });
-        let _ = shared.tx.send(Msg::Dir { dir: ROOT_DIR, parent: ROOT_DIR });
-        (Model::stream(shared, 0, 0), rx)
+        let m = Model::stream(shared, 0, 0, None);
+        let _ = m.item(Item::Dir { dir: ROOT_DIR, parent: ROOT_DIR });
+        (m, Streams { started, by_id: HashMap::new() })
     }
 
-    fn stream(shared: Arc<Shared>, stream: u32, now: u64) -> Model {
+    fn stream(shared: Arc<Shared>, stream: u32, now: u64, parent: Option<Arc<Out>>) -> Model {
+        let (tx, rx) = std::sync::mpsc::sync_channel(shared.depth);
+        // A reader that is gone shows at the first send.
+        let _ = shared.started.lock().unwrap_or_else(|e| e.into_inner()).send((stream, rx));
         Model {
             shared,
             stream,
+            out: Arc::new(Out { buf: Mutex::new(Vec::with_capacity(BATCH)), tx }),
+            parent,
             now: AtomicU64::new(now),
             // Numbers of stream n start at n * 2^40; 0 and 1 are taken.
             next_id: AtomicU64::new(((stream as u64) << 40) + 2),
-            buf: Mutex::new(Vec::with_capacity(BATCH)),
         }
     }
 
@@ -195,16 +244,13 @@ impl Model {
         self.now.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
     }
 
-    /// Sends what is buffered.
+    /// Sends what is buffered (a thread's stream sends its parent's first:
+    /// the forks the replay must see before this stream's items).
     pub fn flush(&self) -> io::Result<()> {
-        let items = std::mem::take(&mut *self.buf.lock().expect("a model's buffer"));
-        if items.is_empty() {
-            return Ok(());
+        if let Some(p) = &self.parent {
+            p.flush(&self.shared)?;
         }
-        self.shared.tx.send(Msg::Items { stream: self.stream, items }).map_err(|_| {
-            self.shared.closed.store(true, Ordering::Relaxed);
-            closed()
-        })
+        self.out.flush(&self.shared)
     }
 
     fn names(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Node>> {
@@ -220,7 +266,7 @@ impl Model {
             return Err(closed());
         }
         let full = {
-            let mut b = self.buf.lock().expect("a model's buffer");
+            let mut b = self.out.buf.lock().unwrap_or_else(|e| e.into_inner());
             b.push(item);
             b.len() >= BATCH
         };
@@ -386,10 +432,7 @@ impl Fs for Model {
             let parent = self.parent_dir(&d)?;
             let id = self.id();
             self.names().insert(d, Node::Dir(id));
-            self.shared.tx.send(Msg::Dir { dir: id, parent }).map_err(|_| {
-                self.shared.closed.store(true, Ordering::Relaxed);
-                closed()
-            })?;
+            self.item(Item::Dir { dir: id, parent })?;
             // mkdir is a request too, with no record of its own.
             self.unrecorded();
         }
@@ -488,10 +531,12 @@ impl Fs for Model {
 
     fn thread(&self) -> Box<dyn Fs + '_> {
         let n = self.shared.streams.fetch_add(1, Ordering::Relaxed);
-        let child = Model::stream(self.shared.clone(), n, self.now.load(Ordering::Relaxed));
-        // The fork goes in the parent's stream; a closed channel shows at
-        // the child's first request.
-        let _ = self.item(Item::Fork(n)).and_then(|()| self.flush());
+        let child = Model::stream(self.shared.clone(), n, self.now.load(Ordering::Relaxed), Some(self.out.clone()));
+        // The fork goes in the parent's stream, sent with the child's first
+        // batch (so that forks made one after another go out together, and
+        // the replay sees them all before the parent waits); a closed
+        // channel shows at the child's first request.
+        let _ = self.item(Item::Fork(n));
         Box::new(child)
     }
 
@@ -507,17 +552,21 @@ mod tests {
     use tierfs_core::trace::PHASE_MEASURE;
 
     /// Items by stream.
-    type Streams = HashMap<u32, Vec<Item>>;
+    type ByStream = HashMap<u32, Vec<Item>>;
 
-    /// Everything a model sent, by stream, and the directories, once it is
-    /// dropped.
-    fn drain(rx: Receiver<Msg>) -> (Streams, Vec<(u64, u64)>) {
-        let mut streams: HashMap<u32, Vec<Item>> = HashMap::new();
+    /// Everything a model sent, by stream, and the directories it made,
+    /// once it is dropped (streams `0..n`).
+    fn drain(mut rx: Streams, n: u32) -> (ByStream, Vec<(u64, u64)>) {
+        let mut streams: ByStream = HashMap::new();
         let mut dirs = Vec::new();
-        for m in rx {
-            match m {
-                Msg::Items { stream, items } => streams.entry(stream).or_default().extend(items),
-                Msg::Dir { dir, parent } => dirs.push((dir, parent)),
+        for s in 0..n {
+            while let Some(items) = rx.next(s) {
+                for i in &items {
+                    if let Item::Dir { dir, parent } = i {
+                        dirs.push((*dir, *parent));
+                    }
+                }
+                streams.entry(s).or_default().extend(items);
             }
         }
         (streams, dirs)
@@ -545,14 +594,21 @@ mod tests {
         m.remove_file(&root.join("d/f")).unwrap();
         assert!(m.read_whole(&root.join("d/f"), 2048).is_err());
         drop(m);
-        let (streams, dirs) = drain(rx);
+        let (streams, dirs) = drain(rx, 1);
         assert_eq!(dirs.len(), 2, "the root and d: {dirs:?}");
         use Kind::*;
         assert_eq!(
             kinds(&streams[&0]),
             [Create, Open, Write, Write, Write, Close, Open, Read, Read, Read, Close, Open, Write, Close, Remove]
         );
-        let Item::Record(last_read) = streams[&0][9] else { panic!() };
+        let records: Vec<Record> = streams[&0]
+            .iter()
+            .filter_map(|i| match i {
+                Item::Record(r) => Some(*r),
+                _ => None,
+            })
+            .collect();
+        let last_read = records[9];
         assert_eq!((last_read.off, last_read.len), (3000, 0), "the read at the end finds nothing");
         // Time advances by each request's cost.
         let times: Vec<u64> = streams[&0]
@@ -575,7 +631,7 @@ mod tests {
             t.write_file(&root.join("b"), 10, 10, 0).unwrap();
         }
         drop(m);
-        let (streams, _) = drain(rx);
+        let (streams, _) = drain(rx, 2);
         assert!(streams[&0].contains(&Item::Fork(1)));
         assert_eq!(streams[&1].last(), Some(&Item::End));
         let id = |items: &[Item]| {
@@ -599,10 +655,17 @@ mod tests {
                 m.phase(PHASE_MEASURE)?;
                 w.run(&m, root).map(drop)
             });
-            // Take 200 batches, then hang up.
+            // Stream 0 up to its forks (then it waits for its threads),
+            // 60 batches of each thread's, then hang up.
+            let mut rx = rx;
             let mut got: HashMap<u32, Vec<Item>> = HashMap::new();
-            for msg in rx.iter().take(200) {
-                if let Msg::Items { stream, items } = msg {
+            while !got.get(&0).is_some_and(|v| v.contains(&Item::Fork(2))) {
+                let items = rx.next(0).expect("stream 0 forks");
+                got.entry(0).or_default().extend(items);
+            }
+            for stream in [1, 2] {
+                for _ in 0..60 {
+                    let Some(items) = rx.next(stream) else { break };
                     got.entry(stream).or_default().extend(items);
                 }
             }
@@ -636,7 +699,10 @@ mod tests {
             let r = w.prepare(&m, root).and_then(|()| w.run(&m, root).map(drop));
             let _ = done_tx.send(r);
         });
-        for _ in rx.iter().take(10) {}
+        let mut rx = rx;
+        for _ in 0..10 {
+            rx.next(0);
+        }
         drop(rx);
         // A watchdog: a generator that does not stop would run for ever.
         let r = done.recv_timeout(Duration::from_secs(30)).expect("the generator stopped");

@@ -639,7 +639,8 @@ impl Runner<'_> {
         (self.progress)(Progress::Phase { name: "recording", length: Length::Unknown });
         let p = self.preset.params_for(w.name());
         let note = format!("preset {}, scale {}, seed {}, run {:?}", self.preset.name, p.scale, p.seed, p.duration);
-        let r = crate::capture::record(&mnt, &mnt, w, warm, false, out, note);
+        let least = if self.preset.warmup_ops_per_file.is_some() { self.preset.warmup } else { Duration::ZERO };
+        let r = crate::capture::record(&mnt, &mnt, w, warm.map(|w| (w, least)), false, out, note);
         let unmounted = run_cmd(Command::new(&self.bin).arg("umount").arg(&mnt));
         let (report, _) = r?;
         unmounted?;

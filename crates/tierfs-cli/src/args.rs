@@ -222,8 +222,9 @@ pub struct SimArgs {
     #[arg(long)]
     pub duration: Option<String>,
     /// Cost of a request outside the devices [default: the trace's own,
-    /// as recorded without emulation; a generated workload: 35.2us plus
-    /// 1.1ns a byte, as measured on a two-core machine].
+    /// as recorded without emulation; a generated workload: its model's,
+    /// 20us a request and more for opens, buffers and bytes, as measured
+    /// on a two-core machine].
     #[arg(long)]
     pub overhead: Option<String>,
     /// Machine-readable output.

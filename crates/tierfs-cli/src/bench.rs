@@ -145,9 +145,16 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 };
                 let note = format!("scale {scale}, seed {seed}, duration {duration}");
                 let t = Instant::now();
-                let (r, c) =
-                    tierfs_bench::capture::record(&mnt, dir, w.as_ref(), warm.as_deref(), *no_prepare, out, note)
-                        .with_context(|| format!("recording {name} in {}", dir.display()))?;
+                let (r, c) = tierfs_bench::capture::record(
+                    &mnt,
+                    dir,
+                    w.as_ref(),
+                    warm.as_deref().map(|w| (w, std::time::Duration::ZERO)),
+                    *no_prepare,
+                    out,
+                    note,
+                )
+                .with_context(|| format!("recording {name} in {}", dir.display()))?;
                 eprintln!(
                     "tierfs bench: {name} recorded in {:.1} s: {} records, {} operations in the measured run ({:.1} ops/s without emulation) in {}",
                     t.elapsed().as_secs_f64(),

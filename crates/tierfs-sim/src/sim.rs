@@ -30,9 +30,8 @@
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
-use std::sync::mpsc::Receiver;
 use std::time::Duration;
-use tierfs_bench::stream::{Item, Msg};
+use tierfs_bench::stream::{Item, Streams};
 use tierfs_bench::workload::{Latency, Report};
 use tierfs_core::clock::Timestamp;
 use tierfs_core::device::{Device, Profile, Req};
@@ -317,6 +316,11 @@ impl Sim {
             }
             self.stats.age(t);
             self.next_tick = t.plus(self.cfg.tick);
+            if self.paused {
+                // Moves take no time: the next tick sees them done (a
+                // warm-up that idles runs many ticks in one gap).
+                self.migrate(t);
+            }
         }
     }
 
@@ -673,15 +677,15 @@ pub fn replay(cfg: &Config, meta: &Meta, records: &[Record]) -> io::Result<SimRe
 /// when its stream's last one completed plus that request's cost outside
 /// the devices (the time the model gave it, unless `cfg.overhead`). The
 /// channel is dropped when the run is over, which ends the generator.
-pub fn replay_streams(cfg: &Config, meta: &Meta, marks_per_op: u64, rx: Receiver<Msg>) -> io::Result<SimReport> {
-    let mut src = Channel(rx);
-    run(cfg, meta, Mode::Closed { per_mark: 1.0 / marks_per_op.max(1) as f64 }, &mut src)
+pub fn replay_streams(cfg: &Config, meta: &Meta, marks_per_op: u64, mut rx: Streams) -> io::Result<SimReport> {
+    run(cfg, meta, Mode::Closed { per_mark: 1.0 / marks_per_op.max(1) as f64 }, &mut rx)
 }
 
-/// Where a replay's items come from.
+/// Where a replay's items come from, stream by stream.
 trait Source {
-    /// The next message, waiting for it; `None` when there are no more.
-    fn next(&mut self) -> Option<Msg>;
+    /// Stream `n`'s next items, waiting for them; `None` once it has no
+    /// more.
+    fn next(&mut self, n: u32) -> Option<Vec<Item>>;
 }
 
 /// A trace read whole: one stream.
@@ -692,26 +696,27 @@ struct Whole<'a> {
 }
 
 impl Source for Whole<'_> {
-    fn next(&mut self) -> Option<Msg> {
+    fn next(&mut self, n: u32) -> Option<Vec<Item>> {
+        if n != 0 {
+            return None;
+        }
         if self.at < self.records.len() {
             let to = (self.at + 4096).min(self.records.len());
             let items = self.records[self.at..to].iter().map(|r| Item::Record(*r)).collect();
             self.at = to;
-            return Some(Msg::Items { stream: 0, items });
+            return Some(items);
         }
         if !self.ended {
             self.ended = true;
-            return Some(Msg::Items { stream: 0, items: vec![Item::End] });
+            return Some(vec![Item::End]);
         }
         None
     }
 }
 
-struct Channel(Receiver<Msg>);
-
-impl Source for Channel {
-    fn next(&mut self) -> Option<Msg> {
-        self.0.recv().ok()
+impl Source for Streams {
+    fn next(&mut self, n: u32) -> Option<Vec<Item>> {
+        Streams::next(self, n)
     }
 }
 
@@ -746,31 +751,19 @@ struct Client {
 struct Clients<'s> {
     src: &'s mut dyn Source,
     by_id: std::collections::BTreeMap<u32, Client>,
-    dry: bool,
 }
 
 impl Clients<'_> {
-    /// Takes the source's next message; false when it has no more.
-    fn receive(&mut self, sim: &mut Sim) -> bool {
-        match self.src.next() {
-            Some(Msg::Items { stream, items }) => {
-                self.by_id.entry(stream).or_default().queue.extend(items);
-                true
-            }
-            Some(Msg::Dir { dir, parent }) => {
-                sim.parents.insert(dir, parent);
-                true
-            }
-            None => {
-                self.dry = true;
-                false
-            }
-        }
+    /// Takes client `id`'s next items from the source; when it has no more,
+    /// the client ends.
+    fn receive(&mut self, id: u32) {
+        let items = self.src.next(id).unwrap_or_else(|| vec![Item::End]);
+        self.by_id.entry(id).or_default().queue.extend(items);
     }
 
     /// The clients that may go on: started, not ended, waiting for no
     /// thread; each with its next item there (received as needed).
-    fn ready(&mut self, sim: &mut Sim) -> Vec<u32> {
+    fn ready(&mut self) -> Vec<u32> {
         loop {
             let waiting = self
                 .by_id
@@ -778,12 +771,7 @@ impl Clients<'_> {
                 .find(|(_, c)| c.started && !c.ended && c.children == 0 && c.queue.is_empty())
                 .map(|(&id, _)| id);
             let Some(id) = waiting else { break };
-            if !self.receive(sim) {
-                // Nothing more comes: whoever waits for items has ended.
-                if let Some(c) = self.by_id.get_mut(&id) {
-                    c.queue.push_back(Item::End);
-                }
-            }
+            self.receive(id);
         }
         // A client that forked goes on forking (a workload starts its
         // threads one after another), then waits for them.
@@ -799,22 +787,20 @@ impl Clients<'_> {
     /// The cost outside the devices of the request just taken from
     /// client `id`, at `time_ns` in the stream: the time to its next
     /// request (marks between them take no time of their own).
-    fn gap(&mut self, sim: &mut Sim, id: u32, time_ns: u64) -> Duration {
+    fn gap(&mut self, id: u32, time_ns: u64) -> Duration {
         loop {
             let Some(c) = self.by_id.get(&id) else { return Duration::ZERO };
             let next = c.queue.iter().find_map(|i| match i {
                 Item::Record(r) if r.kind.is_mark() => None,
+                Item::Dir { .. } => None,
                 Item::Record(r) => Some(Some(r.time_ns)),
                 // A fork or the end: nothing comes after on this client.
-                _ => Some(None),
+                Item::Fork(_) | Item::End => Some(None),
             });
             match next {
                 Some(Some(t)) => return Duration::from_nanos(t.saturating_sub(time_ns)),
                 Some(None) => return Duration::ZERO,
-                None if self.dry => return Duration::ZERO,
-                None => {
-                    self.receive(sim);
-                }
+                None => self.receive(id),
             }
         }
     }
@@ -827,7 +813,7 @@ fn run(cfg: &Config, meta: &Meta, mode: Mode, src: &mut dyn Source) -> io::Resul
     }
     let base = Timestamp::from_secs(1);
     let mut sim = Sim::new(cfg.clone(), meta, base);
-    let mut clients = Clients { src, by_id: Default::default(), dry: false };
+    let mut clients = Clients { src, by_id: Default::default() };
     clients.by_id.insert(0, Client { started: true, now: base, ..Client::default() });
     // Before the measured run (preparation and warm-up): the models
     // paused, every item at its recorded time, in time order over the
@@ -856,7 +842,7 @@ fn run(cfg: &Config, meta: &Meta, mode: Mode, src: &mut dyn Source) -> io::Resul
     let mut exhausted = true;
     let mut last_done = base;
     loop {
-        let ready = clients.ready(&mut sim);
+        let ready = clients.ready();
         // The next client: the earliest one.
         let at = |c: &Client| -> Timestamp {
             match (measuring, mode, c.queue.front()) {
@@ -886,6 +872,10 @@ fn run(cfg: &Config, meta: &Meta, mode: Mode, src: &mut dyn Source) -> io::Resul
                 ch.parent = Some(id);
                 ch.now = now;
                 ch.op_start = if measuring { now } else { op_start };
+                continue;
+            }
+            Item::Dir { dir, parent } => {
+                sim.parents.insert(dir, parent);
                 continue;
             }
             Item::End => {
@@ -948,7 +938,7 @@ fn run(cfg: &Config, meta: &Meta, mode: Mode, src: &mut dyn Source) -> io::Resul
             Mode::Closed { .. } => {
                 let overhead = match cfg.overhead {
                     Some(o) => o,
-                    None => clients.gap(&mut sim, id, r.time_ns),
+                    None => clients.gap(id, r.time_ns),
                 };
                 overheads = (overheads.0 + overhead, overheads.1 + 1);
                 if let Some(c) = clients.by_id.get_mut(&id) {

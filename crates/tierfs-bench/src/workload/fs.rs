@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 /// A workload's view of a file system. Paths are the workload's own (below
 /// the directory it runs in).
-pub trait Fs: Sync {
+pub trait Fs: Send + Sync {
     /// Makes `dir` and its missing parents.
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
     /// Makes `path` (or empties it) and writes `size` bytes in `io` pieces.
@@ -39,7 +39,8 @@ pub trait Fs: Sync {
     /// calls it).
     fn op_done(&self);
     /// The file system as another thread of the workload sees it: a model
-    /// gives each thread a stream of its own.
+    /// gives each thread a stream of its own, which ends when the box is
+    /// dropped (move it into the thread, so that it ends with it).
     fn thread(&self) -> Box<dyn Fs + '_>;
     /// A model, not a real file system (a workload that runs another
     /// program cannot run on it).

@@ -43,9 +43,12 @@ impl Workload for Mixed {
         let set = files.scan(fs, dir)?;
         // Each half on a thread of its own: a model gives each its stream.
         let (fs1, fs2) = (fs.thread(), fs.thread());
+        // Each thread owns its view, so that its stream ends with it (a
+        // simulator waits for the end of a stream before its parent goes
+        // on, and a half that failed must not wait for the other).
         let (a, b) = std::thread::scope(|s| {
-            let a = s.spawn(|| files.run_set(fs1.as_ref(), set));
-            let b = s.spawn(|| web.run(fs2.as_ref(), dir));
+            let a = s.spawn(move || files.run_set(fs1.as_ref(), set));
+            let b = s.spawn(move || web.run(fs2.as_ref(), dir));
             (a.join(), b.join())
         });
         let a = a.map_err(|_| io::Error::other("file server thread panicked"))??;

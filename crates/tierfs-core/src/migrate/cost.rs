@@ -14,6 +14,8 @@ use crate::tier::Tier;
 /// directory), the same on every tier.
 const RESERVED_KEY: u64 = u64::MAX - 1;
 const STAGING_KEY: u64 = u64::MAX - 2;
+/// What one copy request moves (`migrate::CHUNK`).
+const CHUNK: u64 = super::CHUNK as u64;
 
 /// Metadata key of a file's name (as opposed to the file, `file`).
 pub fn entry_key(file: u64) -> u64 {
@@ -49,11 +51,16 @@ pub fn requests(mv: Move, file: u64, dir: u64, size: u64) -> Vec<(Tier, Req)> {
         (to, Req::MetaRead { key: RESERVED_KEY }),
         (to, Req::MetaRead { key: STAGING_KEY }),
         (to, Req::MetaWrite { key: staged }),
-        // The data, then the source's attributes and extended attributes
-        // read and its owner, mode and times set on the copy.
-        (from, Req::Read { file, off: 0, len: size }),
-        (to, Req::Write { file, off: 0, len: size }),
     ];
+    // The data, a chunk at a time, then the source's attributes and
+    // extended attributes read and its owner, mode and times set on the
+    // copy.
+    let mut off = 0;
+    while off < size {
+        let len = CHUNK.min(size - off);
+        v.extend([(from, Req::Read { file, off, len }), (to, Req::Write { file, off, len })]);
+        off += len;
+    }
     v.extend([(from, Req::MetaRead { key: file }); 3]);
     v.extend([(to, Req::MetaWrite { key: file }); 3]);
     v.extend([

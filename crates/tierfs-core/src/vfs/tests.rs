@@ -545,8 +545,9 @@ fn a_move_asks_the_devices_what_the_cost_model_says() {
     )
     .unwrap();
     let d = v.mkdir(&CTX, ROOT_INO, OsStr::new("d"), 0o755, 0).unwrap().ino;
+    // b is copied in three pieces.
     let a = file(&v, d, "a", &[7u8; 100_000]);
-    let b = file(&v, d, "b", &[7u8; 100_000]);
+    let b = file(&v, d, "b", &vec![7u8; (5 << 20) / 2]);
     // The first moves make the directory and tierfs's own on the SSD.
     v.migrate(a, Move::Promote, &NoCrash).unwrap();
     v.migrate(a, Move::Demote, &NoCrash).unwrap();
@@ -568,7 +569,8 @@ fn a_move_asks_the_devices_what_the_cost_model_says() {
                 std::array::from_fn(|k| now[k] - b[k])
             })
             .collect();
-        let model = counted(&crate::migrate::cost::requests(mv, ino, d, 100_000));
+        let size = v.getattr(ino).unwrap().size;
+        let model = counted(&crate::migrate::cost::requests(mv, ino, d, size));
         for t in [Tier::Ssd, Tier::Hdd] {
             assert_eq!(
                 made[t.idx()],
