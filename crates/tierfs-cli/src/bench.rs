@@ -86,7 +86,7 @@ fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta,
     let (title, how) = if meta.is_simulated() {
         (
             ", simulated",
-            "- **simulated**: every figure comes from the simulator (`tierfs sim`), which replays the workloads' recorded traces through the device models at virtual time; no mount ran. How far it agrees with a live sweep is in `fidelity.md`, where one was compared.\n",
+            "- **simulated**: every figure comes from the simulator (`tierfs sim`), which runs each workload's generator on a model of the file system (or, with `--traces`, replays its recording) and its requests through the device models at virtual time; no mount ran. How far it agrees with a live sweep is in `fidelity.md`, where one was compared.\n",
         )
     } else {
         ("", "")
