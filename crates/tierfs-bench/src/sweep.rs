@@ -305,6 +305,16 @@ impl Preset {
         p
     }
 
+    /// How long the warm-up lasts at least: `warmup` when it makes a number
+    /// of operations (it idles the rest), else only as long as it runs.
+    pub fn warmup_least(&self) -> Duration {
+        if self.warmup_ops_per_file.is_some() {
+            self.warmup
+        } else {
+            Duration::ZERO
+        }
+    }
+
     /// The warm-up run: the same workload, another seed, `warmup` long
     /// or `warmup_ops_per_file` operations per file.
     pub fn warmup_params(&self, workload: &str) -> Params {
@@ -591,11 +601,9 @@ impl Runner<'_> {
                 (self.progress)(Progress::Phase { name: "warming up", length });
                 let t = Instant::now();
                 warm.run(&workload::Real, &mnt)?;
-                if self.preset.warmup_ops_per_file.is_some() {
-                    // An interval policy's run falls in the warm-up however
-                    // soon its operations were done.
-                    std::thread::sleep(self.preset.warmup.saturating_sub(t.elapsed()));
-                }
+                // An interval policy's run falls in the warm-up however
+                // soon its operations were done.
+                std::thread::sleep(self.preset.warmup_least().saturating_sub(t.elapsed()));
                 settle()?;
             }
             let before = status(&mnt)?;
@@ -639,8 +647,8 @@ impl Runner<'_> {
         (self.progress)(Progress::Phase { name: "recording", length: Length::Unknown });
         let p = self.preset.params_for(w.name());
         let note = format!("preset {}, scale {}, seed {}, run {:?}", self.preset.name, p.scale, p.seed, p.duration);
-        let least = if self.preset.warmup_ops_per_file.is_some() { self.preset.warmup } else { Duration::ZERO };
-        let r = crate::capture::record(&mnt, &mnt, w, warm.map(|w| (w, least)), false, out, note);
+        let warm = warm.map(|w| (w, self.preset.warmup_least()));
+        let r = crate::capture::record(&mnt, &mnt, w, warm, false, out, note);
         let unmounted = run_cmd(Command::new(&self.bin).arg("umount").arg(&mnt));
         let (report, _) = r?;
         unmounted?;

@@ -203,7 +203,7 @@ pub fn sweep(runner: &tierfs_bench::sweep::Runner<'_>, traces: Option<&std::path
             None => Requests::Generated(sim_gen::Run {
                 workload: wname.clone(),
                 params: p,
-                warmup: warm.map(|wp| (wp, preset.warmup)),
+                warmup: warm.map(|wp| (wp, preset.warmup_least())),
                 cost: Default::default(),
             }),
             Some(dir) => {

@@ -163,6 +163,15 @@ mod tests {
         std::thread::spawn(f).join().unwrap();
     }
 
+    /// A linger of `longest` watching a pipe with nothing in it yet, and
+    /// the pipe's writing end.
+    fn watching(longest: Duration) -> (Linger, std::fs::File) {
+        let (r, w) = pipe();
+        let l = Linger::new(longest);
+        l.attach(r);
+        (l, w)
+    }
+
     fn timed(l: &Linger) -> Duration {
         let t = Instant::now();
         drop(l.guard());
@@ -172,9 +181,7 @@ mod tests {
     #[test]
     fn with_nothing_to_read_it_watches_for_the_window_and_no_longer() {
         fresh(|| {
-            let (r, _w) = pipe();
-            let l = Linger::new(Duration::from_millis(20));
-            l.attach(r);
+            let (l, _w) = watching(Duration::from_millis(20));
             let t = timed(&l);
             assert!(t >= Duration::from_millis(20), "returned after {t:?}");
             assert!(t < Duration::from_secs(2), "returned after {t:?}");
@@ -184,10 +191,8 @@ mod tests {
     #[test]
     fn a_request_already_waiting_ends_the_watch_at_once() {
         fresh(|| {
-            let (r, mut w) = pipe();
+            let (l, mut w) = watching(Duration::from_secs(30));
             w.write_all(b"x").unwrap();
-            let l = Linger::new(Duration::from_secs(30));
-            l.attach(r);
             assert!(timed(&l) < Duration::from_secs(5));
         });
     }
@@ -195,9 +200,7 @@ mod tests {
     #[test]
     fn a_request_arriving_during_the_watch_ends_it() {
         fresh(|| {
-            let (r, mut w) = pipe();
-            let l = Linger::new(Duration::from_secs(30));
-            l.attach(r);
+            let (l, mut w) = watching(Duration::from_secs(30));
             let sent = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             let flag = sent.clone();
             let writer = std::thread::spawn(move || {
@@ -218,10 +221,8 @@ mod tests {
         fresh(|| {
             // An unmounted FUSE connection polls as an error; a pipe whose
             // writer is gone polls as hung up.
-            let (r, w) = pipe();
+            let (l, w) = watching(Duration::from_secs(30));
             drop(w);
-            let l = Linger::new(Duration::from_secs(30));
-            l.attach(r);
             assert!(timed(&l) < Duration::from_secs(5));
         });
     }
@@ -257,11 +258,9 @@ mod tests {
     #[test]
     fn a_thread_whose_watch_gave_up_watches_less_after_a_long_sleep() {
         fresh(|| {
-            let (r, _w) = pipe();
+            let (l, _w) = watching(Duration::from_millis(400));
             // Long enough that a busy machine's scheduling delays (tests
             // run in parallel) stay well within the margins.
-            let l = Linger::new(Duration::from_millis(400));
-            l.attach(r);
             assert!(timed(&l) >= Duration::from_millis(400), "the first watch is the longest");
             // The next request comes 600 ms after the watch gave up: half.
             std::thread::sleep(Duration::from_millis(600));
@@ -273,9 +272,7 @@ mod tests {
     #[test]
     fn off_when_the_window_is_zero_or_nothing_is_attached() {
         fresh(|| {
-            let (r, _w) = pipe();
-            let zero = Linger::new(Duration::ZERO);
-            zero.attach(r);
+            let (zero, _w) = watching(Duration::ZERO);
             assert!(timed(&zero) < Duration::from_secs(5));
             let detached = Linger::new(Duration::from_secs(30));
             assert!(timed(&detached) < Duration::from_secs(5));

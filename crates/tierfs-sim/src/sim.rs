@@ -662,7 +662,7 @@ pub fn replay(cfg: &Config, meta: &Meta, records: &[Record]) -> io::Result<SimRe
     if cfg.overhead.is_none() && marked && requests_recorded > 0 {
         cfg.overhead = Some(Duration::from_nanos(span / requests_recorded));
     }
-    let mut src = Whole { records, at: 0, ended: false };
+    let mut src = Whole { records, at: 0 };
     let mode = if marked {
         Mode::Closed { per_mark }
     } else {
@@ -692,7 +692,6 @@ trait Source {
 struct Whole<'a> {
     records: &'a [Record],
     at: usize,
-    ended: bool,
 }
 
 impl Source for Whole<'_> {
@@ -700,17 +699,13 @@ impl Source for Whole<'_> {
         if n != 0 {
             return None;
         }
-        if self.at < self.records.len() {
+        // At the end, `None`: the client ends.
+        (self.at < self.records.len()).then(|| {
             let to = (self.at + 4096).min(self.records.len());
             let items = self.records[self.at..to].iter().map(|r| Item::Record(*r)).collect();
             self.at = to;
-            return Some(items);
-        }
-        if !self.ended {
-            self.ended = true;
-            return Some(vec![Item::End]);
-        }
-        None
+            items
+        })
     }
 }
 
@@ -747,7 +742,7 @@ struct Client {
     op_start: Timestamp,
 }
 
-/// The clients, their items as they come, and the directory tree.
+/// The clients, and their items as they come.
 struct Clients<'s> {
     src: &'s mut dyn Source,
     by_id: std::collections::BTreeMap<u32, Client>,

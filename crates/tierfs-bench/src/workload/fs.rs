@@ -95,6 +95,20 @@ impl Handle for RealFile {
     }
 }
 
+/// Writes `n` bytes of `byte` to `f` in `io` pieces, telling `written`
+/// each piece's length.
+fn write_pieces(f: &mut fs::File, n: u64, io: usize, byte: u8, mut written: impl FnMut(u64)) -> io::Result<()> {
+    let buf = vec![byte; io.min(n as usize).max(1)];
+    let mut left = n;
+    while left > 0 {
+        let k = (left as usize).min(buf.len());
+        f.write_all(&buf[..k])?;
+        left -= k as u64;
+        written(k as u64);
+    }
+    Ok(())
+}
+
 impl Fs for Real {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         fs::create_dir_all(dir)
@@ -102,14 +116,9 @@ impl Fs for Real {
 
     fn write_file(&self, path: &Path, size: u64, io: usize, byte: u8) -> io::Result<u64> {
         let mut f = fs::File::create(path)?;
-        let buf = vec![byte; io.min(size as usize).max(1)];
-        let mut left = size;
-        while left > 0 {
-            let n = (left as usize).min(buf.len());
-            f.write_all(&buf[..n])?;
-            left -= n as u64;
-            WRITTEN.fetch_add(n as u64, Ordering::Relaxed);
-        }
+        write_pieces(&mut f, size, io, byte, |n| {
+            WRITTEN.fetch_add(n, Ordering::Relaxed);
+        })?;
         Ok(size)
     }
 
@@ -128,13 +137,7 @@ impl Fs for Real {
 
     fn append(&self, path: &Path, n: u64, io: usize, byte: u8) -> io::Result<u64> {
         let mut f = fs::OpenOptions::new().append(true).create(true).open(path)?;
-        let buf = vec![byte; io.min(n as usize).max(1)];
-        let mut left = n;
-        while left > 0 {
-            let k = (left as usize).min(buf.len());
-            f.write_all(&buf[..k])?;
-            left -= k as u64;
-        }
+        write_pieces(&mut f, n, io, byte, |_| {})?;
         Ok(n)
     }
 
