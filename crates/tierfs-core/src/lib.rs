@@ -17,6 +17,7 @@ pub mod event;
 pub mod extent;
 pub mod lockcheck;
 pub mod migrate;
+pub mod planner;
 pub mod policy;
 pub mod regulator;
 pub mod report;

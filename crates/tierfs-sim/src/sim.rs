@@ -1,16 +1,17 @@
 //! The simulator (`tierfs sim`, `tierfs bench sweep --sim`): a trace
-//! replayed through the engine's statistics and policies, with the moves
-//! they plan applied to a model of the two tiers (the device models of
+//! replayed through the engine's planner, with the moves it plans applied
+//! to a model of the two tiers (the device models of
 //! `tierfs_core::device`) at virtual time.
 //!
-//! What is shared with the mount, not copied: `stats::Stats` takes the same
-//! events, `policy::Policy::{on_access, on_tick}` decide from the same
-//! [`View`], `policy::evict_for` picks the same victims, and
+//! What is shared with the mount, not copied: `planner::Planner` takes the
+//! same events tick by tick, its statistics and policies decide from the
+//! same `View`, and it picks the same victims when room is needed;
 //! `device::Device` times the requests as `--emulate` does. What the
-//! simulator does itself is what the mount's executors do: it keeps each
-//! file's place and size, charges the SSD what its files take, runs one
-//! migrator (a move reads the file from one device, writes it to the other
-//! and syncs it, while requests go on), and evicts the coldest SSD files
+//! simulator does itself is what the mount's executors do: its `Model`
+//! keeps each file's place and size and charges the SSD what its files
+//! take (the planner reads it through `planner::Tiers`), one migrator
+//! carries the queued moves out (a move makes the requests
+//! `migrate::cost` lists, while requests go on), and the cleaner evicts
 //! when a move or a write needs room.
 //!
 //! A workload's trace (`bench workload --trace`) marks its phases and its
@@ -28,6 +29,7 @@
 //! reads a real clock or iterates a hash map into the output).
 
 use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::time::Duration;
@@ -37,8 +39,9 @@ use tierfs_core::clock::Timestamp;
 use tierfs_core::device::{Device, Profile, Req};
 use tierfs_core::event::{Event, EventKind};
 use tierfs_core::migrate::Move;
-use tierfs_core::policy::{evict_for, off_ssd, Params, Plan, PolicyKind, Reason, Space, Step, View};
-use tierfs_core::stats::{FileStats, Group, Stats};
+use tierfs_core::planner::{Planner, Tiers};
+use tierfs_core::policy::{off_ssd, Params, Plan, PolicyKind, Reason, Space, Step};
+use tierfs_core::stats::{Group, Residence, Stats};
 use tierfs_core::tier::{Placement, Tier};
 use tierfs_core::trace::{Kind, Meta, Record, PHASE_MEASURE};
 
@@ -141,31 +144,93 @@ struct File {
 /// A file the trace has not shown before: empty, on the HDD.
 const NEW: File = File { size: 0, placement: Placement::On(Tier::Hdd), dir: 0 };
 
-/// The tiers and the migrator at virtual time.
-struct Sim {
-    cfg: Config,
-    stats: Stats,
+/// The model of the tiers: where each file is, what the SSD holds, the
+/// policy groups, what the migrator has queued. The planner reads it as
+/// the engine's tiers.
+struct Model {
     files: HashMap<u64, File>,
     /// Bytes the SSD holds (with moves to it under way).
     used: u64,
-    devices: [Device; 2],
-    /// Device models off (preparation, warm-up).
-    paused: bool,
+    /// Most bytes it may hold.
+    limit: u64,
     /// Policy of each group; the group a directory heads.
     groups: Vec<(PolicyKind, Params)>,
     heads: HashMap<u64, Group>,
     parents: HashMap<u64, u64>,
-    group_cache: HashMap<u64, Group>,
-    last_run: Vec<Option<Timestamp>>,
+    group_cache: RefCell<HashMap<u64, Group>>,
+    /// Queued or being moved.
+    busy: HashSet<u64>,
+}
+
+impl Tiers for Model {
+    fn setting(&self, g: Group) -> (PolicyKind, Params) {
+        self.groups[g as usize]
+    }
+    /// The group whose policy governs the files of `dir`.
+    fn group_of(&self, dir: u64) -> Group {
+        if let Some(&g) = self.group_cache.borrow().get(&dir) {
+            return g;
+        }
+        let mut d = dir;
+        let mut g = 0;
+        // Bounded: a tree with a loop in it (a broken trace) ends in group 0.
+        for _ in 0..4096 {
+            if let Some(&h) = self.heads.get(&d) {
+                g = h;
+                break;
+            }
+            match self.parents.get(&d) {
+                Some(&p) if p != d => d = p,
+                _ => break,
+            }
+        }
+        self.group_cache.borrow_mut().insert(dir, g);
+        g
+    }
+    fn space(&self) -> Space {
+        Space { used: self.used, limit: self.limit }
+    }
+    fn busy(&self, ino: u64, _open: bool) -> bool {
+        self.busy.contains(&ino)
+    }
+    /// A file older than the trace: the model took it in at its first
+    /// request.
+    fn unknown(&self, ino: u64) -> Option<(Residence, Group)> {
+        self.files.get(&ino).map(|f| (f.placement.into(), self.group_of(f.dir)))
+    }
+}
+
+/// The tiers and the migrator at virtual time.
+struct Sim {
+    cfg: Config,
+    planner: Planner,
+    model: Model,
+    /// Events since the last tick, as the mount's event queue holds them
+    /// until its engine thread wakes.
+    pending: Vec<Event>,
+    devices: [Device; 2],
+    /// Device models off (preparation, warm-up).
+    paused: bool,
     next_tick: Timestamp,
     /// Moves to make, with when they were planned.
     queue: VecDeque<(Timestamp, Step)>,
-    busy: HashSet<u64>,
-    /// The move under way, when it completes, and the SSD room it took.
-    in_flight: Option<(Timestamp, Step, u64, u32)>,
+    /// The move under way.
+    in_flight: Option<Job>,
     migrator_free: Timestamp,
-    evicted_bytes: u64,
     counters: Counters,
+}
+
+/// A move under way: the requests it has still to make.
+#[derive(Debug)]
+struct Job {
+    step: Step,
+    /// SSD room it took when it started.
+    reserved: u64,
+    /// The file's access counter then.
+    counter: u32,
+    reqs: VecDeque<(Tier, Req)>,
+    /// When its next request is made (when the last one is done).
+    next: Timestamp,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -203,79 +268,34 @@ impl Sim {
         }
         let parents = meta.dirs.iter().map(|&[d, p]| (d, p)).collect();
         let devices = [Device::new(cfg.ssd.clone(), cfg.cache), Device::new(cfg.hdd.clone(), cfg.cache)];
-        let n = groups.len();
-        Sim {
-            stats: Stats::new(cfg.aging),
+        let model = Model {
             files: HashMap::new(),
             used: 0,
-            devices,
-            paused: true,
+            limit: cfg.ssd_capacity,
             groups,
             heads,
             parents,
-            group_cache: HashMap::new(),
-            last_run: vec![None; n],
+            group_cache: RefCell::new(HashMap::new()),
+            busy: HashSet::new(),
+        };
+        Sim {
+            planner: Planner::new(Stats::new(cfg.aging)),
+            model,
+            pending: Vec::new(),
+            devices,
+            paused: true,
             next_tick: start,
             queue: VecDeque::new(),
-            busy: HashSet::new(),
             in_flight: None,
             migrator_free: start,
-            evicted_bytes: 0,
             counters: Counters::default(),
             cfg,
         }
     }
 
-    /// The group whose policy governs the files of `dir`.
-    fn group_of(&mut self, dir: u64) -> Group {
-        if let Some(&g) = self.group_cache.get(&dir) {
-            return g;
-        }
-        let mut d = dir;
-        let mut g = 0;
-        // Bounded: a tree with a loop in it (a broken trace) ends in group 0.
-        for _ in 0..4096 {
-            if let Some(&h) = self.heads.get(&d) {
-                g = h;
-                break;
-            }
-            match self.parents.get(&d) {
-                Some(&p) if p != d => d = p,
-                _ => break,
-            }
-        }
-        self.group_cache.insert(dir, g);
-        g
-    }
-
-    /// Runs `f` with a view of group `g` at `now`, as the engine's policies
-    /// see it.
-    fn with_view<R>(&self, group: Group, now: Timestamp, f: impl FnOnce(&View<'_>) -> R) -> R {
-        let (_, params) = self.groups[group as usize];
-        let busy = |i: u64| self.busy.contains(&i);
-        let none = |_: u64| None;
-        let zero = |_: u64| 0;
-        let yes = |_: u64| true;
-        let v = View {
-            stats: &self.stats,
-            now,
-            space: Space { used: self.used, limit: self.cfg.ssd_capacity },
-            group,
-            params,
-            pin: &none,
-            busy: &busy,
-            evicted_bytes: self.evicted_bytes,
-            speeds: Default::default(),
-            tokens: 0,
-            moves: &zero,
-            ssd_admits: &yes,
-        };
-        f(&v)
-    }
-
     fn enqueue(&mut self, now: Timestamp, plan: Plan) {
         for s in plan.steps {
-            if self.busy.insert(s.ino) {
+            if self.model.busy.insert(s.ino) {
                 self.queue.push_back((now, s));
             }
         }
@@ -289,32 +309,39 @@ impl Sim {
         self.devices[tier.idx()].submit(now, req)
     }
 
-    /// One event to the statistics, and the file's policy's answer.
-    fn event(&mut self, ino: u64, now: Timestamp, kind: EventKind, group_dir: u64) {
-        let ev = Event { ino, time: now, kind };
-        let g = self.group_of(group_dir);
-        self.stats.apply(&ev, &mut |_| g);
-        let Some(f) = self.stats.get(ino) else { return };
-        let (kind_p, _) = self.groups[f.group as usize];
-        let plan = self.with_view(f.group, now, |v| kind_p.policy().on_access(v, ino, &f, &kind));
-        self.enqueue(now, plan);
+    /// An event, for the planner at the next tick (or before a choice of
+    /// what to evict, which must see the latest accesses).
+    fn event(&mut self, ino: u64, now: Timestamp, kind: EventKind) {
+        self.pending.push(Event { ino, time: now, kind });
     }
 
-    /// The periodic work due by `now`: the policies' interval runs and
-    /// cleaners, and aging.
+    /// The events that came since the last delivery, into the planner at
+    /// `now`, and the moves its policies make of them queued.
+    fn deliver(&mut self, now: Timestamp) {
+        // Not before the latest of them (a move the migrator started
+        // earlier may ask for room): the engine decides after it took them.
+        let now = self.pending.last().map_or(now, |e| now.max(e.time));
+        let pending = std::mem::take(&mut self.pending);
+        for ev in &pending {
+            let plan = self.planner.event(ev, now, &self.model);
+            self.enqueue(now, plan);
+        }
+        // The buffer's room is kept for the next tick's events.
+        self.pending = pending;
+        self.pending.clear();
+    }
+
+    /// The periodic work due by `now`, tick by tick as the engine thread
+    /// wakes: the events since the last tick, the policies' interval runs
+    /// and cleaners, and aging.
     fn ticks(&mut self, now: Timestamp) {
         while self.next_tick <= now {
             let t = self.next_tick;
-            for g in 0..self.groups.len() {
-                let (kind, _) = self.groups[g];
-                let last = self.last_run[g];
-                let (plan, ran) = self.with_view(g as Group, t, |v| kind.policy().on_tick(v, last));
-                if ran {
-                    self.last_run[g] = Some(t);
-                }
-                self.enqueue(t, plan);
-            }
-            self.stats.age(t);
+            self.deliver(t);
+            let groups: Vec<Group> = (0..self.model.groups.len() as Group).collect();
+            let plan = self.planner.tick(t, &groups, &self.model);
+            self.enqueue(t, plan);
+            self.planner.stats.age(t);
             self.next_tick = t.plus(self.cfg.tick);
             if self.paused {
                 // Moves take no time: the next tick sees them done (a
@@ -324,16 +351,17 @@ impl Sim {
         }
     }
 
-    /// Charges the devices for `mv` of file `ino` as the migration protocol
-    /// makes its requests (`migrate::cost`), one after another from `at`;
-    /// returns when the last is done.
-    fn charge_move(&mut self, at: Timestamp, ino: u64, mv: Move) -> Timestamp {
-        let Some(f) = self.files.get(&ino).copied() else { return at };
-        let mut t = at;
-        for (tier, req) in tierfs_core::migrate::cost::requests(mv, ino, f.dir, f.size) {
-            t = self.submit(t, tier, req);
-        }
-        t
+    /// The requests `mv` of file `ino` makes of the devices, in the
+    /// migration protocol's order (`migrate::cost`).
+    fn move_requests(&self, ino: u64, mv: Move) -> Vec<(Tier, Req)> {
+        let Some(f) = self.model.files.get(&ino) else { return Vec::new() };
+        tierfs_core::migrate::cost::requests(mv, ino, f.dir, f.size)
+    }
+
+    /// Submits `reqs` one after another from `at`, as one thread waiting
+    /// for each; returns when the last is done.
+    fn charge(&mut self, at: Timestamp, reqs: Vec<(Tier, Req)>) -> Timestamp {
+        reqs.into_iter().fold(at, |t, (tier, req)| self.submit(t, tier, req))
     }
 
     /// Where a move leaves a file, if the move fits where the file is.
@@ -347,84 +375,89 @@ impl Sim {
         }
     }
 
-    /// Takes a file off the SSD now (an eviction or an evacuation); returns
-    /// when that is done.
-    fn take_off(&mut self, at: Timestamp, ino: u64, reason: Reason) -> Timestamp {
-        let Some(f) = self.files.get(&ino).copied() else { return at };
-        let Some(mv) = off_ssd(f.placement.into()) else { return at };
-        let done = self.charge_move(at, ino, mv);
-        self.finish(Step { ino, mv, reason, size: f.size });
-        done
+    /// Takes a file off the SSD (an eviction or an evacuation): the model
+    /// changes at once; returns the requests the move makes.
+    fn take_off(&mut self, at: Timestamp, ino: u64, reason: Reason) -> Vec<(Tier, Req)> {
+        let Some(f) = self.model.files.get(&ino).copied() else { return Vec::new() };
+        let Some(mv) = off_ssd(f.placement.into()) else { return Vec::new() };
+        let reqs = self.move_requests(ino, mv);
+        self.finish(at, Step { ino, mv, reason, size: f.size });
+        reqs
     }
 
     /// Evicts the coldest SSD files until `need` bytes are free (never
-    /// `keep`), starting at `at`; returns when the evictions are done.
+    /// `keep`) for a write waiting for room, starting at `at`; returns when
+    /// the evictions are done.
     fn make_room(&mut self, at: Timestamp, need: u64, keep: u64) -> Timestamp {
-        if self.cfg.ssd_capacity.saturating_sub(self.used) >= need {
-            return at;
+        let reqs = self.evict_for(at, need, keep);
+        self.charge(at, reqs)
+    }
+
+    /// The cleaner's choice at `at` of the coldest SSD files to evict so
+    /// that `need` bytes are free (never `keep`), applied to the model at
+    /// once; returns the requests the evictions make, in order.
+    fn evict_for(&mut self, at: Timestamp, need: u64, keep: u64) -> Vec<(Tier, Req)> {
+        let free = self.model.space().free();
+        if free >= need {
+            return Vec::new();
         }
-        let exclude: HashSet<u64> = std::iter::once(keep).collect();
-        let steps = self.with_view(0, at, |v| evict_for(v, need, &exclude, |counter| Reason::Evict { counter }).0);
-        let mut t = at;
+        // The cleaner's choice sees the latest events.
+        self.deliver(at);
+        let skip: HashSet<u64> = std::iter::once(keep).collect();
+        let steps = self.planner.room(at, need - free, &skip, &self.model);
+        let mut reqs = Vec::new();
         for s in steps {
-            let counter = self.stats.get(s.ino).map_or(0, |f| f.counter);
-            t = self.take_off(t, s.ino, s.reason);
-            self.evicted_bytes += s.size;
-            self.counters.evictions += 1;
-            self.stats.last_evicted = Some(counter);
+            let counter = self.planner.stats.get(s.ino).map_or(0, |f| f.counter);
+            let before = self.counters.moves;
+            reqs.extend(self.take_off(at, s.ino, s.reason));
+            if self.counters.moves > before {
+                self.counters.evictions += 1;
+                self.planner.done(&s, counter);
+                self.planner.cleaned(s.size);
+            }
         }
-        t
+        reqs
     }
 
     /// Applies a completed move to the model and the statistics.
-    fn finish(&mut self, s: Step) {
-        let Some(f) = self.files.get_mut(&s.ino) else { return };
+    fn finish(&mut self, at: Timestamp, s: Step) {
+        let Some(f) = self.model.files.get_mut(&s.ino) else { return };
         let Some(to) = Sim::target(s.mv, f.placement) else { return };
         let was_on_ssd = f.placement.uses_ssd();
         f.placement = to;
         let size = f.size;
         if was_on_ssd && !to.uses_ssd() {
-            self.used = self.used.saturating_sub(size);
+            self.model.used = self.model.used.saturating_sub(size);
         }
         self.counters.moves += 1;
         if s.mv != Move::DropCopy {
             // Dropping a copy moves no data.
             self.counters.bytes_moved += size;
         }
-        self.stats.set_residence(s.ino, to.into());
+        // The statistics learn it as the mount's do: from the volume's
+        // event, with the next tick's.
+        self.event(s.ino, at, EventKind::Placed { placement: to });
     }
 
-    /// Lets the migrator work until `now`: completes the move under way if
-    /// it is done, starts the next ones. With the models paused every move
+    /// Lets the migrator work until `now`: submits the requests of the
+    /// move under way one at a time, each when the one before is done (so
+    /// that the requests of the clients come between them, as they do
+    /// between the migrator thread's), completes the move when its last
+    /// one is, and starts the next ones. With the models paused every move
     /// takes no time.
     fn migrate(&mut self, now: Timestamp) {
         loop {
-            if let Some((done, s, reserved, counter)) = self.in_flight {
-                if !self.paused && done > now {
+            if let Some(mut job) = self.in_flight.take() {
+                while !job.reqs.is_empty() && (self.paused || job.next <= now) {
+                    let Some((tier, req)) = job.reqs.pop_front() else { break };
+                    job.next = self.submit(job.next, tier, req);
+                }
+                if !job.reqs.is_empty() || (!self.paused && job.next > now) {
+                    self.in_flight = Some(job);
                     return;
                 }
-                self.in_flight = None;
-                // The room taken when the move started is given back; the
-                // file is charged what it holds now.
-                self.used = self.used.saturating_sub(reserved);
-                let size = self.files.get(&s.ino).map_or(0, |f| f.size);
-                let fits = self.files.get(&s.ino).is_some_and(|f| Sim::target(s.mv, f.placement).is_some());
-                let up = matches!(s.mv, Move::Promote | Move::Copy);
-                // A file that grew during its move to a full SSD stays
-                // where it was (the mount's move ends with no space).
-                if fits && !(up && size > self.cfg.ssd_capacity.saturating_sub(self.used)) {
-                    self.finish(s);
-                    if up {
-                        self.used += size;
-                    }
-                    if matches!(s.reason, Reason::Evict { .. } | Reason::BackgroundClean { .. }) {
-                        // As the engine does for the evictions policies plan.
-                        self.counters.evictions += 1;
-                        self.evicted_bytes += size;
-                        self.stats.last_evicted = Some(counter);
-                    }
-                }
-                self.busy.remove(&s.ino);
+                self.migrator_free = job.next;
+                self.complete(job);
             }
             let Some(&(queued, _)) = self.queue.front() else { return };
             let start = if self.paused { now } else { self.migrator_free.max(queued) };
@@ -432,27 +465,56 @@ impl Sim {
                 return;
             }
             let Some((_, s)) = self.queue.pop_front() else { return };
-            let Some(f) = self.files.get(&s.ino).copied().filter(|f| Sim::target(s.mv, f.placement).is_some()) else {
-                self.busy.remove(&s.ino);
+            let Some(f) = self.model.files.get(&s.ino).copied().filter(|f| Sim::target(s.mv, f.placement).is_some())
+            else {
+                self.model.busy.remove(&s.ino);
                 continue;
             };
-            let (done, reserved) = match s.mv {
-                Move::Promote | Move::Copy => {
-                    let t = self.make_room(start, f.size, s.ino);
-                    if f.size > self.cfg.ssd_capacity.saturating_sub(self.used) {
-                        // Nothing (more) to evict: the move gives up.
-                        self.busy.remove(&s.ino);
-                        continue;
-                    }
-                    self.used += f.size;
-                    (self.charge_move(t, s.ino, s.mv), f.size)
+            let mut reqs = Vec::new();
+            let mut reserved = 0;
+            if matches!(s.mv, Move::Promote | Move::Copy) {
+                // The room first: the cleaner's evictions, then the copy.
+                reqs = self.evict_for(start, f.size, s.ino);
+                if f.size > self.cfg.ssd_capacity.saturating_sub(self.model.used) {
+                    // Nothing (more) to evict: the move gives up, after the
+                    // evictions it caused.
+                    self.model.busy.remove(&s.ino);
+                    self.migrator_free = self.charge(start, reqs);
+                    continue;
                 }
-                Move::Demote | Move::DropCopy => (self.charge_move(start, s.ino, s.mv), 0),
-            };
-            self.migrator_free = done;
-            let counter = self.stats.get(s.ino).map_or(0, |f| f.counter);
-            self.in_flight = Some((done, s, reserved, counter));
+                self.model.used += f.size;
+                reserved = f.size;
+            }
+            reqs.extend(self.move_requests(s.ino, s.mv));
+            let counter = self.planner.stats.get(s.ino).map_or(0, |f| f.counter);
+            self.in_flight = Some(Job { step: s, reserved, counter, reqs: reqs.into(), next: start });
         }
+    }
+
+    /// A move whose requests are all done: applied to the model, unless the
+    /// file changed so that it no longer fits.
+    fn complete(&mut self, job: Job) {
+        let Job { step: s, reserved, counter, next: done, .. } = job;
+        // The room taken when the move started is given back; the file is
+        // charged what it holds now.
+        self.model.used = self.model.used.saturating_sub(reserved);
+        let size = self.model.files.get(&s.ino).map_or(0, |f| f.size);
+        let fits = self.model.files.get(&s.ino).is_some_and(|f| Sim::target(s.mv, f.placement).is_some());
+        let up = matches!(s.mv, Move::Promote | Move::Copy);
+        // A file that grew during its move to a full SSD stays where it
+        // was (the mount's move ends with no space).
+        if fits && !(up && size > self.cfg.ssd_capacity.saturating_sub(self.model.used)) {
+            self.finish(done, s);
+            if up {
+                self.model.used += size;
+            }
+            if matches!(s.reason, Reason::Evict { .. } | Reason::BackgroundClean { .. }) {
+                // As the engine counts the evictions policies plan.
+                self.counters.evictions += 1;
+            }
+            self.planner.done(&s, counter);
+        }
+        self.model.busy.remove(&s.ino);
     }
 
     /// Everything the background does up to `now`.
@@ -462,18 +524,26 @@ impl Sim {
     }
 
     /// The model's invariants: the SSD holds what its files and the move
-    /// under way take, and (but for a policy that puts every new file
-    /// there, `ssd-only`) no more than the capacity.
+    /// under way take, (but for a policy that puts every new file there,
+    /// `ssd-only`) no more than the capacity, and the statistics know
+    /// where each file is once its events reached them.
     #[cfg(test)]
     fn check(&self) {
-        let on_ssd: u64 = self.files.values().filter(|f| f.placement.uses_ssd()).map(|f| f.size).sum();
-        let reserved = self.in_flight.map_or(0, |(_, _, r, _)| r);
-        assert_eq!(self.used, on_ssd + reserved, "the SSD account drifted");
+        let on_ssd: u64 = self.model.files.values().filter(|f| f.placement.uses_ssd()).map(|f| f.size).sum();
+        let reserved = self.in_flight.as_ref().map_or(0, |j| j.reserved);
+        assert_eq!(self.model.used, on_ssd + reserved, "the SSD account drifted");
         if self.cfg.policy != PolicyKind::SsdOnly {
-            assert!(self.used <= self.cfg.ssd_capacity, "{} bytes on an SSD of {}", self.used, self.cfg.ssd_capacity);
+            assert!(
+                self.model.used <= self.cfg.ssd_capacity,
+                "{} bytes on an SSD of {}",
+                self.model.used,
+                self.cfg.ssd_capacity
+            );
         }
-        for (ino, f) in &self.files {
-            let st = self.stats.get(*ino).map(|s| s.residence);
+        // Files with events still to come to the planner are checked after.
+        let pending: HashSet<u64> = self.pending.iter().map(|e| e.ino).collect();
+        for (ino, f) in self.model.files.iter().filter(|(ino, _)| !pending.contains(ino)) {
+            let st = self.planner.stats.get(*ino).map(|s| s.residence);
             assert_eq!(st, Some(f.placement.into()), "the statistics disagree on where {ino} is");
         }
     }
@@ -490,94 +560,93 @@ impl Sim {
 
     fn serve(&mut self, now: Timestamp, r: &Record) -> Timestamp {
         let ino = r.file;
-        let known = self.files.contains_key(&ino);
+        let known = self.model.files.contains_key(&ino);
         if !known && !matches!(r.kind, Kind::Create | Kind::Remove) {
-            // A file that existed before the trace began: on the HDD.
-            self.files.insert(ino, File { dir: r.dir, ..NEW });
-            let g = self.group_of(r.dir);
-            self.stats.insert(ino, FileStats { residence: NEW.placement.into(), group: g, ..FileStats::default() });
+            // A file that existed before the trace began: on the HDD (the
+            // planner takes it in as the engine does a file it lost).
+            self.model.files.insert(ino, File { dir: r.dir, ..NEW });
         }
         match r.kind {
             Kind::Create => {
-                let g = self.group_of(r.dir);
-                let (kind, _) = self.groups[g as usize];
+                let g = self.model.group_of(r.dir);
+                let (kind, _) = self.model.groups[g as usize];
                 let mut tier = kind.policy().initial_tier();
                 let mut now = now;
                 if tier == Tier::Ssd && kind != PolicyKind::SsdOnly {
                     // A file created with data (an imported trace) needs room.
                     now = self.make_room(now, r.len, ino);
-                    if r.len > self.cfg.ssd_capacity.saturating_sub(self.used) {
+                    if r.len > self.cfg.ssd_capacity.saturating_sub(self.model.used) {
                         tier = Tier::Hdd;
                     }
                 }
                 let placement = Placement::On(tier);
-                if let Some(old) = self.files.insert(ino, File { size: r.len, placement, dir: r.dir }) {
+                if let Some(old) = self.model.files.insert(ino, File { size: r.len, placement, dir: r.dir }) {
                     if old.placement.uses_ssd() {
-                        self.used = self.used.saturating_sub(old.size);
+                        self.model.used = self.model.used.saturating_sub(old.size);
                     }
                 }
                 if placement.uses_ssd() {
-                    self.used += r.len;
+                    self.model.used += r.len;
                 }
                 let done = self.submit(now, tier, Req::MetaWrite { key: ino });
-                self.event(ino, now, EventKind::Create { placement, parent: r.dir, size: r.len }, r.dir);
+                self.event(ino, now, EventKind::Create { placement, parent: r.dir, size: r.len });
                 done
             }
             Kind::Remove => {
-                let Some(f) = self.files.remove(&ino) else { return now };
+                let Some(f) = self.model.files.remove(&ino) else { return now };
                 if f.placement.uses_ssd() {
-                    self.used = self.used.saturating_sub(f.size);
+                    self.model.used = self.model.used.saturating_sub(f.size);
                 }
                 let done = self.submit(now, f.placement.read_tier(), Req::MetaWrite { key: ino });
-                self.event(ino, now, EventKind::Remove, r.dir);
+                self.event(ino, now, EventKind::Remove);
                 done
             }
             Kind::Open => {
                 // A file older than the trace is as long as its opens say.
                 let mut now = now;
-                if r.len > self.files.get(&ino).map_or(0, |f| f.size) {
+                if r.len > self.model.files.get(&ino).map_or(0, |f| f.size) {
                     now = self.resize(now, ino, r.len);
                 }
-                let f = self.files.get(&ino).copied().unwrap_or(NEW);
+                let f = self.model.files.get(&ino).copied().unwrap_or(NEW);
                 let tier = f.placement.read_tier();
                 let done = self.submit(now, tier, Req::MetaRead { key: ino });
                 let kind = EventKind::Open { write: r.off == 1, tier, size: f.size, passthrough: false };
-                self.event(ino, now, kind, r.dir);
+                self.event(ino, now, kind);
                 done
             }
             Kind::Close => {
-                let size = self.files.get(&ino).map_or(0, |f| f.size);
-                self.event(ino, now, EventKind::Close { size }, r.dir);
+                let size = self.model.files.get(&ino).map_or(0, |f| f.size);
+                self.event(ino, now, EventKind::Close { size });
                 now
             }
             Kind::Truncate => {
                 let done = self.resize(now, ino, r.len);
-                self.event(ino, now, EventKind::Resize { size: r.len }, r.dir);
+                self.event(ino, now, EventKind::Resize { size: r.len });
                 done
             }
             Kind::Move => {
-                if let Some(f) = self.files.get_mut(&ino) {
+                if let Some(f) = self.model.files.get_mut(&ino) {
                     f.dir = r.dir;
                 }
-                self.event(ino, now, EventKind::Moved { parent: r.dir }, r.dir);
-                let tier = self.files.get(&ino).unwrap_or(&NEW).placement.read_tier();
+                self.event(ino, now, EventKind::Moved { parent: r.dir });
+                let tier = self.model.files.get(&ino).unwrap_or(&NEW).placement.read_tier();
                 self.submit(now, tier, Req::MetaWrite { key: ino })
             }
             Kind::Read => {
-                let tier = self.files.get(&ino).unwrap_or(&NEW).placement.read_tier();
+                let tier = self.model.files.get(&ino).unwrap_or(&NEW).placement.read_tier();
                 self.counters.requests[tier.idx()] += 1;
                 let done = self.submit(now, tier, Req::Read { file: ino, off: r.off, len: r.len });
-                self.event(ino, now, EventKind::Read { off: r.off, len: r.len, tier, fragment: false }, r.dir);
+                self.event(ino, now, EventKind::Read { off: r.off, len: r.len, tier, fragment: false });
                 done
             }
             Kind::Write => {
                 let end = r.off.saturating_add(r.len);
                 let mut t = now;
-                let size = self.files.get(&ino).map_or(0, |f| f.size);
+                let size = self.model.files.get(&ino).map_or(0, |f| f.size);
                 if end > size {
                     t = self.resize(now, ino, end);
                 }
-                let f = self.files.get(&ino).copied().unwrap_or(NEW);
+                let f = self.model.files.get(&ino).copied().unwrap_or(NEW);
                 let req = Req::Write { file: ino, off: r.off, len: r.len };
                 let tier = f.placement.primary();
                 let mut done = self.submit(t, tier, req);
@@ -587,7 +656,7 @@ impl Sim {
                 }
                 self.counters.requests[tier.idx()] += 1;
                 let kind = EventKind::Write { off: r.off, len: r.len, tier, size: f.size, fragment: false };
-                self.event(ino, now, kind, r.dir);
+                self.event(ino, now, kind);
                 done
             }
             Kind::Op | Kind::Phase => now,
@@ -598,20 +667,21 @@ impl Sim {
     /// makes room first, or leaves the SSD if there is none. Returns when
     /// the writer may go on.
     fn resize(&mut self, now: Timestamp, ino: u64, size: u64) -> Timestamp {
-        let Some(f) = self.files.get(&ino).copied() else { return now };
+        let Some(f) = self.model.files.get(&ino).copied() else { return now };
         let mut t = now;
         if f.placement.uses_ssd() && size > f.size {
             let grow = size - f.size;
-            if self.cfg.ssd_capacity.saturating_sub(self.used) < grow {
+            if self.cfg.ssd_capacity.saturating_sub(self.model.used) < grow {
                 t = self.make_room(now, grow, ino);
-                if self.cfg.ssd_capacity.saturating_sub(self.used) < grow {
-                    t = self.take_off(t, ino, Reason::Evict { counter: 0 });
+                if self.cfg.ssd_capacity.saturating_sub(self.model.used) < grow {
+                    let reqs = self.take_off(t, ino, Reason::Evacuate);
+                    t = self.charge(t, reqs);
                 }
             }
         }
-        let Some(f) = self.files.get_mut(&ino) else { return t };
+        let Some(f) = self.model.files.get_mut(&ino) else { return t };
         if f.placement.uses_ssd() {
-            self.used = (self.used + size).saturating_sub(f.size);
+            self.model.used = (self.model.used + size).saturating_sub(f.size);
         }
         f.size = size;
         t
@@ -870,7 +940,7 @@ fn run(cfg: &Config, meta: &Meta, mode: Mode, src: &mut dyn Source) -> io::Resul
                 continue;
             }
             Item::Dir { dir, parent } => {
-                sim.parents.insert(dir, parent);
+                sim.model.parents.insert(dir, parent);
                 continue;
             }
             Item::End => {
@@ -888,6 +958,7 @@ fn run(cfg: &Config, meta: &Meta, mode: Mode, src: &mut dyn Source) -> io::Resul
                 // The moves the preparation caused finish before the run
                 // (the sweep waits for them), then the models start cold.
                 sim.advance(now);
+                sim.deliver(now);
                 sim.migrate(now);
                 sim.paused = false;
                 sim.migrator_free = now;
@@ -976,7 +1047,7 @@ fn run(cfg: &Config, meta: &Meta, mode: Mode, src: &mut dyn Source) -> io::Resul
         bytes_read: read,
         bytes_written: written,
         latency: lat,
-        files: sim.files.len() as u64,
+        files: sim.model.files.len() as u64,
     };
     Ok(SimReport {
         report,
@@ -997,7 +1068,7 @@ fn run(cfg: &Config, meta: &Meta, mode: Mode, src: &mut dyn Source) -> io::Resul
             None => overheads.0.as_secs_f64() * 1e6 / overheads.1.max(1) as f64,
         },
         trace_exhausted: matches!(mode, Mode::Closed { .. }) && exhausted && cfg.duration.is_some(),
-        bytes_held: sim.files.values().map(|f| f.size).sum(),
+        bytes_held: sim.model.files.values().map(|f| f.size).sum(),
     })
 }
 
@@ -1052,6 +1123,44 @@ mod tests {
         cfg.duration = Some(Duration::from_secs(2));
         cfg.overhead = Some(Duration::from_micros(20));
         replay(&cfg, meta, recs).unwrap()
+    }
+
+    #[test]
+    fn accesses_reach_the_planner_at_the_next_tick_as_they_reach_the_engine() {
+        let cfg = Config::new(PolicyKind::DynamicHotDst, 1 << 30);
+        let meta = Meta { dirs: vec![[1, 1]], ..Meta::default() };
+        let start = Timestamp::from_secs(1);
+        let mut sim = Sim::new(cfg, &meta, start);
+        sim.paused = false;
+        let at = |ms: u64| Timestamp(start.0 + ms * MS);
+        // Past the first tick (at the start), before the second.
+        sim.advance(at(10));
+        sim.request(at(10), &rec(0, 7, Kind::Create, 0, 0));
+        sim.request(at(20), &rec(0, 7, Kind::Write, 0, 4096));
+        for ms in 30..40 {
+            sim.request(at(ms), &rec(0, 7, Kind::Read, 0, 4096));
+        }
+        assert!(sim.planner.stats.get(7).is_none(), "the planner saw the file before its tick");
+        assert!(sim.queue.is_empty() && sim.in_flight.is_none());
+        sim.advance(at(100));
+        let f = sim.planner.stats.get(7).expect("the tick delivered the events");
+        assert_eq!((f.reads, f.writes), (10, 1));
+        // Its reads from the HDD got it promoted, at the tick's time.
+        let job = sim.in_flight.as_ref().expect("a move under way");
+        assert_eq!((job.step.ino, job.step.mv), (7, Move::Promote));
+        // Its requests go one at a time: the first is under way.
+        assert!(job.next > at(100) && !job.reqs.is_empty());
+        // Where it lands reaches the statistics with the tick after the
+        // move is done, as the volume's `Placed` event does.
+        let mut done = at(100);
+        while sim.in_flight.is_some() {
+            done = done.plus(Duration::from_millis(1));
+            sim.migrate(done);
+        }
+        assert_eq!(sim.model.files[&7].placement, Placement::On(Tier::Ssd));
+        assert_eq!(sim.planner.stats.get(7).map(|f| f.residence), Some(Residence::Hdd));
+        sim.advance(done.plus(Duration::from_millis(100)));
+        assert_eq!(sim.planner.stats.get(7).map(|f| f.residence), Some(Residence::Ssd));
     }
 
     #[test]

@@ -28,7 +28,7 @@ use std::time::Duration;
 /// whole files to grow into between two periods.
 pub const REMAP_MARGIN_PERCENT: u64 = 5;
 
-/// The monitor and the queue of chunk moves (a leaf lock, after `stats`
+/// The monitor and the queue of chunk moves (a leaf lock, after `planner`
 /// and `groups`).
 #[derive(Debug)]
 pub(crate) struct Chunks {

@@ -25,7 +25,8 @@ use crate::clock::{Clock, Timestamp};
 use crate::error::{err, Error, Result};
 use crate::event::{Event, EventKind, EventSink};
 use crate::migrate::{Control, Move, Outcome, Skip};
-use crate::policy::{evict_for, off_ssd, Params, Plan, PolicyKind, Reason, Space, Step, View};
+use crate::planner::{Planner, Tiers};
+use crate::policy::{off_ssd, Params, Plan, PolicyKind, Reason, Space, Step};
 use crate::report::{FileReport, GroupReport, MigrationReport, StatusReport, TierReport};
 use crate::settings::{Key, Settings};
 use crate::state::ns::Ino;
@@ -320,8 +321,8 @@ struct MoveQueue {
 /// See the module documentation.
 pub struct Engine<S: Store> {
     vol: Arc<Volume<S>>,
-    /// The statistics.
-    pub stats: Mutex<Stats>,
+    /// The decisions' state, the statistics among it.
+    pub planner: Mutex<Planner>,
     store: StatsStore,
     clock: Arc<dyn Clock>,
     cfg: EngineConfig,
@@ -336,7 +337,6 @@ pub struct Engine<S: Store> {
     deferred: Mutex<HashMap<Ino, Step>>,
     limiter: Mutex<RateLimiter>,
     account: Mutex<SsdAccount>,
-    evicted_bytes: AtomicU64,
     cleaning: Mutex<Cleaning>,
     /// Wakes the cleaner.
     clean_cv: Condvar,
@@ -348,7 +348,6 @@ pub struct Engine<S: Store> {
     failed_evictions: Mutex<HashMap<Ino, std::time::Instant>>,
     counters: Counters,
     notes: Mutex<HashMap<Ino, String>>,
-    last_run: Mutex<HashMap<Group, Timestamp>>,
     groups: Mutex<Groups>,
     /// Directories whose subtree must be regrouped, and why.
     regroup: Mutex<Vec<(Ino, Regroup)>>,
@@ -496,7 +495,7 @@ impl<S: Store> Engine<S> {
         );
         let e = Arc::new(Engine {
             vol,
-            stats: Mutex::new(stats),
+            planner: Mutex::new(Planner::new(stats)),
             store: StatsStore::new(kv.clone()),
             kv,
             measure: Mutex::new(measure::Measure::default()),
@@ -515,7 +514,6 @@ impl<S: Store> Engine<S> {
             deferred: Mutex::new(HashMap::new()),
             limiter: Mutex::new(limiter),
             account: Mutex::new(account),
-            evicted_bytes: AtomicU64::new(0),
             cleaning: Mutex::new(Cleaning::default()),
             clean_cv: Condvar::new(),
             room_cv: Condvar::new(),
@@ -523,7 +521,6 @@ impl<S: Store> Engine<S> {
             failed_evictions: Mutex::new(HashMap::new()),
             counters: Counters::default(),
             notes: Mutex::new(HashMap::new()),
-            last_run: Mutex::new(HashMap::new()),
             groups: Mutex::new(groups),
             regroup: Mutex::new(Vec::new()),
             conforms: AtomicU64::new(0),
@@ -537,7 +534,7 @@ impl<S: Store> Engine<S> {
         e.load_resident(&taken);
         // The history's baseline: what the statistics kept from before the
         // mount, before any of its requests.
-        let totals = e.history_totals(&e.stats.lock());
+        let totals = e.history_totals(&e.planner.lock().stats);
         let now = e.clock.now();
         e.history.lock().observe(now, totals);
         e.vol.set_hooks(Arc::new(EngineHooks(Arc::downgrade(&e))));
@@ -588,7 +585,7 @@ impl<S: Store> Engine<S> {
     /// True if `ino` is pinned to the SSD (its own pin or its group's).
     fn pinned_to_ssd(&self, ino: Ino) -> bool {
         // Bound in a statement of its own: `pin` locks the groups.
-        let group = self.stats.lock().get(ino).map(|f| f.group);
+        let group = self.planner.lock().stats.get(ino).map(|f| f.group);
         self.pin(ino, group) == Some(Tier::Ssd)
     }
 
@@ -598,38 +595,6 @@ impl<S: Store> Engine<S> {
             return Some(t);
         }
         group.and_then(|g| self.effective(g).pin)
-    }
-
-    /// Runs `f` with a view of group `g` (`open`: see [`Engine::is_busy`]).
-    fn with_view<R>(&self, st: &Stats, g: Group, open: bool, f: impl FnOnce(&View<'_>) -> R) -> R {
-        self.with_view_tokens(st, g, open, 0, f)
-    }
-
-    /// [`Engine::with_view`] with `tokens` moves to spend (`measured`).
-    fn with_view_tokens<R>(&self, st: &Stats, g: Group, open: bool, tokens: u32, f: impl FnOnce(&View<'_>) -> R) -> R {
-        let (_, params) = self.setting(g);
-        let now = self.clock.now();
-        let pin = |i: Ino| self.pin(i, st.get(i).map(|f| f.group));
-        let busy = |i: Ino| self.is_busy(i, open);
-        let moves = |i: Ino| self.moves_of(i, now);
-        // The regulator is a leaf lock: taken (after it saw the meter's
-        // count, as for `admit`) and dropped inside the call.
-        let ssd_admits = |bytes: u64| self.regulator(now).would_admit(now, bytes);
-        let v = View {
-            stats: st,
-            now,
-            space: self.space(),
-            group: g,
-            params,
-            pin: &pin,
-            busy: &busy,
-            evicted_bytes: self.evicted_bytes.load(Ordering::Relaxed),
-            speeds: self.speeds(),
-            tokens,
-            moves: &moves,
-            ssd_admits: &ssd_admits,
-        };
-        f(&v)
     }
 
     fn note(&self, ino: Ino, text: String) {
@@ -661,24 +626,10 @@ impl<S: Store> Engine<S> {
 
     /// Applies events to the statistics and lets the policies react.
     pub fn ingest(&self, batch: &[Event]) {
-        let mut st = self.stats.lock();
+        let now = self.clock.now();
+        let live = Live(self);
+        let mut p = self.planner.lock();
         for ev in batch {
-            if st.get(ev.ino).is_none()
-                && matches!(ev.kind, EventKind::Open { .. } | EventKind::Read { .. } | EventKind::Write { .. })
-            {
-                // A file the statistics do not know (lost in a crash): start
-                // it in the right group. One whose record is gone (removed,
-                // the event came late) stays out.
-                if let Ok(rec) = self.vol.record(ev.ino) {
-                    if rec.kind == crate::store::FileKind::File {
-                        let g = self.parent_of(ev.ino).map(|p| self.group_of(p)).unwrap_or(0);
-                        st.insert(
-                            ev.ino,
-                            FileStats { residence: rec.placement.into(), group: g, ..FileStats::default() },
-                        );
-                    }
-                }
-            }
             if let EventKind::DirMoved { .. } = ev.kind {
                 self.regroup.lock().push((ev.ino, Regroup::Moved));
                 continue;
@@ -687,24 +638,24 @@ impl<S: Store> Engine<S> {
                 self.groups.lock().forget_file(ev.ino);
                 self.deferred.lock().remove(&ev.ino);
             }
-            st.apply(ev, &mut |d| self.group_of(d));
+            let plan = p.event(ev, now, &live);
             if let EventKind::Close { .. } = ev.kind {
                 let step = self.deferred.lock().remove(&ev.ino);
                 if let Some(step) = step {
                     self.enqueue(Plan { steps: vec![step], skipped: vec![] });
                 }
             }
-            let Some(f) = st.get(ev.ino) else {
-                if ev.kind == EventKind::Remove {
+            match p.stats.get(ev.ino) {
+                Some(f) => {
+                    self.chunk_event(ev.ino, &f, &ev.kind);
+                    self.wb_event(ev.ino, f.group, &ev.kind, f.residence == crate::stats::Residence::Hdd);
+                }
+                None if ev.kind == EventKind::Remove => {
                     self.chunk_event(ev.ino, &FileStats::default(), &ev.kind);
                     self.wb_event(ev.ino, 0, &ev.kind, false);
                 }
-                continue;
-            };
-            self.chunk_event(ev.ino, &f, &ev.kind);
-            self.wb_event(ev.ino, f.group, &ev.kind, f.residence == crate::stats::Residence::Hdd);
-            let (kind, _) = self.setting(f.group);
-            let plan = self.with_view(&st, f.group, false, |v| kind.policy().on_access(v, ev.ino, &f, &ev.kind));
+                None => {}
+            }
             self.enqueue(plan);
         }
     }
@@ -712,46 +663,45 @@ impl<S: Store> Engine<S> {
     /// Periodic work: the policies' interval runs and cleaners, aging,
     /// flushing.
     pub fn maintain(&self, now: Timestamp, last_flush: &mut Timestamp, force_flush: bool) {
-        let mut st = self.stats.lock();
+        let live = Live(self);
+        let mut p = self.planner.lock();
         let dirs: Vec<(Ino, Regroup)> = std::mem::take(&mut *self.regroup.lock());
         if !dirs.is_empty() {
             self.groups.lock().invalidate();
             let mut touched: HashSet<Group> = HashSet::new();
             for (d, why) in dirs {
-                self.regroup_subtree(&mut st, d, why, &mut touched);
+                self.regroup_subtree(&mut p.stats, d, why, &mut touched);
             }
             for g in touched {
                 let (kind, _) = self.setting(g);
                 self.conforms.fetch_add(1, Ordering::Relaxed);
-                let plan = self.with_view(&st, g, false, |v| kind.policy().conform(v));
+                let plan = p.conform(g, now, &live);
                 if !plan.is_empty() {
                     tracing::info!(group = g, moves = plan.steps.len(), policy = %kind, "files move to where their policy wants them");
                 }
                 self.enqueue(plan);
             }
         }
-        for g in self.group_ids() {
-            let last = self.last_run.lock().get(&g).copied();
-            let (plan, ran) = self.periodic_plan(&st, g, now, last, true);
-            if ran {
-                self.last_run.lock().insert(g, now);
-            }
-            self.enqueue(plan);
-        }
-        self.chunk_tick(&st, now);
-        let totals = self.history_totals(&st);
+        let groups = self.group_ids();
+        let plan = p.tick(now, &groups, &live);
+        self.enqueue(plan);
+        self.chunk_tick(&p.stats, now);
+        let totals = self.history_totals(&p.stats);
         self.history.lock().observe(now, totals);
-        let aged = st.age(now);
+        let aged = p.stats.age(now);
         if aged > 0 {
             tracing::debug!(periods = aged, "counters aged");
         }
-        if st.compact_if_grown() {
-            tracing::debug!(files = st.len(), "statistics maps rebuilt compactly");
+        if p.stats.compact_if_grown() {
+            tracing::debug!(files = p.stats.len(), "statistics maps rebuilt compactly");
         }
         if force_flush || now.since(*last_flush) >= self.cfg.flush_every {
             // Periodic flushes write a bounded part; the last one all.
-            let written =
-                if force_flush { self.store.flush(&mut st) } else { self.store.flush_part(&mut st, FLUSH_BATCH) };
+            let written = if force_flush {
+                self.store.flush(&mut p.stats)
+            } else {
+                self.store.flush_part(&mut p.stats, FLUSH_BATCH)
+            };
             match written {
                 Ok(n) if n > 0 => tracing::debug!(entries = n, "statistics flushed"),
                 Ok(_) => {}
@@ -767,30 +717,10 @@ impl<S: Store> Engine<S> {
         self.groups.lock().all().into_iter().map(|(g, _)| g).collect()
     }
 
-    /// Group `g`'s periodic plan (`Policy::on_tick` with `last`, the time
-    /// of its last interval run), given `measured`'s tokens, which are
-    /// spent on it if `spend`; and whether it was an interval run.
-    fn periodic_plan(
-        &self,
-        st: &Stats,
-        g: Group,
-        now: Timestamp,
-        last: Option<Timestamp>,
-        spend: bool,
-    ) -> (Plan, bool) {
-        let (kind, _) = self.setting(g);
-        let tokens = if kind == PolicyKind::Measured { self.tokens(g, now) } else { 0 };
-        let (plan, ran) = self.with_view_tokens(st, g, false, tokens, |v| kind.policy().on_tick(v, last));
-        if spend && tokens > 0 {
-            self.spend_tokens(g, plan.steps.len() as u32);
-        }
-        (plan, ran)
-    }
-
     /// Runs every group's policy once now, as `tierfs migrate` asks: the
     /// moves pins call for, and the policy's periodic plan as if its
     /// interval had come. Queued for the migrator unless `dry_run` (under
-    /// the statistics lock, as the engine's tick queues, so the two do not
+    /// the planner lock, as the engine's tick queues, so the two do not
     /// race); returned either way, one move a file. Moves a policy change
     /// would make are left to the regrouping that follows a change: here
     /// they would also undo placements the mount asks for (`--placement`).
@@ -800,13 +730,13 @@ impl<S: Store> Engine<S> {
         let mut plan = Plan::default();
         let mut seen = HashSet::new();
         {
-            let st = self.stats.lock();
+            let live = Live(self);
+            let p = self.planner.lock();
             for g in self.group_ids() {
-                let (kind, _) = self.setting(g);
-                let mut pins = self.with_view(&st, g, false, |v| kind.policy().conform(v));
+                let mut pins = p.conform(g, now, &live);
                 pins.steps.retain(|s| matches!(s.reason, Reason::Pinned));
                 plan.extend(pins);
-                plan.extend(self.periodic_plan(&st, g, now, None, !dry_run).0);
+                plan.extend(p.periodic(g, now, None, !dry_run, &live).0);
             }
             plan.steps.retain(|s| seen.insert(s.ino));
             if !dry_run {
@@ -1022,7 +952,7 @@ impl<S: Store> Engine<S> {
             // Only after a big change in the number of files (an adoption,
             // a mass removal): a trim walks the whole heap.
             if last_trim.elapsed() >= TRIM_EVERY {
-                let files = self.stats.lock().len();
+                let files = self.planner.lock().stats.len();
                 if files.abs_diff(trim_files) >= TRIM_AFTER_FILES {
                     release_free_memory();
                     trim_files = files;
@@ -1079,7 +1009,7 @@ impl<S: Store> Engine<S> {
             },
             Move::Demote | Move::DropCopy => None,
         };
-        let counter = self.stats.lock().get(step.ino).map(|f| f.counter).unwrap_or(0);
+        let counter = self.planner.lock().stats.get(step.ino).map(|f| f.counter).unwrap_or(0);
         let mut r = self.vol.migrate(step.ino, step.mv, ctl);
         if may_wait && matches!(r, Ok(Outcome::Skipped(Skip::NoSpace))) && self.wait_room(step.ino, step.size, false) {
             r = self.vol.migrate(step.ino, step.mv, ctl);
@@ -1095,7 +1025,7 @@ impl<S: Store> Engine<S> {
                 self.moved(step.ino);
                 if matches!(step.reason, Reason::Evict { .. } | Reason::BackgroundClean { .. }) {
                     c.evictions.fetch_add(1, Ordering::Relaxed);
-                    self.stats.lock().last_evicted = Some(counter);
+                    self.planner.lock().done(&step, counter);
                 }
                 self.note(step.ino, format!("{:?}: {}", step.mv, step.reason));
                 true
@@ -1227,13 +1157,7 @@ impl<S: Store> Engine<S> {
             failed.retain(|_, until| *until > now);
             skip.extend(failed.keys().copied());
         }
-        let steps = {
-            let st = self.stats.lock();
-            self.with_view(&st, 0, true, |v| {
-                let target = v.space.free().saturating_add(short.max(pressure));
-                evict_for(v, target, &skip, |counter| Reason::Evict { counter }).0
-            })
-        };
+        let steps = { self.planner.lock().room(self.clock.now(), short.max(pressure), &skip, &Live(self)) };
         let mut freed = 0;
         for s in steps {
             if self.stop.load(Ordering::Acquire) {
@@ -1247,7 +1171,7 @@ impl<S: Store> Engine<S> {
             self.doing("cleaner", format!("evicting inode {} ({} bytes)", s.ino, s.size));
             if self.execute(s, &Bounded(self, Duration::from_millis(50)), false) {
                 freed += s.size;
-                self.evicted_bytes.fetch_add(s.size, Ordering::Relaxed);
+                self.planner.lock().cleaned(s.size);
                 // Waiters may have room already.
                 self.room_cv.notify_all();
             } else {
@@ -1333,7 +1257,7 @@ impl<S: Store> Engine<S> {
         let done = self.for_writer(ino, "a file off the SSD", || {
             let Ok(rec) = self.vol.record(ino) else { return Ok(Outcome::Skipped(Skip::Gone)) };
             let Some(mv) = off_ssd(rec.placement.into()) else { return Ok(Outcome::Skipped(Skip::AlreadyThere)) };
-            let size = self.stats.lock().get(ino).map(|f| f.size).unwrap_or(0);
+            let size = self.planner.lock().stats.get(ino).map(|f| f.size).unwrap_or(0);
             step = Some(Step { ino, mv, reason: Reason::Evacuate, size });
             self.vol.migrate(ino, mv, &Bounded(self, Duration::from_secs(1)))
         });
@@ -1434,7 +1358,7 @@ impl<S: Store> Engine<S> {
     pub fn file_report(&self, ino: Ino) -> Option<FileReport> {
         self.sync_events();
         let rec = self.vol.ns.record(ino).ok().flatten()?;
-        let f = self.stats.lock().get(ino).unwrap_or_default();
+        let f = self.planner.lock().stats.get(ino).unwrap_or_default();
         let (policy, _) = self.setting(f.group);
         // Its own statement: no guard of `notes` may be alive while
         // `split_report` locks `chunks` (the executor takes chunks, then
@@ -1462,9 +1386,17 @@ impl<S: Store> Engine<S> {
     /// The whole picture.
     pub fn status(&self, top: usize) -> StatusReport {
         self.sync_events();
-        let (hot, served, totals, tracked, threshold) = {
-            let st = self.stats.lock();
-            (st.top(top), st.served, st.residence_totals(), st.len() as u64, st.admission_threshold())
+        let (hot, served, totals, tracked, threshold, evicted_bytes) = {
+            let p = self.planner.lock();
+            let st = &p.stats;
+            (
+                st.top(top),
+                st.served,
+                st.residence_totals(),
+                st.len() as u64,
+                st.admission_threshold(),
+                p.evicted_bytes(),
+            )
         };
         let mut tiers = Vec::new();
         for t in Tier::ALL {
@@ -1508,7 +1440,7 @@ impl<S: Store> Engine<S> {
             .collect();
         let deferred: Vec<Ino> = self.deferred.lock().keys().copied().collect();
         // Not inside the literal below: the guard would be held across
-        // `file_report`, which takes `stats` (taken before `moves`).
+        // `file_report`, which takes `planner` (taken before `moves`).
         let queued = self.moves.lock().items.len() as u64;
         let c = &self.counters;
         let migrations = MigrationReport {
@@ -1521,7 +1453,7 @@ impl<S: Store> Engine<S> {
             failed: c.failed.load(Ordering::Relaxed),
             queued,
             deferred: deferred.into_iter().filter_map(|i| self.file_report(i)).collect(),
-            evicted_bytes: self.evicted_bytes.load(Ordering::Relaxed),
+            evicted_bytes,
             room_waits: c.room_waits.load(Ordering::Relaxed),
             evacuations: c.evacuations.load(Ordering::Relaxed),
             diverted: c.diverted.load(Ordering::Relaxed),
@@ -1631,8 +1563,8 @@ impl<S: Store> Engine<S> {
                 },
             );
         }
-        let st = self.stats.lock();
-        for (_, f) in st.iter() {
+        let p = self.planner.lock();
+        for (_, f) in p.stats.iter() {
             let Some(r) = out.get_mut(&f.group) else { continue };
             r.files += 1;
             match f.residence {
@@ -1651,7 +1583,7 @@ impl<S: Store> Engine<S> {
                 }
             }
         }
-        for (g, served) in &st.served_by_group {
+        for (g, served) in &p.stats.served_by_group {
             if let Some(r) = out.get_mut(g) {
                 r.requests = served.reqs;
                 r.ssd_hit_ratio = served.ssd_hit_ratio();
@@ -1905,6 +1837,51 @@ fn ssd_account<S: Store>(vol: &Volume<S>, on_ssd: &[Ino], limit: u64) -> SsdAcco
 impl<S: Store> Drop for Engine<S> {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// The tiers as the engine knows them, for the planner. Each answer takes
+/// leaf locks of its own (groups, queue, account, measure, regulator),
+/// never the planner's.
+struct Live<'a, S: Store>(&'a Engine<S>);
+
+impl<S: Store> Tiers for Live<'_, S> {
+    fn setting(&self, g: Group) -> (PolicyKind, Params) {
+        self.0.setting(g)
+    }
+    fn group_of(&self, dir: Ino) -> Group {
+        self.0.group_of(dir)
+    }
+    fn space(&self) -> Space {
+        self.0.space()
+    }
+    fn busy(&self, ino: Ino, open: bool) -> bool {
+        self.0.is_busy(ino, open)
+    }
+    fn pin(&self, ino: Ino, group: Option<Group>) -> Option<Tier> {
+        self.0.pin(ino, group)
+    }
+    fn unknown(&self, ino: Ino) -> Option<(Residence, Group)> {
+        let rec = self.0.vol.record(ino).ok().filter(|r| r.kind == crate::store::FileKind::File)?;
+        let group = self.0.parent_of(ino).map(|p| self.0.group_of(p)).unwrap_or(0);
+        Some((rec.placement.into(), group))
+    }
+    fn speeds(&self) -> [crate::store::measured::Speed; 2] {
+        self.0.speeds()
+    }
+    fn moves(&self, ino: Ino, now: Timestamp) -> u32 {
+        self.0.moves_of(ino, now)
+    }
+    fn ssd_admits(&self, now: Timestamp, bytes: u64) -> bool {
+        // The regulator is a leaf lock: taken (after it saw the meter's
+        // count, as for `admit`) and dropped inside the call.
+        self.0.regulator(now).would_admit(now, bytes)
+    }
+    fn tokens(&self, g: Group, now: Timestamp) -> u32 {
+        self.0.tokens(g, now)
+    }
+    fn spend(&self, g: Group, moves: u32) {
+        self.0.spend_tokens(g, moves)
     }
 }
 

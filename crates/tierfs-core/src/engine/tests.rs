@@ -95,7 +95,7 @@ fn renaming_a_plain_directory_does_not_hang_the_engine() {
     let (attr, o) = r.vol.create(&CTX, b, OsStr::new("x"), 0o644, 0, libc::O_RDWR).unwrap();
     r.vol.release(o.fh).unwrap();
     r.step();
-    assert!(r.engine.stats.lock().get(attr.ino).is_some());
+    assert!(r.engine.planner.lock().stats.get(attr.ino).is_some());
 }
 
 #[test]
@@ -107,7 +107,7 @@ fn cached_copies_dropped_by_recovery_leave_the_statistics_and_the_ssd_account() 
     let f = file(&r.vol, "page", &[7u8; 8192]);
     assert!(matches!(r.vol.migrate(f, Move::Copy, &crate::migrate::NoCrash).unwrap(), Outcome::Done(_)));
     r.step();
-    assert_eq!(r.engine.stats.lock().get(f).unwrap().residence, Residence::Cached);
+    assert_eq!(r.engine.planner.lock().stats.get(f).unwrap().residence, Residence::Cached);
     assert!(r.engine.ssd_used() >= 8192);
     // The statistics are durable, then the power goes.
     let now = r.clock.now();
@@ -122,7 +122,7 @@ fn cached_copies_dropped_by_recovery_leave_the_statistics_and_the_ssd_account() 
     kv.crash();
     let r = mount(ssd, hdd, kv, EngineConfig { policy: PolicyKind::OnDemandCache, ..EngineConfig::default() });
     assert_eq!(r.vol.record(f).unwrap().placement, crate::tier::Placement::On(Tier::Hdd), "the copy was dropped");
-    assert_eq!(r.engine.stats.lock().get(f).map(|s| s.residence), Some(Residence::Hdd));
+    assert_eq!(r.engine.planner.lock().stats.get(f).map(|s| s.residence), Some(Residence::Hdd));
     assert_eq!(r.engine.ssd_used(), 0);
 }
 
@@ -446,18 +446,18 @@ fn a_rename_within_a_policy_group_does_not_conform_the_whole_group() {
     let (attr, o) = r.vol.create(&CTX, a, OsStr::new("f"), 0o644, 0, libc::O_RDWR).unwrap();
     r.vol.release(o.fh).unwrap();
     r.step();
-    let group = r.engine.stats.lock().get(attr.ino).unwrap().group;
+    let group = r.engine.planner.lock().stats.get(attr.ino).unwrap().group;
     assert_ne!(group, 0, "the file is in p's group");
     let before = r.engine.conforms.load(Ordering::Relaxed);
     r.vol.rename(p, OsStr::new("a"), p, OsStr::new("b"), 0).unwrap();
     r.step();
     assert_eq!(r.engine.conforms.load(Ordering::Relaxed), before, "nothing changed group");
-    assert_eq!(r.engine.stats.lock().get(attr.ino).unwrap().group, group);
+    assert_eq!(r.engine.planner.lock().stats.get(attr.ino).unwrap().group, group);
     // Out of the group: both groups conform, and the file follows.
     r.vol.rename(p, OsStr::new("b"), ROOT_INO, OsStr::new("b"), 0).unwrap();
     r.step();
     assert_eq!(r.engine.conforms.load(Ordering::Relaxed), before + 2, "the group it left and the one it joined");
-    assert_eq!(r.engine.stats.lock().get(attr.ino).unwrap().group, 0);
+    assert_eq!(r.engine.planner.lock().stats.get(attr.ino).unwrap().group, 0);
 }
 
 #[test]
