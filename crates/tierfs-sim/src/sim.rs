@@ -71,6 +71,9 @@ pub struct Config {
     pub aging: Duration,
     /// How often the policies' periodic work runs.
     pub tick: Duration,
+    /// How long a write waits for the cleaner's room before its file
+    /// leaves the SSD (the engine's `room_wait`).
+    pub room_wait: Duration,
 }
 
 impl Config {
@@ -90,6 +93,7 @@ impl Config {
             overhead: None,
             aging: tierfs_core::stats::DEFAULT_AGING,
             tick: Duration::from_millis(100),
+            room_wait: tierfs_core::engine::EngineConfig::default().room_wait,
         }
     }
 }
@@ -672,10 +676,16 @@ impl Sim {
         if f.placement.uses_ssd() && size > f.size {
             let grow = size - f.size;
             if self.cfg.ssd_capacity.saturating_sub(self.model.used) < grow {
+                // The writer waits for the cleaner, `room_wait` at most, as
+                // the mount's does; then (or if nothing could go) its file
+                // leaves the SSD and the write lands on the HDD. The
+                // cleaner's evictions go on.
                 t = self.make_room(now, grow, ino);
-                if self.cfg.ssd_capacity.saturating_sub(self.model.used) < grow {
-                    let reqs = self.take_off(t, ino, Reason::Evacuate);
-                    t = self.charge(t, reqs);
+                let gave_up = now.plus(self.cfg.room_wait);
+                if t > gave_up || self.cfg.ssd_capacity.saturating_sub(self.model.used) < grow {
+                    let at = t.min(gave_up);
+                    let reqs = self.take_off(at, ino, Reason::Evacuate);
+                    t = self.charge(at, reqs);
                 }
             }
         }
@@ -1161,6 +1171,41 @@ mod tests {
         assert_eq!(sim.planner.stats.get(7).map(|f| f.residence), Some(Residence::Hdd));
         sim.advance(done.plus(Duration::from_millis(100)));
         assert_eq!(sim.planner.stats.get(7).map(|f| f.residence), Some(Residence::Ssd));
+    }
+
+    /// A simulation with `victim` bytes of a cold file and 10 MB of the
+    /// writer's file (inode 2) on an SSD they fill; the writer then grows
+    /// by 50 MB. Returns when the write may go on and where its file is.
+    fn grow_on_a_full_ssd(victim: u64) -> (Duration, Placement) {
+        use tierfs_core::stats::FileStats;
+        let mb = 1_000_000;
+        let cfg = Config::new(PolicyKind::DynamicColdDst, victim + 10 * mb);
+        let meta = Meta { dirs: vec![[1, 1]], ..Meta::default() };
+        let start = Timestamp::from_secs(1);
+        let mut sim = Sim::new(cfg, &meta, start);
+        sim.paused = false;
+        for (ino, size) in [(1, victim), (2, 10 * mb)] {
+            let placement = Placement::On(Tier::Ssd);
+            sim.model.files.insert(ino, File { size, placement, dir: 1 });
+            sim.model.used += size;
+            let f = FileStats { residence: Residence::Ssd, size, ..FileStats::default() };
+            sim.planner.stats.insert(ino, f);
+        }
+        let done = sim.resize(start, 2, 60 * mb);
+        (done.since(start), sim.model.files[&2].placement)
+    }
+
+    #[test]
+    fn a_write_that_waits_past_room_wait_for_an_eviction_moves_its_file_to_the_hdd() {
+        // A 60 MB victim goes in well under the second the mount waits.
+        let (waited, at) = grow_on_a_full_ssd(60_000_000);
+        assert!(waited < Duration::from_secs(1), "{waited:?}");
+        assert_eq!(at, Placement::On(Tier::Ssd));
+        // Writing 500 MB to the HDD takes seconds: the writer gives up
+        // and its file leaves the SSD, as on the mount.
+        let (waited, at) = grow_on_a_full_ssd(500_000_000);
+        assert!(waited > Duration::from_secs(1), "{waited:?}");
+        assert_eq!(at, Placement::On(Tier::Hdd));
     }
 
     #[test]
