@@ -21,7 +21,9 @@
 
 use crate::workload::fs::{Handle, Start, StartAt};
 use crate::workload::Fs;
+use rustc_hash::FxHashMap;
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -136,7 +138,9 @@ struct Shared {
     closed: std::sync::atomic::AtomicBool,
     /// The number of the next stream.
     streams: std::sync::atomic::AtomicU32,
-    names: Mutex<HashMap<PathBuf, Node>>,
+    /// Every name's node, by the path's bytes (hashed fast: looked up on
+    /// every request; a `Path` key would be hashed component by component).
+    names: Mutex<FxHashMap<OsString, Node>>,
     /// Where a new stream's channel is announced.
     started: Mutex<std::sync::mpsc::Sender<(u32, Batches)>>,
     /// Batches a stream's channel holds.
@@ -195,8 +199,8 @@ impl Model {
     /// returned with it. Stream 0 is the caller's.
     pub fn new(root: &Path, cost: Cost, depth: usize) -> (Model, Streams) {
         let (started_tx, started) = std::sync::mpsc::channel();
-        let mut names = HashMap::new();
-        names.insert(root.to_path_buf(), Node::Dir(ROOT_DIR));
+        let mut names = FxHashMap::default();
+        names.insert(root.as_os_str().to_owned(), Node::Dir(ROOT_DIR));
         let shared = Arc::new(Shared {
             root: root.to_path_buf(),
             closed: std::sync::atomic::AtomicBool::new(false),
@@ -228,7 +232,7 @@ impl Model {
 
     /// The directory number of `path`, if the model has it.
     pub fn dir_id(&self, path: &Path) -> Option<u64> {
-        match self.names().get(path) {
+        match self.names().get(path.as_os_str()) {
             Some(Node::Dir(d)) => Some(*d),
             _ => None,
         }
@@ -253,7 +257,7 @@ impl Model {
         self.out.flush(&self.shared)
     }
 
-    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Node>> {
+    fn names(&self) -> std::sync::MutexGuard<'_, FxHashMap<OsString, Node>> {
         // A generator thread that panicked poisons it; the names are
         // still whole (every change is one insert or remove).
         self.shared.names.lock().unwrap_or_else(|e| e.into_inner())
@@ -313,7 +317,7 @@ impl Model {
 
     fn parent_dir(&self, path: &Path) -> io::Result<u64> {
         let parent = path.parent().ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
-        match self.names().get(parent) {
+        match self.names().get(parent.as_os_str()) {
             Some(Node::Dir(d)) => Ok(*d),
             Some(Node::File { .. }) => Err(io::Error::from_raw_os_error(libc::ENOTDIR)),
             None => Err(io::Error::from(io::ErrorKind::NotFound)),
@@ -321,7 +325,7 @@ impl Model {
     }
 
     fn file(&self, path: &Path) -> io::Result<(u64, u64, u64)> {
-        match self.names().get(path) {
+        match self.names().get(path.as_os_str()) {
             Some(Node::File { id, dir, size }) => Ok((*id, *dir, *size)),
             Some(Node::Dir(_)) => Err(io::Error::from_raw_os_error(libc::EISDIR)),
             None => Err(io::Error::from(io::ErrorKind::NotFound)),
@@ -329,7 +333,7 @@ impl Model {
     }
 
     fn set_size(&self, path: &Path, size: u64) {
-        if let Some(Node::File { size: s, .. }) = self.names().get_mut(path) {
+        if let Some(Node::File { size: s, .. }) = self.names().get_mut(path.as_os_str()) {
             *s = size;
         }
     }
@@ -341,7 +345,7 @@ impl Model {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 let dir = self.parent_dir(path)?;
                 let id = self.id();
-                self.names().insert(path.to_path_buf(), Node::File { id, dir, size: 0 });
+                self.names().insert(path.as_os_str().to_owned(), Node::File { id, dir, size: 0 });
                 self.request(Kind::Create, id, dir, 0, 0)?;
                 (id, dir, 0)
             }
@@ -424,19 +428,19 @@ impl Fs for Model {
         self.unrecorded();
         let mut made = Vec::new();
         let mut p = dir;
-        while !self.names().contains_key(p) {
+        while !self.names().contains_key(p.as_os_str()) {
             made.push(p.to_path_buf());
             p = p.parent().ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         }
         for d in made.into_iter().rev() {
             let parent = self.parent_dir(&d)?;
             let id = self.id();
-            self.names().insert(d, Node::Dir(id));
+            self.names().insert(d.into_os_string(), Node::Dir(id));
             self.item(Item::Dir { dir: id, parent })?;
             // mkdir is a request too, with no record of its own.
             self.unrecorded();
         }
-        if let Some(Node::File { .. }) = self.names().get(dir) {
+        if let Some(Node::File { .. }) = self.names().get(dir.as_os_str()) {
             return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
         }
         Ok(())
@@ -479,7 +483,7 @@ impl Fs for Model {
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         let (id, dir, _) = self.file(path)?;
-        self.names().remove(path);
+        self.names().remove(path.as_os_str());
         self.request(Kind::Remove, id, dir, 0, 0)
     }
 
@@ -492,15 +496,15 @@ impl Fs for Model {
 
     fn list(&self, dir: &Path) -> io::Result<Vec<(String, bool)>> {
         let names = self.names();
-        match names.get(dir) {
+        match names.get(dir.as_os_str()) {
             Some(Node::Dir(_)) => {}
             Some(Node::File { .. }) => return Err(io::Error::from_raw_os_error(libc::ENOTDIR)),
             None => return Err(io::Error::from(io::ErrorKind::NotFound)),
         }
         let mut v: Vec<(String, bool)> = names
             .iter()
-            .filter(|(p, _)| p.parent() == Some(dir))
-            .filter_map(|(p, n)| Some((p.file_name()?.to_str()?.to_string(), matches!(n, Node::Dir(_)))))
+            .filter(|(p, _)| Path::new(p).parent() == Some(dir))
+            .filter_map(|(p, n)| Some((Path::new(p).file_name()?.to_str()?.to_string(), matches!(n, Node::Dir(_)))))
             .collect();
         // In a fixed order: a hash map's is not.
         v.sort();

@@ -19,7 +19,7 @@
 
 use crate::clock::Timestamp;
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 const PAGE: u64 = 4096;
@@ -230,7 +230,8 @@ impl Req {
 struct Lru {
     cap: usize,
     seq: u64,
-    at: HashMap<(u64, u64), u64>,
+    /// Each key's latest touch (hashed fast: looked up on every request).
+    at: rustc_hash::FxHashMap<(u64, u64), u64>,
     order: VecDeque<((u64, u64), u64)>,
 }
 

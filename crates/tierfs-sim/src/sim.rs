@@ -28,9 +28,10 @@
 //! Same trace, same settings: same report, byte for byte (nothing here
 //! reads a real clock or iterates a hash map into the output).
 
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::io;
 use std::time::Duration;
 use tierfs_bench::stream::{Item, Streams};
@@ -152,18 +153,18 @@ const NEW: File = File { size: 0, placement: Placement::On(Tier::Hdd), dir: 0 };
 /// policy groups, what the migrator has queued. The planner reads it as
 /// the engine's tiers.
 struct Model {
-    files: HashMap<u64, File>,
+    files: FxHashMap<u64, File>,
     /// Bytes the SSD holds (with moves to it under way).
     used: u64,
     /// Most bytes it may hold.
     limit: u64,
     /// Policy of each group; the group a directory heads.
     groups: Vec<(PolicyKind, Params)>,
-    heads: HashMap<u64, Group>,
-    parents: HashMap<u64, u64>,
-    group_cache: RefCell<HashMap<u64, Group>>,
+    heads: FxHashMap<u64, Group>,
+    parents: FxHashMap<u64, u64>,
+    group_cache: RefCell<FxHashMap<u64, Group>>,
     /// Queued or being moved.
-    busy: HashSet<u64>,
+    busy: FxHashSet<u64>,
 }
 
 impl Tiers for Model {
@@ -261,7 +262,7 @@ impl Counters {
 impl Sim {
     fn new(cfg: Config, meta: &Meta, start: Timestamp) -> Sim {
         let mut groups = vec![(cfg.policy, cfg.params)];
-        let mut heads = HashMap::new();
+        let mut heads = FxHashMap::default();
         if cfg.type_aware {
             for (dir, name) in &meta.policies {
                 if let Some(kind) = PolicyKind::parse(name) {
@@ -273,14 +274,14 @@ impl Sim {
         let parents = meta.dirs.iter().map(|&[d, p]| (d, p)).collect();
         let devices = [Device::new(cfg.ssd.clone(), cfg.cache), Device::new(cfg.hdd.clone(), cfg.cache)];
         let model = Model {
-            files: HashMap::new(),
+            files: FxHashMap::default(),
             used: 0,
             limit: cfg.ssd_capacity,
             groups,
             heads,
             parents,
-            group_cache: RefCell::new(HashMap::new()),
-            busy: HashSet::new(),
+            group_cache: RefCell::new(FxHashMap::default()),
+            busy: FxHashSet::default(),
         };
         Sim {
             planner: Planner::new(Stats::new(cfg.aging)),

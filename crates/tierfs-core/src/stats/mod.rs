@@ -22,6 +22,7 @@ use crate::clock::Timestamp;
 use crate::event::{Event, EventKind};
 use crate::state::ns::Ino;
 use crate::tier::{Placement, Tier};
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -135,10 +136,10 @@ pub struct Stats {
     files: Files,
     /// The order of the files accessed at least once, per group and
     /// residence.
-    index: HashMap<(Group, Residence), BTreeSet<Key>>,
+    index: FxHashMap<(Group, Residence), BTreeSet<Key>>,
     /// The files never accessed (key `(0, 0, ino)`: colder than every
     /// other, among themselves in inode order), as bitmaps.
-    unaccessed: HashMap<(Group, Residence), InoSet>,
+    unaccessed: FxHashMap<(Group, Residence), InoSet>,
     seq: u64,
     /// Counter of the file last evicted from the SSD (admission threshold).
     pub last_evicted: Option<u32>,
@@ -293,8 +294,8 @@ impl Stats {
 
     fn rebuild_index(&mut self) {
         self.grown = 0;
-        let mut index: HashMap<(Group, Residence), Vec<Key>> = HashMap::new();
-        let mut cold: HashMap<(Group, Residence), InoSet> = HashMap::new();
+        let mut index: FxHashMap<(Group, Residence), Vec<Key>> = FxHashMap::default();
+        let mut cold: FxHashMap<(Group, Residence), InoSet> = FxHashMap::default();
         for (ino, f) in self.files.iter() {
             if unaccessed(&f) {
                 cold.entry((f.group, f.residence)).or_default().insert(ino);
