@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 /// The CSV of every run.
 pub fn csv(rows: &[Row]) -> String {
     let mut o = String::from(
-        "workload,arch,ssd_pct,ssd_capacity_bytes,working_set_bytes,ops,secs,ops_per_sec,txn_time_secs,bytes_read,bytes_written,p50_us,p99_us,ssd_hit_ratio,moves,evictions,bytes_moved,run_hit_ratio,hdd_busy_secs,run_moves,run_evictions,run_bytes_moved,run_hdd_requests\n",
+        "workload,arch,ssd_pct,ssd_capacity_bytes,working_set_bytes,ops,secs,ops_per_sec,txn_time_secs,bytes_read,bytes_written,p50_us,p99_us,ssd_hit_ratio,moves,evictions,bytes_moved,run_hit_ratio,hdd_busy_secs,run_moves,run_evictions,run_bytes_moved,run_hdd_requests,run_promotions,run_evacuations\n",
     );
     for r in rows {
         let x = &r.report;
@@ -37,8 +37,11 @@ pub fn csv(rows: &[Row]) -> String {
             r.run_hit_ratio.map(|h| format!("{h:.4}")).unwrap_or_default(),
             r.hdd_busy_secs.map(|b| format!("{b:.3}")).unwrap_or_default(),
             r.run_moves
-                .map(|m| format!("{},{},{},{}", m.moves, m.evictions, m.bytes_moved, m.hdd_requests))
-                .unwrap_or_else(|| ",,,".into())
+                .map(|m| format!(
+                    "{},{},{},{},{},{}",
+                    m.moves, m.evictions, m.bytes_moved, m.hdd_requests, m.promotions, m.evacuations
+                ))
+                .unwrap_or_else(|| ",,,,,".into())
         );
     }
     o

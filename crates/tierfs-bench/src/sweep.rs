@@ -375,6 +375,14 @@ pub struct RunMoves {
     pub bytes_moved: u64,
     /// Requests that reached the HDD model (its cache's misses).
     pub hdd_requests: u64,
+    /// Of the moves, promotions and copies to the SSD (0 in results
+    /// recorded before they were kept).
+    #[serde(default)]
+    pub promotions: u64,
+    /// Of the moves, files a write took off the SSD because it found no
+    /// room in time (evacuations).
+    #[serde(default)]
+    pub evacuations: u64,
 }
 
 /// What the mount's status says about the measured run alone.
@@ -402,14 +410,19 @@ impl RunStats {
         let moved = |s: &StatusReport| {
             let m = &s.migrations;
             let hdd_requests = s.emulation.iter().find(|d| d.tier == "hdd").map_or(0, |d| d.requests);
-            (m.promotions + m.demotions + m.copies + m.drops, m.evictions, m.bytes_moved, hdd_requests)
+            let evacuated = m.by_reason.iter().filter(|r| r.reason == "evacuate").map(|r| r.moves).sum::<u64>();
+            let all = m.promotions + m.demotions + m.copies + m.drops;
+            [all, m.evictions, m.bytes_moved, hdd_requests, m.promotions + m.copies, evacuated]
         };
         let (a, b) = (moved(after), moved(before));
+        let d = |i: usize| a[i].saturating_sub(b[i]);
         let moves = RunMoves {
-            moves: a.0.saturating_sub(b.0),
-            evictions: a.1.saturating_sub(b.1),
-            bytes_moved: a.2.saturating_sub(b.2),
-            hdd_requests: a.3.saturating_sub(b.3),
+            moves: d(0),
+            evictions: d(1),
+            bytes_moved: d(2),
+            hdd_requests: d(3),
+            promotions: d(4),
+            evacuations: d(5),
         };
         RunStats { hit_ratio, hdd_busy_secs, moves }
     }
@@ -737,5 +750,22 @@ mod tests {
         assert!((run.hdd_busy_secs.unwrap() - 14.4).abs() < 1e-9, "{run:?}");
         assert!((after.ssd_hit_ratio - 0.455).abs() < 1e-9);
         assert_eq!(RunStats::between(&after, &after).hit_ratio, 0.0);
+    }
+
+    #[test]
+    fn the_run_counts_promotions_and_evacuations_of_the_run_alone() {
+        use tierfs_core::report::ReasonMoves;
+        let moved = |promotions, copies, evacuated| {
+            let mut s = status(1, 1, None);
+            s.migrations.promotions = promotions;
+            s.migrations.copies = copies;
+            s.migrations.demotions = evacuated + 5;
+            let r =
+                |reason: &str, moves| ReasonMoves { kind: "demotion".into(), reason: reason.into(), moves, bytes: 0 };
+            s.migrations.by_reason = vec![r("evict", 5), r("evacuate", evacuated)];
+            s
+        };
+        let run = RunStats::between(&moved(10, 2, 1), &moved(17, 4, 4)).moves;
+        assert_eq!((run.promotions, run.evacuations, run.moves), (9, 3, 12));
     }
 }

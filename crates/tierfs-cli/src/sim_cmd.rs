@@ -172,6 +172,8 @@ fn simulate_one(
             evictions: r.evictions,
             bytes_moved: r.bytes_moved,
             hdd_requests: r.hdd_requests,
+            promotions: r.promotions,
+            evacuations: r.evacuations,
         }),
         report,
     }))

@@ -114,6 +114,13 @@ pub struct SimReport {
     pub moves: u64,
     /// Of those, evictions.
     pub evictions: u64,
+    /// Of those, promotions and copies to the SSD.
+    #[serde(default)]
+    pub promotions: u64,
+    /// Of those, files a write took off the SSD because it found no room
+    /// in time.
+    #[serde(default)]
+    pub evacuations: u64,
     /// Bytes moved between the tiers.
     pub bytes_moved: u64,
     /// Moves, evictions and bytes moved from the start of the trace
@@ -242,6 +249,8 @@ struct Job {
 struct Counters {
     moves: u64,
     evictions: u64,
+    promotions: u64,
+    evacuations: u64,
     bytes_moved: u64,
     /// Reads and writes each tier served, by `Tier::idx`.
     requests: [u64; 2],
@@ -253,6 +262,8 @@ impl Counters {
         Counters {
             moves: self.moves - before.moves,
             evictions: self.evictions - before.evictions,
+            promotions: self.promotions - before.promotions,
+            evacuations: self.evacuations - before.evacuations,
             bytes_moved: self.bytes_moved - before.bytes_moved,
             requests: [self.requests[0] - before.requests[0], self.requests[1] - before.requests[1]],
         }
@@ -435,6 +446,12 @@ impl Sim {
             self.model.used = self.model.used.saturating_sub(size);
         }
         self.counters.moves += 1;
+        if to.uses_ssd() && !was_on_ssd {
+            self.counters.promotions += 1;
+        }
+        if s.reason == Reason::Evacuate {
+            self.counters.evacuations += 1;
+        }
         if s.mv != Move::DropCopy {
             // Dropping a copy moves no data.
             self.counters.bytes_moved += size;
@@ -1067,6 +1084,8 @@ fn run(cfg: &Config, meta: &Meta, mode: Mode, src: &mut dyn Source) -> io::Resul
         ssd_hit_ratio: if all == 0 { 0.0 } else { c.requests[Tier::Ssd.idx()] as f64 / all as f64 },
         moves: c.moves,
         evictions: c.evictions,
+        promotions: c.promotions,
+        evacuations: c.evacuations,
         bytes_moved: c.bytes_moved,
         total_moves: total.moves,
         total_evictions: total.evictions,
