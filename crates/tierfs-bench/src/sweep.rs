@@ -410,7 +410,8 @@ impl RunStats {
         let moved = |s: &StatusReport| {
             let m = &s.migrations;
             let hdd_requests = s.emulation.iter().find(|d| d.tier == "hdd").map_or(0, |d| d.requests);
-            let evacuated = m.by_reason.iter().filter(|r| r.reason == "evacuate").map(|r| r.moves).sum::<u64>();
+            let evacuate = tierfs_core::policy::Reason::Evacuate.label();
+            let evacuated = m.by_reason.iter().filter(|r| r.reason == evacuate).map(|r| r.moves).sum::<u64>();
             let all = m.promotions + m.demotions + m.copies + m.drops;
             [all, m.evictions, m.bytes_moved, hdd_requests, m.promotions + m.copies, evacuated]
         };

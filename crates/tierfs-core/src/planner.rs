@@ -96,18 +96,20 @@ impl Planner {
         self.evicted_bytes
     }
 
-    /// Runs `f` with what the policies of group `g` see at `now` (`open`:
-    /// see [`Tiers::busy`]; `tokens`: moves it may plan, for `measured`).
+    /// Runs `f` with what the policies of group `g` (whose settings are
+    /// `params`) see at `now` (`open`: see [`Tiers::busy`]; `tokens`:
+    /// moves it may plan, for `measured`).
+    #[allow(clippy::too_many_arguments)]
     pub fn view<R>(
         &self,
         tiers: &dyn Tiers,
         g: Group,
+        params: Params,
         now: Timestamp,
         open: bool,
         tokens: u32,
         f: impl FnOnce(&View<'_>) -> R,
     ) -> R {
-        let (_, params) = tiers.setting(g);
         let st = &self.stats;
         let pin = |i: Ino| tiers.pin(i, st.get(i).map(|f| f.group));
         let busy = |i: Ino| tiers.busy(i, open);
@@ -143,8 +145,8 @@ impl Planner {
         }
         self.stats.apply(ev, &mut |d| tiers.group_of(d));
         let Some(f) = self.stats.get(ev.ino) else { return Plan::default() };
-        let (kind, _) = tiers.setting(f.group);
-        self.view(tiers, f.group, now, false, 0, |v| kind.policy().on_access(v, ev.ino, &f, &ev.kind))
+        let (kind, params) = tiers.setting(f.group);
+        self.view(tiers, f.group, params, now, false, 0, |v| kind.policy().on_access(v, ev.ino, &f, &ev.kind))
     }
 
     /// Group `g`'s periodic plan at `now` (`Policy::on_tick`, with `last`
@@ -158,9 +160,9 @@ impl Planner {
         spend: bool,
         tiers: &dyn Tiers,
     ) -> (Plan, bool) {
-        let (kind, _) = tiers.setting(g);
+        let (kind, params) = tiers.setting(g);
         let tokens = if kind == PolicyKind::Measured { tiers.tokens(g, now) } else { 0 };
-        let (plan, ran) = self.view(tiers, g, now, false, tokens, |v| kind.policy().on_tick(v, last));
+        let (plan, ran) = self.view(tiers, g, params, now, false, tokens, |v| kind.policy().on_tick(v, last));
         if spend && tokens > 0 {
             tiers.spend(g, plan.steps.len() as u32);
         }
@@ -185,8 +187,8 @@ impl Planner {
     /// The moves that bring group `g`'s files to where its policy wants
     /// them (after a policy change, a rename into the group, a pin).
     pub fn conform(&self, g: Group, now: Timestamp, tiers: &dyn Tiers) -> Plan {
-        let (kind, _) = tiers.setting(g);
-        self.view(tiers, g, now, false, 0, |v| kind.policy().conform(v))
+        let (kind, params) = tiers.setting(g);
+        self.view(tiers, g, params, now, false, 0, |v| kind.policy().conform(v))
     }
 
     /// The coldest SSD files to take off so that `more` bytes more than
@@ -194,7 +196,8 @@ impl Planner {
     /// space), never those in `skip` nor busy ones (files open with
     /// passthrough included), as evictions.
     pub fn room(&self, now: Timestamp, more: u64, skip: &HashSet<Ino>, tiers: &dyn Tiers) -> Vec<Step> {
-        self.view(tiers, 0, now, true, 0, |v| {
+        let (_, params) = tiers.setting(0);
+        self.view(tiers, 0, params, now, true, 0, |v| {
             let target = v.space.free().saturating_add(more);
             evict_for(v, target, skip, |counter| Reason::Evict { counter }).0
         })
@@ -204,7 +207,7 @@ impl Planner {
     /// counter when it started. An eviction moves the eviction clock that
     /// the admission of the dynamic policies compares against.
     pub fn done(&mut self, step: &Step, counter: u32) {
-        if matches!(step.reason, Reason::Evict { .. } | Reason::BackgroundClean { .. }) {
+        if step.reason.is_eviction() {
             self.stats.last_evicted = Some(counter);
         }
     }

@@ -392,13 +392,14 @@ impl Sim {
     }
 
     /// Takes a file off the SSD (an eviction or an evacuation): the model
-    /// changes at once; returns the requests the move makes.
-    fn take_off(&mut self, at: Timestamp, ino: u64, reason: Reason) -> Vec<(Tier, Req)> {
-        let Some(f) = self.model.files.get(&ino).copied() else { return Vec::new() };
-        let Some(mv) = off_ssd(f.placement.into()) else { return Vec::new() };
+    /// changes at once; returns the requests the move makes, or None if
+    /// the file is not on the SSD.
+    fn take_off(&mut self, at: Timestamp, ino: u64, reason: Reason) -> Option<Vec<(Tier, Req)>> {
+        let f = self.model.files.get(&ino).copied()?;
+        let mv = off_ssd(f.placement.into())?;
         let reqs = self.move_requests(ino, mv);
         self.finish(at, Step { ino, mv, reason, size: f.size });
-        reqs
+        Some(reqs)
     }
 
     /// Evicts the coldest SSD files until `need` bytes are free (never
@@ -424,13 +425,11 @@ impl Sim {
         let mut reqs = Vec::new();
         for s in steps {
             let counter = self.planner.stats.get(s.ino).map_or(0, |f| f.counter);
-            let before = self.counters.moves;
-            reqs.extend(self.take_off(at, s.ino, s.reason));
-            if self.counters.moves > before {
-                self.counters.evictions += 1;
-                self.planner.done(&s, counter);
-                self.planner.cleaned(s.size);
-            }
+            let Some(moved) = self.take_off(at, s.ino, s.reason) else { continue };
+            reqs.extend(moved);
+            self.counters.evictions += 1;
+            self.planner.done(&s, counter);
+            self.planner.cleaned(s.size);
         }
         reqs
     }
@@ -497,7 +496,7 @@ impl Sim {
             if matches!(s.mv, Move::Promote | Move::Copy) {
                 // The room first: the cleaner's evictions, then the copy.
                 reqs = self.evict_for(start, f.size, s.ino);
-                if f.size > self.cfg.ssd_capacity.saturating_sub(self.model.used) {
+                if f.size > self.model.space().free() {
                     // Nothing (more) to evict: the move gives up, after the
                     // evictions it caused.
                     self.model.busy.remove(&s.ino);
@@ -525,12 +524,12 @@ impl Sim {
         let up = matches!(s.mv, Move::Promote | Move::Copy);
         // A file that grew during its move to a full SSD stays where it
         // was (the mount's move ends with no space).
-        if fits && !(up && size > self.cfg.ssd_capacity.saturating_sub(self.model.used)) {
+        if fits && !(up && size > self.model.space().free()) {
             self.finish(done, s);
             if up {
                 self.model.used += size;
             }
-            if matches!(s.reason, Reason::Evict { .. } | Reason::BackgroundClean { .. }) {
+            if s.reason.is_eviction() {
                 // As the engine counts the evictions policies plan.
                 self.counters.evictions += 1;
             }
@@ -597,7 +596,7 @@ impl Sim {
                 if tier == Tier::Ssd && kind != PolicyKind::SsdOnly {
                     // A file created with data (an imported trace) needs room.
                     now = self.make_room(now, r.len, ino);
-                    if r.len > self.cfg.ssd_capacity.saturating_sub(self.model.used) {
+                    if r.len > self.model.space().free() {
                         tier = Tier::Hdd;
                     }
                 }
@@ -693,16 +692,16 @@ impl Sim {
         let mut t = now;
         if f.placement.uses_ssd() && size > f.size {
             let grow = size - f.size;
-            if self.cfg.ssd_capacity.saturating_sub(self.model.used) < grow {
+            if self.model.space().free() < grow {
                 // The writer waits for the cleaner, `room_wait` at most, as
                 // the mount's does; then (or if nothing could go) its file
                 // leaves the SSD and the write lands on the HDD. The
                 // cleaner's evictions go on.
                 t = self.make_room(now, grow, ino);
                 let gave_up = now.plus(self.cfg.room_wait);
-                if t > gave_up || self.cfg.ssd_capacity.saturating_sub(self.model.used) < grow {
+                if t > gave_up || self.model.space().free() < grow {
                     let at = t.min(gave_up);
-                    let reqs = self.take_off(at, ino, Reason::Evacuate);
+                    let reqs = self.take_off(at, ino, Reason::Evacuate).unwrap_or_default();
                     t = self.charge(at, reqs);
                 }
             }

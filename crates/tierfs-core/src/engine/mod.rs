@@ -1023,7 +1023,7 @@ impl<S: Store> Engine<S> {
                 let c = &self.counters;
                 c.moved(step.mv, step.reason, bytes);
                 self.moved(step.ino);
-                if matches!(step.reason, Reason::Evict { .. } | Reason::BackgroundClean { .. }) {
+                if step.reason.is_eviction() {
                     c.evictions.fetch_add(1, Ordering::Relaxed);
                     self.planner.lock().done(&step, counter);
                 }
@@ -1157,7 +1157,7 @@ impl<S: Store> Engine<S> {
             failed.retain(|_, until| *until > now);
             skip.extend(failed.keys().copied());
         }
-        let steps = { self.planner.lock().room(self.clock.now(), short.max(pressure), &skip, &Live(self)) };
+        let steps = self.planner.lock().room(self.clock.now(), short.max(pressure), &skip, &Live(self));
         let mut freed = 0;
         for s in steps {
             if self.stop.load(Ordering::Acquire) {

@@ -277,6 +277,13 @@ impl Reason {
     pub fn label(&self) -> &'static str {
         Self::LABELS[self.index()]
     }
+
+    /// Taken off the SSD for room (by the cleaner for a waiter, or ahead
+    /// of writers): what moves the eviction clock and counts as an
+    /// eviction.
+    pub fn is_eviction(&self) -> bool {
+        matches!(self, Reason::Evict { .. } | Reason::BackgroundClean { .. })
+    }
 }
 
 impl fmt::Display for Reason {
