@@ -9,7 +9,10 @@
 //! 2. check the source did not change while copying, else retry up to
 //!    [`MAX_ATTEMPTS`] times; a source that only grew (appends: see
 //!    [`Volume::change_gen`]) is caught up by copying its new tail, at most
-//!    `CATCH_UPS` times ([`Step::Verified`]);
+//!    `CATCH_UPS` times ([`Step::Verified`]); on the last attempt a file of
+//!    at most [`HELD_COPY_MAX`] bytes that changed is copied again in the
+//!    switch-over, with writes held, so that a small file written without
+//!    pause still moves;
 //! 3. fsync the copy ([`Step::Synced`]);
 //! 4. switch-over, with I/O on the file and changes to its directories
 //!    blocked: check again (copying, fsynced, the tail a growing file
@@ -51,6 +54,12 @@ pub mod cost;
 
 /// How often a migration retries when the source keeps changing.
 pub const MAX_ATTEMPTS: u32 = 3;
+/// The largest file the last attempt of a migration copies again with the
+/// file's writes held when it changed during the copy (one copy chunk):
+/// the writers wait for one read and one write of at most this size.
+/// A larger file that never stops changing is left where it is
+/// ([`Skip::Busy`]); the policy tries it again later.
+pub const HELD_COPY_MAX: u64 = CHUNK as u64;
 /// How often a migration copies the new tail of a file that keeps growing
 /// before it copies the last one in the switch-over.
 const CATCH_UPS: u32 = 8;
@@ -442,7 +451,7 @@ impl<S: Store> Volume<S> {
         let sf = self.tiers.store(from);
         let st = self.tiers.store(to);
         let staging = self.tiers.staging(to)?;
-        for _attempt in 0..MAX_ATTEMPTS {
+        for attempt in 0..MAX_ATTEMPTS {
             if ctl.cancelled() {
                 return Err(Error::Cancelled);
             }
@@ -462,7 +471,8 @@ impl<S: Store> Volume<S> {
             let (tmp, dst) = self.stage(st, &staging, ino)?;
             // The staging name is this attempt's alone: whatever happens
             // below, removing it (if still there) removes nothing else.
-            let r = self.attempt(ino, op, (from, to), &src, (&staging, &tmp, &dst), v0, reserved, ctl);
+            let last = attempt + 1 == MAX_ATTEMPTS;
+            let r = self.attempt(ino, op, (from, to), &src, (&staging, &tmp, &dst), v0, last, reserved, ctl);
             match r {
                 Err(e) if is_crash(&e) => return Err(e),
                 r => {
@@ -485,7 +495,8 @@ impl<S: Store> Volume<S> {
     }
 
     /// One attempt: copy, catch up, sync, switch over. `None`: the source
-    /// changed, try again.
+    /// changed, try again. On the `last` attempt a small source that
+    /// changed is copied again in the switch-over (see [`HELD_COPY_MAX`]).
     #[allow(clippy::too_many_arguments)]
     fn attempt(
         &self,
@@ -495,6 +506,7 @@ impl<S: Store> Volume<S> {
         src: &S::File,
         (staging, tmp, dst): (&S::Dir, &OsStr, &S::File),
         v0: u64,
+        last: bool,
         reserved: &mut u64,
         ctl: &dyn Control,
     ) -> Result<Option<Outcome>> {
@@ -513,13 +525,14 @@ impl<S: Store> Volume<S> {
                 break;
             }
         }
-        if state == CatchUp::Changed {
+        let held = last && cur.size <= HELD_COPY_MAX;
+        if state == CatchUp::Changed && !held {
             return Ok(None);
         }
         ctl.at(Step::Verified)?;
         st.fsync(dst, false)?;
         ctl.at(Step::Synced)?;
-        self.switch_over(ino, op, from, to, (staging, tmp), ((sf, src), dst), &mut cur, v0, reserved, ctl)
+        self.switch_over(ino, op, from, to, (staging, tmp), ((sf, src), dst), &mut cur, v0, held, reserved, ctl)
     }
 
     /// Copies data (sparse-aware: holes stay holes), xattrs, owner, mode
@@ -597,6 +610,8 @@ impl<S: Store> Volume<S> {
     }
 
     /// The switch-over (step 4 and 5). `None`: the source changed, retry.
+    /// `held`: a source that changed since the copy and is still at most
+    /// [`HELD_COPY_MAX`] bytes is copied again here, with writes held.
     #[allow(clippy::too_many_arguments)]
     fn switch_over(
         &self,
@@ -608,6 +623,7 @@ impl<S: Store> Volume<S> {
         (src, dst): ((&S, &S::File), &S::File),
         st0: &mut Stat,
         v0: u64,
+        held: bool,
         reserved: &mut u64,
         ctl: &dyn Control,
     ) -> Result<Option<Outcome>> {
@@ -645,6 +661,7 @@ impl<S: Store> Volume<S> {
         // Writes are held now: the last tail of a growing file is copied
         // here, unpaced, and made durable with the rest.
         match self.catch_up(ino, v0, src, (st, dst), to, st0, reserved, &NoCrash)? {
+            CatchUp::Changed if held && self.copy_held(ino, src, (st, dst), (staging, tmp), to, st0, reserved)? => {}
             CatchUp::Changed => return Ok(None),
             CatchUp::Grew => st.fsync(dst, false)?,
             CatchUp::Current => {}
@@ -754,6 +771,49 @@ impl<S: Store> Volume<S> {
         ctl.at(Step::Done)?;
         self.emit(ino, EventKind::Placed { placement });
         Ok(Some(Outcome::Done(st0.size)))
+    }
+
+    /// Copies the source again over the staged copy `dst` (named `tmp` in
+    /// `staging`), with the file's writes held by the caller: data,
+    /// xattrs (those the source lost go), owner, mode and times; then
+    /// fsyncs it. False, copying nothing: the source grew past
+    /// [`HELD_COPY_MAX`], or the SSD has no room for what it grew by.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_held(
+        &self,
+        ino: Ino,
+        (sf, src): (&S, &S::File),
+        (st, dst): (&S, &S::File),
+        (staging, tmp): (&S::Dir, &OsStr),
+        to: Tier,
+        cur: &mut Stat,
+        reserved: &mut u64,
+    ) -> Result<bool> {
+        let now = sf.fstat(src)?;
+        if now.size > HELD_COPY_MAX {
+            return Ok(false);
+        }
+        let need = (now.blocks * 512).saturating_sub(*reserved);
+        if to == Tier::Ssd && need > 0 {
+            // Never waits for room: the caller holds the file's locks.
+            if !self.hooks().reserve_ssd(ino, need) {
+                return Ok(false);
+            }
+            *reserved += need;
+        }
+        let list = match st.file_listxattr(dst) {
+            Ok(l) => l,
+            Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        for raw in list.split(|b| *b == 0).filter(|x| !x.is_empty()) {
+            st.removexattr(Target::Entry(staging, tmp), OsStr::from_bytes(raw))?;
+        }
+        st.set_len(dst, 0)?;
+        self.copy_contents((sf, src), (st, dst), &now, &NoCrash)?;
+        st.fsync(dst, false)?;
+        *cur = now;
+        Ok(true)
     }
 
     /// Points an open file's handles at its new copy: the primary of a moved
