@@ -37,6 +37,7 @@ pub fn csv(rows: &[Row]) -> String {
             r.run_hit_ratio.map(|h| format!("{h:.4}")).unwrap_or_default(),
             r.hdd_busy_secs.map(|b| format!("{b:.3}")).unwrap_or_default(),
             r.run_moves
+                .as_ref()
                 .map(|m| format!(
                     "{},{},{},{},{},{}",
                     m.moves, m.evictions, m.bytes_moved, m.hdd_requests, m.promotions, m.evacuations

@@ -9,6 +9,7 @@
 
 use crate::workload::{self, Params, Report, Workload};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -365,7 +366,7 @@ pub struct Row {
 }
 
 /// What moved during the measured run, and what reached the HDD model.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunMoves {
     /// Promotions, demotions, copies and dropped copies.
     pub moves: u64,
@@ -383,10 +384,20 @@ pub struct RunMoves {
     /// room in time (evacuations).
     #[serde(default)]
     pub evacuations: u64,
+    /// The moves by why and what: "REASON KIND" (`Reason::LABELS`,
+    /// `Move::LABELS`) to how many; in `rows.json` only (empty in results
+    /// recorded before they were kept).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_reason: BTreeMap<String, u64>,
+}
+
+/// The key of a move in [`RunMoves::by_reason`].
+pub fn reason_key(reason: &str, kind: &str) -> String {
+    format!("{reason} {kind}")
 }
 
 /// What the mount's status says about the measured run alone.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct RunStats {
     /// SSD requests / all requests between the two reports.
     pub hit_ratio: f64,
@@ -417,6 +428,14 @@ impl RunStats {
         };
         let (a, b) = (moved(after), moved(before));
         let d = |i: usize| a[i].saturating_sub(b[i]);
+        let mut by_reason = BTreeMap::new();
+        for r in &after.migrations.by_reason {
+            let was = before.migrations.by_reason.iter().find(|x| (&x.reason, &x.kind) == (&r.reason, &r.kind));
+            let n = r.moves.saturating_sub(was.map_or(0, |x| x.moves));
+            if n > 0 {
+                by_reason.insert(reason_key(&r.reason, &r.kind), n);
+            }
+        }
         let moves = RunMoves {
             moves: d(0),
             evictions: d(1),
@@ -424,6 +443,7 @@ impl RunStats {
             hdd_requests: d(3),
             promotions: d(4),
             evacuations: d(5),
+            by_reason,
         };
         RunStats { hit_ratio, hdd_busy_secs, moves }
     }
@@ -768,5 +788,24 @@ mod tests {
         };
         let run = RunStats::between(&moved(10, 2, 1), &moved(17, 4, 4)).moves;
         assert_eq!((run.promotions, run.evacuations, run.moves), (9, 3, 12));
+        // By reason: the run's alone, the reasons it had none of left out.
+        let want: BTreeMap<String, u64> = [("evacuate demotion".to_string(), 3)].into();
+        assert_eq!(run.by_reason, want);
+        // A reason the run saw first.
+        let mut later = moved(17, 4, 4);
+        later.migrations.by_reason.push(ReasonMoves {
+            kind: "promotion".into(),
+            reason: "hot-on-read".into(),
+            moves: 2,
+            bytes: 0,
+        });
+        let run = RunStats::between(&moved(10, 2, 1), &later).moves;
+        assert_eq!(run.by_reason.get("hot-on-read promotion"), Some(&2));
+        // Kept in rows.json, and older rows without it still read.
+        let json = serde_json::to_string(&run).unwrap();
+        assert!(json.contains("\"by_reason\""), "{json}");
+        let old: RunMoves =
+            serde_json::from_str(r#"{"moves":1,"evictions":0,"bytes_moved":0,"hdd_requests":0}"#).unwrap();
+        assert!(old.by_reason.is_empty());
     }
 }

@@ -174,6 +174,7 @@ fn simulate_one(
             hdd_requests: r.hdd_requests,
             promotions: r.promotions,
             evacuations: r.evacuations,
+            by_reason: r.by_reason.clone(),
         }),
         report,
     }))

@@ -123,6 +123,10 @@ pub struct SimReport {
     pub evacuations: u64,
     /// Bytes moved between the tiers.
     pub bytes_moved: u64,
+    /// The moves by why and what, "REASON KIND" (`Reason::LABELS`,
+    /// `Move::LABELS`) to how many, those with none left out.
+    #[serde(default)]
+    pub by_reason: std::collections::BTreeMap<String, u64>,
     /// Moves, evictions and bytes moved from the start of the trace
     /// (preparation and warm-up included), as a mount counts them.
     pub total_moves: u64,
@@ -254,6 +258,8 @@ struct Counters {
     bytes_moved: u64,
     /// Reads and writes each tier served, by `Tier::idx`.
     requests: [u64; 2],
+    /// Moves by `Reason::index` and `Move::index`, as the mount counts them.
+    by_reason: [[u64; 4]; Reason::LABELS.len()],
 }
 
 impl Counters {
@@ -266,6 +272,7 @@ impl Counters {
             evacuations: self.evacuations - before.evacuations,
             bytes_moved: self.bytes_moved - before.bytes_moved,
             requests: [self.requests[0] - before.requests[0], self.requests[1] - before.requests[1]],
+            by_reason: std::array::from_fn(|r| std::array::from_fn(|m| self.by_reason[r][m] - before.by_reason[r][m])),
         }
     }
 }
@@ -451,6 +458,7 @@ impl Sim {
         if s.reason == Reason::Evacuate {
             self.counters.evacuations += 1;
         }
+        self.counters.by_reason[s.reason.index()][s.mv.index()] += 1;
         if s.mv != Move::DropCopy {
             // Dropping a copy moves no data.
             self.counters.bytes_moved += size;
@@ -713,6 +721,19 @@ impl Sim {
         f.size = size;
         t
     }
+}
+
+/// The non-zero counts of `c.by_reason`, keyed as the sweep's rows key them.
+fn by_reason(c: &Counters) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    for (reason, kinds) in Reason::LABELS.iter().zip(&c.by_reason) {
+        for (kind, &n) in Move::LABELS.iter().zip(kinds) {
+            if n > 0 {
+                out.insert(format!("{reason} {kind}"), n);
+            }
+        }
+    }
+    out
 }
 
 /// Why the simulator cannot stand in for the mount under `kind`, if so: it
@@ -1086,6 +1107,7 @@ fn run(cfg: &Config, meta: &Meta, mode: Mode, src: &mut dyn Source) -> io::Resul
         promotions: c.promotions,
         evacuations: c.evacuations,
         bytes_moved: c.bytes_moved,
+        by_reason: by_reason(&c),
         total_moves: total.moves,
         total_evictions: total.evictions,
         total_bytes_moved: total.bytes_moved,
@@ -1265,6 +1287,11 @@ mod tests {
         cfg.overhead = Some(Duration::from_micros(20));
         let r = replay_checked(&cfg, &meta, &recs);
         assert!(r.evictions > 0, "{r:?}");
+        // Counted by reason as the mount counts them: the cache's
+        // evictions drop copies, its admissions copy.
+        assert_eq!(r.by_reason.get("evict drop"), Some(&r.evictions), "{:?}", r.by_reason);
+        assert_eq!(r.by_reason.values().sum::<u64>(), r.moves, "{:?}", r.by_reason);
+        assert!(r.by_reason.keys().all(|k| k == "evict drop" || k.ends_with(" copy")), "{:?}", r.by_reason);
     }
 
     /// [`replay`], checking the model's invariants after every request.

@@ -1186,8 +1186,10 @@ impl<S: Store> Engine<S> {
     /// Waits (the caller holds no lock) until `bytes` are free under the
     /// capacity, or with `real` until a cleaning pass freed something,
     /// or the cleaner gave up (a whole pass that started after the request
-    /// did not help), or the configured wait passed. A request larger than
-    /// the capacity cannot be met: false at once.
+    /// freed nothing), or the configured wait passed. A pass that freed
+    /// room another request took first is not giving up: the next pass
+    /// is waited for. A request larger than the capacity cannot be met:
+    /// false at once.
     fn wait_room(&self, ino: Ino, bytes: u64, real: bool) -> bool {
         if !real && bytes > self.account.lock().limit() {
             return false;
@@ -1202,14 +1204,22 @@ impl<S: Store> Engine<S> {
             c.demand += bytes;
         }
         // The next pass to start sees this request.
-        let ours = c.started + 1;
+        let mut ours = c.started + 1;
         self.clean_cv.notify_one();
         let ok = loop {
             if !real && self.account.lock().free() >= bytes {
                 break true;
             }
             if c.passes >= ours {
-                break real && c.freed_last > 0;
+                if real || c.freed_last == 0 {
+                    break real && c.freed_last > 0;
+                }
+                // It freed room, but another writer took it first (the
+                // pass was sized for the requests it saw): the next one,
+                // which sees what is still short.
+                ours = c.started + 1;
+                self.clean_cv.notify_one();
+                continue;
             }
             if self.stop.load(Ordering::Acquire) || self.room_cv.wait_until(&mut c, deadline).timed_out() {
                 break !real && self.account.lock().free() >= bytes;

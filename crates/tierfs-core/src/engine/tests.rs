@@ -185,6 +185,73 @@ fn a_write_that_needs_room_never_migrates_in_its_own_thread() {
 }
 
 #[test]
+fn a_writer_whose_room_another_writer_took_waits_for_the_next_pass_instead_of_leaving_the_ssd() {
+    // In the live sweep's mixed workload a writer gave up after the pass
+    // that started for it, because a second writer that came meanwhile
+    // took the room it made: its file was taken off the SSD while the
+    // cleaner could still have made room. Here the first writer needs two
+    // evictions; the second, 8 KiB, takes the first eviction's room.
+    let r = rig_with(EngineConfig {
+        policy: PolicyKind::DynamicColdDst,
+        ssd_capacity: Some(40 << 10),
+        watermarks: (100, 100),
+        ..EngineConfig::default()
+    });
+    let cold: Vec<Ino> = (0..4).map(|i| file(&r.vol, &format!("c{i}"), &[1u8; 8192])).collect();
+    let a = file(&r.vol, "a", &[2u8; 8192]);
+    let on = |v: &Volume<MemStore>, i| v.record(i).unwrap().placement;
+    assert!(cold.iter().chain([&a]).all(|&i| on(&r.vol, i) == crate::tier::Placement::On(Tier::Ssd)));
+    // The cleaner's first two evictions wait as they stage their copy on
+    // the HDD (holding no lock another request needs): the first until
+    // the second writer waits, the second until it wrote.
+    let (at_link, links) = std::sync::mpsc::sync_channel::<()>(4);
+    let (go, gate_go) = std::sync::mpsc::sync_channel::<()>(4);
+    let gate_go = Mutex::new(gate_go);
+    let held = std::sync::atomic::AtomicUsize::new(0);
+    r.hdd.set_gate(Some(Arc::new(move |op, _| {
+        let cleaner = std::thread::current().name() == Some("tierfs-cleaner");
+        if op == "open" && cleaner && held.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 2 {
+            let _ = at_link.send(());
+            let _ = gate_go.lock().recv_timeout(Duration::from_secs(10));
+        }
+    })));
+    let Rig { vol, engine, rx, .. } = r;
+    engine.start(rx);
+    let write = |v: Arc<Volume<MemStore>>, ino: Ino, off: u64, len: usize| {
+        std::thread::spawn(move || {
+            let o = v.open(ino, libc::O_RDWR).unwrap();
+            v.write(o.fh, off, &vec![7u8; len]).unwrap();
+            v.release(o.fh).unwrap();
+        })
+    };
+    let first = write(vol.clone(), a, 8192, 16 << 10);
+    links.recv_timeout(Duration::from_secs(10)).expect("the first eviction");
+    // Made now, so that the pass under way did not choose it as a victim.
+    let (n, o) = vol.create(&CTX, ROOT_INO, OsStr::new("n"), 0o644, 0, libc::O_RDWR).unwrap();
+    vol.release(o.fh).unwrap();
+    let second = write(vol.clone(), n.ino, 0, 8192);
+    let waiting = (0..200).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        engine.status(0).migrations.room_waits >= 2
+    });
+    assert!(waiting, "the second writer never waited for room");
+    go.send(()).unwrap();
+    links.recv_timeout(Duration::from_secs(10)).expect("the second eviction");
+    within(10, "the second writer", move || second.join().unwrap());
+    go.send(()).unwrap();
+    within(10, "the first writer", move || first.join().unwrap());
+    let m = engine.status(0).migrations;
+    assert_eq!(m.evacuations, 0, "{m:?}");
+    assert_eq!(on(&vol, a), crate::tier::Placement::On(Tier::Ssd), "the first writer's file left the SSD");
+    let o = vol.open(a, libc::O_RDONLY).unwrap();
+    let mut want = vec![2u8; 8192];
+    want.extend_from_slice(&[7u8; 16 << 10]);
+    assert_eq!(vol.read(o.fh, 0, 64 << 10).unwrap(), want);
+    vol.release(o.fh).unwrap();
+    assert!(engine.shutdown());
+}
+
+#[test]
 fn the_shutdown_ends_in_seconds_even_if_a_migration_is_stuck() {
     // A background thread stuck in a store call must not keep the daemon
     // from ending: the shutdown gives up after a few seconds, says what
