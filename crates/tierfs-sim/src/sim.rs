@@ -233,7 +233,43 @@ struct Sim {
     /// The move under way.
     in_flight: Option<Job>,
     migrator_free: Timestamp,
+    /// Writers waiting for room in the measured run, in the order they
+    /// asked: the cleaner serves them one pass at a time.
+    asks: VecDeque<Ask>,
+    /// The cleaner's pass under way.
+    cleaning: Option<Pass>,
+    cleaner_free: Timestamp,
+    /// Set by a request that found no room and waits for the cleaner (the
+    /// file and the bytes it is short of); the caller queues it.
+    asking: Option<(u64, u64)>,
+    /// For a request served again after a wait: since when it waits, and
+    /// whether the pass it waited for freed nothing.
+    waited: Option<(Timestamp, bool)>,
     counters: Counters,
+}
+
+/// A writer waiting for room.
+#[derive(Debug)]
+struct Ask {
+    client: u32,
+    ino: u64,
+    bytes: u64,
+    at: Timestamp,
+}
+
+/// A pass of the cleaner: the evictions chosen when it started, made one
+/// request at a time (the clients' requests come between them, as they do
+/// between the cleaner thread's), each freeing its room when its last
+/// request is done; then its writer goes on.
+#[derive(Debug)]
+struct Pass {
+    client: u32,
+    /// Each eviction with the requests it has still to make.
+    steps: VecDeque<(Step, VecDeque<(Tier, Req)>)>,
+    /// When its next request is made (when the last one is done).
+    next: Timestamp,
+    /// It had nothing to evict.
+    nothing: bool,
 }
 
 /// A move under way: the requests it has still to make.
@@ -311,6 +347,11 @@ impl Sim {
             queue: VecDeque::new(),
             in_flight: None,
             migrator_free: start,
+            asks: VecDeque::new(),
+            cleaning: None,
+            cleaner_free: start,
+            asking: None,
+            waited: None,
             counters: Counters::default(),
             cfg,
         }
@@ -417,10 +458,74 @@ impl Sim {
         self.charge(at, reqs)
     }
 
+    /// When the cleaner acts next: its pass's next request, or the start
+    /// of a pass for the first writer waiting.
+    fn clean_next(&self) -> Option<Timestamp> {
+        match &self.cleaning {
+            Some(p) => Some(p.next),
+            None => self.asks.front().map(|a| a.at.max(self.cleaner_free)),
+        }
+    }
+
+    /// The cleaner at `now` (see [`Sim::clean_next`]): starts a pass (its
+    /// victims chosen then, for what its writer is still short of) or
+    /// makes the next request of the one under way. When a pass ends,
+    /// returns its writer, when it may go on, and whether the pass had
+    /// nothing to evict.
+    fn clean(&mut self, now: Timestamp) -> Option<(u32, Timestamp, bool)> {
+        let mut pass = match self.cleaning.take() {
+            Some(p) => p,
+            None => {
+                let ask = self.asks.pop_front()?;
+                let mut steps = VecDeque::new();
+                for s in self.victims(now, ask.bytes, ask.ino) {
+                    // Busy until done: no policy moves it meanwhile.
+                    if let Some(reqs) = self.off_ssd(s).filter(|_| self.model.busy.insert(s.ino)) {
+                        steps.push_back((s, reqs.into()));
+                    }
+                }
+                Pass { client: ask.client, nothing: steps.is_empty(), steps, next: now }
+            }
+        };
+        if let Some((s, reqs)) = pass.steps.front_mut() {
+            if let Some((tier, req)) = reqs.pop_front() {
+                pass.next = self.submit(pass.next, tier, req);
+            } else {
+                let s = *s;
+                pass.steps.pop_front();
+                self.model.busy.remove(&s.ino);
+                self.evicted(pass.next, s);
+            }
+        }
+        if pass.steps.is_empty() && pass.next <= now {
+            self.cleaner_free = pass.next;
+            return Some((pass.client, pass.next, pass.nothing));
+        }
+        self.cleaning = Some(pass);
+        None
+    }
+
+    /// A writer gave up waiting: its ask, if not yet served, goes.
+    fn forget_ask(&mut self, client: u32) {
+        self.asks.retain(|a| a.client != client);
+    }
+
     /// The cleaner's choice at `at` of the coldest SSD files to evict so
     /// that `need` bytes are free (never `keep`), applied to the model at
     /// once; returns the requests the evictions make, in order.
     fn evict_for(&mut self, at: Timestamp, need: u64, keep: u64) -> Vec<(Tier, Req)> {
+        let mut reqs = Vec::new();
+        for s in self.victims(at, need, keep) {
+            let Some(moved) = self.off_ssd(s) else { continue };
+            reqs.extend(moved);
+            self.evicted(at, s);
+        }
+        reqs
+    }
+
+    /// The cleaner's choice at `at` of the coldest SSD files to evict so
+    /// that `need` bytes are free (never `keep`), not yet applied.
+    fn victims(&mut self, at: Timestamp, need: u64, keep: u64) -> Vec<Step> {
         let free = self.model.space().free();
         if free >= need {
             return Vec::new();
@@ -428,17 +533,26 @@ impl Sim {
         // The cleaner's choice sees the latest events.
         self.deliver(at);
         let skip: HashSet<u64> = std::iter::once(keep).collect();
-        let steps = self.planner.room(at, need - free, &skip, &self.model);
-        let mut reqs = Vec::new();
-        for s in steps {
-            let counter = self.planner.stats.get(s.ino).map_or(0, |f| f.counter);
-            let Some(moved) = self.take_off(at, s.ino, s.reason) else { continue };
-            reqs.extend(moved);
-            self.counters.evictions += 1;
-            self.planner.done(&s, counter);
-            self.planner.cleaned(s.size);
+        self.planner.room(at, need - free, &skip, &self.model)
+    }
+
+    /// The requests of taking `s`'s file off the SSD, if it is there.
+    fn off_ssd(&self, s: Step) -> Option<Vec<(Tier, Req)>> {
+        let f = self.model.files.get(&s.ino)?;
+        let mv = off_ssd(f.placement.into())?;
+        Some(self.move_requests(s.ino, mv))
+    }
+
+    /// Applies the cleaner's eviction `s` at `at`, done, to the model and
+    /// the statistics (nothing if its file left the SSD meanwhile).
+    fn evicted(&mut self, at: Timestamp, s: Step) {
+        let counter = self.planner.stats.get(s.ino).map_or(0, |f| f.counter);
+        if self.take_off(at, s.ino, s.reason).is_none() {
+            return;
         }
-        reqs
+        self.counters.evictions += 1;
+        self.planner.done(&s, counter);
+        self.planner.cleaned(s.size);
     }
 
     /// Applies a completed move to the model and the statistics.
@@ -702,15 +816,25 @@ impl Sim {
             let grow = size - f.size;
             if self.model.space().free() < grow {
                 // The writer waits for the cleaner, `room_wait` at most, as
-                // the mount's does; then (or if nothing could go) its file
-                // leaves the SSD and the write lands on the HDD. The
-                // cleaner's evictions go on.
-                t = self.make_room(now, grow, ino);
-                let gave_up = now.plus(self.cfg.room_wait);
-                if t > gave_up || self.model.space().free() < grow {
-                    let at = t.min(gave_up);
-                    let reqs = self.take_off(at, ino, Reason::Evacuate).unwrap_or_default();
-                    t = self.charge(at, reqs);
+                // the mount's does; then (or if a pass freed nothing) its
+                // file leaves the SSD and the write lands on the HDD. The
+                // cleaner's evictions go on. In the measured run the wait
+                // is the caller's: the request is served again when the
+                // pass is done (see `Sim::clean`).
+                let gave_up = match self.waited {
+                    Some((since, nothing)) => nothing || now >= since.plus(self.cfg.room_wait),
+                    None => false,
+                };
+                if self.paused {
+                    t = self.make_room(now, grow, ino);
+                }
+                if !self.paused && !gave_up {
+                    self.asking = Some((ino, grow));
+                    return now;
+                }
+                if self.model.space().free() < grow {
+                    let reqs = self.take_off(t, ino, Reason::Evacuate).unwrap_or_default();
+                    t = self.charge(t, reqs);
                 }
             }
         }
@@ -858,6 +982,10 @@ struct Client {
     /// last item (before).
     now: Timestamp,
     op_start: Timestamp,
+    /// Waiting for room since then (its request is at the front of its
+    /// queue again, and it goes on when the cleaner's pass ends or at
+    /// `room_wait`); whether that pass had nothing to evict.
+    wait: Option<(Timestamp, bool)>,
 }
 
 /// The clients, and their items as they come.
@@ -965,8 +1093,19 @@ fn run(cfg: &Config, meta: &Meta, mode: Mode, src: &mut dyn Source) -> io::Resul
                 _ => c.now,
             }
         };
-        let Some((id, now)) = ready.iter().map(|&id| (id, at(&clients.by_id[&id]))).min_by_key(|&(id, t)| (t, id))
-        else {
+        let next = ready.iter().map(|&id| (id, at(&clients.by_id[&id]))).min_by_key(|&(id, t)| (t, id));
+        // The cleaner, if it acts first: a writer whose pass ended goes on.
+        if let Some(tc) = sim.clean_next().filter(|&tc| next.is_none_or(|(_, t)| tc <= t)) {
+            sim.advance(tc);
+            if let Some((id, done, nothing)) = sim.clean(tc) {
+                if let Some(c) = clients.by_id.get_mut(&id).filter(|c| c.wait.is_some()) {
+                    c.now = c.now.min(done);
+                    c.wait = c.wait.map(|(since, _)| (since, nothing));
+                }
+            }
+            continue;
+        }
+        let Some((id, now)) = next else {
             break;
         };
         if measuring && matches!(mode, Mode::Closed { .. }) && end(t0).is_some_and(|e| now > e) {
@@ -1010,6 +1149,7 @@ fn run(cfg: &Config, meta: &Meta, mode: Mode, src: &mut dyn Source) -> io::Resul
                 sim.migrate(now);
                 sim.paused = false;
                 sim.migrator_free = now;
+                sim.cleaner_free = now;
                 for d in &mut sim.devices {
                     d.reset(now);
                 }
@@ -1040,7 +1180,25 @@ fn run(cfg: &Config, meta: &Meta, mode: Mode, src: &mut dyn Source) -> io::Resul
             sim.migrate(now);
             continue;
         }
+        let waiting = clients.by_id.get(&id).and_then(|c| c.wait);
+        sim.waited = waiting;
         let done = sim.request(now, &r);
+        sim.waited = None;
+        let c = clients.by_id.get_mut(&id).expect("the client served");
+        if let Some((ino, bytes)) = sim.asking.take() {
+            // No room: the request waits for the cleaner and is served
+            // again when its pass ends, or at `room_wait`.
+            let since = waiting.map_or(now, |(since, _)| since);
+            c.queue.push_front(Item::Record(r));
+            c.wait = Some((since, false));
+            c.now = since.plus(cfg.room_wait).max(now);
+            sim.forget_ask(id);
+            sim.asks.push_back(Ask { client: id, ino, bytes, at: now });
+            continue;
+        }
+        if c.wait.take().is_some() {
+            sim.forget_ask(id);
+        }
         match r.kind {
             Kind::Read => read += r.len,
             Kind::Write => written += r.len,
@@ -1217,36 +1375,86 @@ mod tests {
     /// A simulation with `victim` bytes of a cold file and 10 MB of the
     /// writer's file (inode 2) on an SSD they fill; the writer then grows
     /// by 50 MB. Returns when the write may go on and where its file is.
-    fn grow_on_a_full_ssd(victim: u64) -> (Duration, Placement) {
+    /// A file of 10 MB and a cold one of `victim` bytes fill the SSD; the
+    /// measured run grows the first by 50 MB. Returns how long the write
+    /// took (its wait for room included) and the report.
+    fn grow_on_a_full_ssd(victim: u64) -> (Duration, SimReport) {
+        let mb = 1_000_000;
+        let mut cfg = Config::new(PolicyKind::DynamicColdDst, victim + 10 * mb);
+        cfg.overhead = Some(Duration::from_micros(20));
+        // Large files stay on the SSD.
+        cfg.params.sieve = 1 << 40;
+        let recs = vec![
+            rec(0, 0, Kind::Phase, PHASE_PREPARE, 0),
+            rec(MS, 1, Kind::Create, 0, 0),
+            rec(MS, 1, Kind::Write, 0, victim),
+            rec(2 * MS, 2, Kind::Create, 0, 0),
+            rec(2 * MS, 2, Kind::Write, 0, 10 * mb),
+            rec(3 * MS, 0, Kind::Phase, PHASE_MEASURE, 0),
+            rec(4 * MS, 2, Kind::Write, 10 * mb, 50 * mb),
+            rec(4 * MS, 0, Kind::Op, 0, 0),
+        ];
+        let meta = Meta { source: "workload:test".into(), dirs: vec![[1, 1]], ops: Some(1), ..Meta::default() };
+        let r = replay_checked(&cfg, &meta, &recs);
+        (Duration::from_micros(r.report.latency.max_us), r)
+    }
+
+    #[test]
+    fn another_clients_request_comes_between_the_cleaners_requests() {
+        // The cleaner's evictions were charged all at once, so a client's
+        // request on the HDD waited behind a whole pass (a mixed run's
+        // web server behind the file server's evictions) while the writer
+        // got its room early. On the mount the cleaner thread waits for
+        // each request and the others' come between.
         use tierfs_core::stats::FileStats;
         let mb = 1_000_000;
-        let cfg = Config::new(PolicyKind::DynamicColdDst, victim + 10 * mb);
         let meta = Meta { dirs: vec![[1, 1]], ..Meta::default() };
         let start = Timestamp::from_secs(1);
-        let mut sim = Sim::new(cfg, &meta, start);
+        let mut sim = Sim::new(Config::new(PolicyKind::DynamicColdDst, 30 * mb), &meta, start);
         sim.paused = false;
-        for (ino, size) in [(1, victim), (2, 10 * mb)] {
-            let placement = Placement::On(Tier::Ssd);
+        for (ino, size, tier) in [(1, 20 * mb, Tier::Ssd), (2, 10 * mb, Tier::Ssd), (3, mb, Tier::Hdd)] {
+            let placement = Placement::On(tier);
             sim.model.files.insert(ino, File { size, placement, dir: 1 });
-            sim.model.used += size;
-            let f = FileStats { residence: Residence::Ssd, size, ..FileStats::default() };
+            if tier == Tier::Ssd {
+                sim.model.used += size;
+            }
+            let f = FileStats { residence: placement.into(), size, ..FileStats::default() };
             sim.planner.stats.insert(ino, f);
         }
-        let done = sim.resize(start, 2, 60 * mb);
-        (done.since(start), sim.model.files[&2].placement)
+        sim.asks.push_back(Ask { client: 7, ino: 2, bytes: 5 * mb, at: start });
+        let asked = start.plus(Duration::from_millis(20));
+        let (mut read, mut ended) = (None, None);
+        while ended.is_none() {
+            let t = sim.clean_next().expect("the pass goes on");
+            if read.is_none() && t > asked {
+                // The client's read, issued while the pass runs.
+                read = Some(sim.submit(asked, Tier::Hdd, Req::Read { file: 3, off: 0, len: 4096 }));
+            }
+            ended = sim.clean(t);
+            if ended.is_none() {
+                assert_eq!(sim.model.files[&1].placement, Placement::On(Tier::Ssd), "freed before its requests");
+            }
+        }
+        let (client, done, nothing) = ended.unwrap();
+        let read = read.expect("the pass outlasted the read's issue");
+        assert_eq!((client, nothing), (7, false));
+        assert_eq!(sim.model.files[&1].placement, Placement::On(Tier::Hdd));
+        assert!(read < done, "the read ended at {:?}, the pass at {:?}", read.since(start), done.since(start));
+        assert!(read.since(asked) < done.since(start) / 4, "the read waited {:?}", read.since(asked));
     }
 
     #[test]
     fn a_write_that_waits_past_room_wait_for_an_eviction_moves_its_file_to_the_hdd() {
         // A 60 MB victim goes in well under the second the mount waits.
-        let (waited, at) = grow_on_a_full_ssd(60_000_000);
+        let (waited, r) = grow_on_a_full_ssd(60_000_000);
         assert!(waited < Duration::from_secs(1), "{waited:?}");
-        assert_eq!(at, Placement::On(Tier::Ssd));
+        assert_eq!((r.evictions, r.evacuations), (1, 0), "{r:?}");
         // Writing 500 MB to the HDD takes seconds: the writer gives up
-        // and its file leaves the SSD, as on the mount.
-        let (waited, at) = grow_on_a_full_ssd(500_000_000);
+        // and its file leaves the SSD, as on the mount; the cleaner's
+        // eviction goes on.
+        let (waited, r) = grow_on_a_full_ssd(500_000_000);
         assert!(waited > Duration::from_secs(1), "{waited:?}");
-        assert_eq!(at, Placement::On(Tier::Hdd));
+        assert_eq!((r.evictions, r.evacuations), (1, 1), "{r:?}");
     }
 
     #[test]
