@@ -324,3 +324,31 @@ impl Drop for Unmount {
 fn scopeguard(p: std::path::PathBuf) -> Unmount {
     Unmount(p)
 }
+
+#[test]
+fn file_capabilities_survive_a_migration() {
+    // The migration copied a file's xattrs to the new copy and then set
+    // its owner: the kernel drops `security.capability` on a chown, so a
+    // program moved between tiers lost its capabilities (found in review).
+    let area = Area::new();
+    let m = Mounted::new(&area, &["--policy", "ssd-only"]);
+    fs::write(m.p("prog"), b"#!/bin/true\n").unwrap();
+    // VFS_CAP_REVISION_2, no flags; permitted: CAP_NET_BIND_SERVICE.
+    let mut cap = vec![0u8; 20];
+    cap[..4].copy_from_slice(&0x0200_0000u32.to_le_bytes());
+    cap[4..8].copy_from_slice(&(1u32 << 10).to_le_bytes());
+    let name = CString::new("security.capability").unwrap();
+    // SAFETY: valid NUL-terminated strings and a buffer of the given length.
+    let r = unsafe { libc::setxattr(c(&m.p("prog")).as_ptr(), name.as_ptr(), cap.as_ptr().cast(), cap.len(), 0) };
+    assert_eq!(r, 0, "setting the capability: {}", std::io::Error::last_os_error());
+    assert_eq!(crate::harness::xattr_bytes(&m.p("prog"), "security.capability"), Some(cap.clone()));
+    assert!(area.ssd().join("prog").exists());
+    setx(&m.p("prog"), "user.tierfs.pin", "hdd").unwrap();
+    let moved = || area.hdd().join("prog").exists() && !area.ssd().join("prog").exists();
+    assert!(wait_for(10, moved), "the pinned file moved to the HDD");
+    let kept = crate::harness::xattr_bytes(&m.p("prog"), "security.capability");
+    let on_hdd = crate::harness::xattr_bytes(&area.hdd().join("prog"), "security.capability");
+    m.unmount();
+    assert_eq!(kept, Some(cap.clone()), "through the mount");
+    assert_eq!(on_hdd, Some(cap), "on the HDD copy");
+}

@@ -1215,9 +1215,10 @@ impl<S: Store> Engine<S> {
                     break real && c.freed_last > 0;
                 }
                 // It freed room, but another writer took it first (the
-                // pass was sized for the requests it saw): the next one,
-                // which sees what is still short.
-                ours = c.started + 1;
+                // pass was sized for the requests it saw): the next pass
+                // to end, which sees what is still short (one under way
+                // started after this request, so it counts it).
+                ours = c.passes + 1;
                 self.clean_cv.notify_one();
                 continue;
             }

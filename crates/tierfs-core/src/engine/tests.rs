@@ -195,6 +195,9 @@ fn a_writer_whose_room_another_writer_took_waits_for_the_next_pass_instead_of_le
         policy: PolicyKind::DynamicColdDst,
         ssd_capacity: Some(40 << 10),
         watermarks: (100, 100),
+        // Long enough that a loaded machine cannot make the first writer
+        // give up on time alone (the behaviour checked against).
+        room_wait: Duration::from_secs(30),
         ..EngineConfig::default()
     });
     let cold: Vec<Ino> = (0..4).map(|i| file(&r.vol, &format!("c{i}"), &[1u8; 8192])).collect();

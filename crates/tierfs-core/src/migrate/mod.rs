@@ -4,15 +4,16 @@
 //! A move or copy runs in this fixed order; each [`Step`] is a point where
 //! tests simulate a crash:
 //!
-//! 1. copy data, xattrs, mode, owner and times to a temporary file in the
+//! 1. copy data, owner, xattrs (after the owner: a chown drops
+//!    `security.capability`), mode and times to a temporary file in the
 //!    target tier's `.tierfs/staging` ([`Step::Copied`]);
 //! 2. check the source did not change while copying, else retry up to
 //!    [`MAX_ATTEMPTS`] times; a source that only grew (appends: see
 //!    [`Volume::change_gen`]) is caught up by copying its new tail, at most
 //!    `CATCH_UPS` times ([`Step::Verified`]); on the last attempt a file of
 //!    at most [`HELD_COPY_MAX`] bytes that changed is copied again in the
-//!    switch-over, with writes held, so that a small file written without
-//!    pause still moves;
+//!    switch-over, with writes held, into a fresh staging file, so that a
+//!    small file written without pause still moves;
 //! 3. fsync the copy ([`Step::Synced`]);
 //! 4. switch-over, with I/O on the file and changes to its directories
 //!    blocked: check again (copying, fsynced, the tail a growing file
@@ -468,16 +469,17 @@ impl<S: Store> Volume<S> {
                 Err(e) if self.raced(ino, &(p, n), &e, ctl) => continue,
                 r => r?,
             };
-            let (tmp, dst) = self.stage(st, &staging, ino)?;
-            // The staging name is this attempt's alone: whatever happens
-            // below, removing it (if still there) removes nothing else.
+            let mut staged = self.stage(st, &staging, ino)?;
+            // The staging name is this attempt's alone (a held copy makes
+            // a fresh one in its place): whatever happens below, removing
+            // it (if still there) removes nothing else.
             let last = attempt + 1 == MAX_ATTEMPTS;
-            let r = self.attempt(ino, op, (from, to), &src, (&staging, &tmp, &dst), v0, last, reserved, ctl);
+            let r = self.attempt(ino, op, (from, to), &src, (&staging, &mut staged), v0, last, reserved, ctl);
             match r {
                 Err(e) if is_crash(&e) => return Err(e),
                 r => {
                     // Gone already after a switch-over; a stray otherwise.
-                    let _ = st.unlink(&staging, &tmp);
+                    let _ = st.unlink(&staging, &staged.0);
                     if let Some(out) = r? {
                         return Ok(out);
                     }
@@ -504,7 +506,7 @@ impl<S: Store> Volume<S> {
         op: JournalOp,
         (from, to): (Tier, Tier),
         src: &S::File,
-        (staging, tmp, dst): (&S::Dir, &OsStr, &S::File),
+        (staging, staged): (&S::Dir, &mut (OsString, S::File)),
         v0: u64,
         last: bool,
         reserved: &mut u64,
@@ -512,6 +514,7 @@ impl<S: Store> Volume<S> {
     ) -> Result<Option<Outcome>> {
         let sf = self.tiers.store(from);
         let st = self.tiers.store(to);
+        let dst = &staged.1;
         let mut cur = sf.fstat(src)?;
         self.copy_contents((sf, src), (st, dst), &cur, ctl)?;
         ctl.at(Step::Copied)?;
@@ -530,9 +533,13 @@ impl<S: Store> Volume<S> {
             return Ok(None);
         }
         ctl.at(Step::Verified)?;
-        st.fsync(dst, false)?;
+        if state != CatchUp::Changed {
+            // (A copy known to be stale is copied again, and synced, in
+            // the switch-over.)
+            st.fsync(dst, false)?;
+        }
         ctl.at(Step::Synced)?;
-        self.switch_over(ino, op, from, to, (staging, tmp), ((sf, src), dst), &mut cur, v0, held, reserved, ctl)
+        self.switch_over(ino, op, from, to, (staging, staged), (sf, src), &mut cur, v0, held, reserved, ctl)
     }
 
     /// Copies data (sparse-aware: holes stay holes), xattrs, owner, mode
@@ -546,6 +553,12 @@ impl<S: Store> Volume<S> {
         ctl: &dyn Control,
     ) -> Result<()> {
         copy_range((sf, src), (st, dst), 0, st0.size, ctl)?;
+        // The owner before the xattrs: a chown makes the kernel drop
+        // `security.capability`, so a file's capabilities set first would
+        // be lost. The mode after both (a chown clears set-id bits).
+        if self.cfg.can_chown {
+            st.file_chown(dst, Some(st0.uid), Some(st0.gid))?;
+        }
         let list = match sf.file_listxattr(src) {
             Ok(l) => l,
             // A file system without extended attributes.
@@ -560,9 +573,6 @@ impl<S: Store> Volume<S> {
                 Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {}
                 Err(e) => return Err(e.into()),
             }
-        }
-        if self.cfg.can_chown {
-            st.file_chown(dst, Some(st0.uid), Some(st0.gid))?;
         }
         st.file_chmod(dst, st0.mode & 0o7777)?;
         st.file_utimens(dst, SetTime::At(st0.atime), SetTime::At(st0.mtime))?;
@@ -619,8 +629,8 @@ impl<S: Store> Volume<S> {
         op: JournalOp,
         from: Tier,
         to: Tier,
-        (staging, tmp): (&S::Dir, &OsStr),
-        (src, dst): ((&S, &S::File), &S::File),
+        (staging, staged): (&S::Dir, &mut (OsString, S::File)),
+        src: (&S, &S::File),
         st0: &mut Stat,
         v0: u64,
         held: bool,
@@ -660,12 +670,13 @@ impl<S: Store> Volume<S> {
         }
         // Writes are held now: the last tail of a growing file is copied
         // here, unpaced, and made durable with the rest.
-        match self.catch_up(ino, v0, src, (st, dst), to, st0, reserved, &NoCrash)? {
-            CatchUp::Changed if held && self.copy_held(ino, src, (st, dst), (staging, tmp), to, st0, reserved)? => {}
+        match self.catch_up(ino, v0, src, (st, &staged.1), to, st0, reserved, &NoCrash)? {
+            CatchUp::Changed if held && self.copy_held(ino, src, st, (staging, &mut *staged), to, st0, reserved)? => {}
             CatchUp::Changed => return Ok(None),
-            CatchUp::Grew => st.fsync(dst, false)?,
+            CatchUp::Grew => st.fsync(&staged.1, false)?,
             CatchUp::Current => {}
         }
+        let (tmp, dst) = (staged.0.as_os_str(), &staged.1);
         let (p0, n0) = &links[0];
         let now = self.stat_on(*p0, n0, from)?;
         if identity(&now) != identity(st0) {
@@ -773,18 +784,20 @@ impl<S: Store> Volume<S> {
         Ok(Some(Outcome::Done(st0.size)))
     }
 
-    /// Copies the source again over the staged copy `dst` (named `tmp` in
-    /// `staging`), with the file's writes held by the caller: data,
-    /// xattrs (those the source lost go), owner, mode and times; then
-    /// fsyncs it. False, copying nothing: the source grew past
-    /// [`HELD_COPY_MAX`], or the SSD has no room for what it grew by.
+    /// Copies the source again, with the file's writes held by the caller,
+    /// into a fresh staged file that takes the place of `staged` (the
+    /// stale one goes: it may hold xattrs the source lost, and not every
+    /// xattr can be removed, `security.selinux` for one): data, xattrs,
+    /// owner, mode and times; then fsyncs it. False, copying nothing: the
+    /// source grew past [`HELD_COPY_MAX`], or the SSD has no room for what
+    /// it grew by.
     #[allow(clippy::too_many_arguments)]
     fn copy_held(
         &self,
         ino: Ino,
         (sf, src): (&S, &S::File),
-        (st, dst): (&S, &S::File),
-        (staging, tmp): (&S::Dir, &OsStr),
+        st: &S,
+        (staging, staged): (&S::Dir, &mut (OsString, S::File)),
         to: Tier,
         cur: &mut Stat,
         reserved: &mut u64,
@@ -801,17 +814,11 @@ impl<S: Store> Volume<S> {
             }
             *reserved += need;
         }
-        let list = match st.file_listxattr(dst) {
-            Ok(l) => l,
-            Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => Vec::new(),
-            Err(e) => return Err(e.into()),
-        };
-        for raw in list.split(|b| *b == 0).filter(|x| !x.is_empty()) {
-            st.removexattr(Target::Entry(staging, tmp), OsStr::from_bytes(raw))?;
-        }
-        st.set_len(dst, 0)?;
-        self.copy_contents((sf, src), (st, dst), &now, &NoCrash)?;
-        st.fsync(dst, false)?;
+        // From here the caller removes the fresh name whatever happens.
+        let stale = std::mem::replace(staged, self.stage(st, staging, ino)?);
+        let _ = st.unlink(staging, &stale.0);
+        self.copy_contents((sf, src), (st, &staged.1), &now, &NoCrash)?;
+        st.fsync(&staged.1, false)?;
         *cur = now;
         Ok(true)
     }

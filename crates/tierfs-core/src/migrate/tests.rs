@@ -264,7 +264,8 @@ fn a_source_that_changes_while_copying_is_copied_again() {
 }
 
 /// A control that overwrites the start of the file each time a copy is
-/// done, and the first time also swaps its xattr: a file written without
+/// done, and after the last attempt's copy also swaps its xattr (the
+/// staged copy then holds one the source lost): a file written without
 /// pause.
 struct EveryCopy<'a> {
     v: &'a Volume<MemStore>,
@@ -276,7 +277,7 @@ impl Control for EveryCopy<'_> {
     fn at(&self, step: Step) -> crate::Result<()> {
         if step == Step::Copied {
             let n = self.n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            if n == 0 {
+            if n + 1 == MAX_ATTEMPTS as u8 {
                 self.v.removexattr_stored(self.ino, OsStr::new("user.old")).unwrap();
                 self.v.setxattr_stored(self.ino, OsStr::new("user.new"), b"2", 0).unwrap();
             }
@@ -310,11 +311,12 @@ fn a_small_file_changed_during_every_copy_still_moves() {
         assert_eq!(&read_all(&v, ino)[..3], &[last; 3], "{path}: the last write is not lost");
         let names = v.listxattr_stored(ino).unwrap();
         assert_eq!(names, b"user.new\0", "{path}: the xattr removed during the copy stays removed");
-        // Durable where it now lives.
+        // Durable where it now lives, xattrs included.
         drop(v);
         rig.crash();
         let v = rig.mount();
         assert_eq!(&read_all(&v, ino)[..3], &[last; 3], "{path} after a crash");
+        assert_eq!(v.listxattr_stored(ino).unwrap(), b"user.new\0", "{path} after a crash");
     }
 }
 
