@@ -568,7 +568,14 @@ impl<S: Store> Volume<S> {
         for raw in list.split(|b| *b == 0).filter(|x| !x.is_empty()) {
             let key = OsStr::from_bytes(raw);
             match sf.file_getxattr(src, key) {
-                Ok(v) => st.file_setxattr(dst, key, &v, 0)?,
+                Ok(v) => {
+                    if let Err(e) = st.file_setxattr(dst, key, &v, 0) {
+                        // A tier that cannot hold it (GlusterFS and
+                        // `security.capability`): the file stays where it is.
+                        tracing::warn!(name = ?key, error = %e, "the target tier cannot store an extended attribute of the file: it is not moved");
+                        return Err(e.into());
+                    }
+                }
                 // Removed since it was listed: the change counter moved.
                 Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {}
                 Err(e) => return Err(e.into()),
