@@ -494,7 +494,8 @@ impl Sim {
                 let s = *s;
                 pass.steps.pop_front();
                 self.model.busy.remove(&s.ino);
-                self.evicted(pass.next, s);
+                // Its requests were made one by one above.
+                let _ = self.evicted(pass.next, s);
             }
         }
         if pass.steps.is_empty() && pass.next <= now {
@@ -516,9 +517,7 @@ impl Sim {
     fn evict_for(&mut self, at: Timestamp, need: u64, keep: u64) -> Vec<(Tier, Req)> {
         let mut reqs = Vec::new();
         for s in self.victims(at, need, keep) {
-            let Some(moved) = self.off_ssd(s) else { continue };
-            reqs.extend(moved);
-            self.evicted(at, s);
+            reqs.extend(self.evicted(at, s).unwrap_or_default());
         }
         reqs
     }
@@ -544,15 +543,15 @@ impl Sim {
     }
 
     /// Applies the cleaner's eviction `s` at `at`, done, to the model and
-    /// the statistics (nothing if its file left the SSD meanwhile).
-    fn evicted(&mut self, at: Timestamp, s: Step) {
+    /// the statistics; returns its requests (None, and nothing applied, if
+    /// its file left the SSD meanwhile).
+    fn evicted(&mut self, at: Timestamp, s: Step) -> Option<Vec<(Tier, Req)>> {
         let counter = self.planner.stats.get(s.ino).map_or(0, |f| f.counter);
-        if self.take_off(at, s.ino, s.reason).is_none() {
-            return;
-        }
+        let reqs = self.take_off(at, s.ino, s.reason)?;
         self.counters.evictions += 1;
         self.planner.done(&s, counter);
         self.planner.cleaned(s.size);
+        Some(reqs)
     }
 
     /// Applies a completed move to the model and the statistics.
@@ -853,7 +852,7 @@ fn by_reason(c: &Counters) -> std::collections::BTreeMap<String, u64> {
     for (reason, kinds) in Reason::LABELS.iter().zip(&c.by_reason) {
         for (kind, &n) in Move::LABELS.iter().zip(kinds) {
             if n > 0 {
-                out.insert(format!("{reason} {kind}"), n);
+                out.insert(tierfs_bench::sweep::reason_key(reason, kind), n);
             }
         }
     }
@@ -1372,9 +1371,6 @@ mod tests {
         assert_eq!(sim.planner.stats.get(7).map(|f| f.residence), Some(Residence::Ssd));
     }
 
-    /// A simulation with `victim` bytes of a cold file and 10 MB of the
-    /// writer's file (inode 2) on an SSD they fill; the writer then grows
-    /// by 50 MB. Returns when the write may go on and where its file is.
     /// A file of 10 MB and a cold one of `victim` bytes fill the SSD; the
     /// measured run grows the first by 50 MB. Returns how long the write
     /// took (its wait for room included) and the report.

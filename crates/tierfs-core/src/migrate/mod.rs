@@ -611,14 +611,9 @@ impl<S: Store> Volume<S> {
         if now.size < cur.size {
             return Ok(CatchUp::Changed);
         }
-        let tail = crate::vfs::alloc_growth(cur.size, now.size);
-        if to == Tier::Ssd && tail > 0 {
-            // Never waits for room (the switch-over holds locks here): no
-            // room means copying again later.
-            if !self.hooks().reserve_ssd(ino, tail) {
-                return Ok(CatchUp::Changed);
-            }
-            *reserved += tail;
+        // No room means copying again later.
+        if !self.reserve_more(ino, to, crate::vfs::alloc_growth(cur.size, now.size), reserved) {
+            return Ok(CatchUp::Changed);
         }
         copy_range((sf, src), (st, dst), cur.size, now.size, ctl)?;
         st.file_utimens(dst, SetTime::At(now.atime), SetTime::At(now.mtime))?;
@@ -791,6 +786,20 @@ impl<S: Store> Volume<S> {
         Ok(Some(Outcome::Done(st0.size)))
     }
 
+    /// Adds `bytes` to a copy's SSD reservation `reserved` when it goes to
+    /// the SSD; false if there is no room. Never waits for room: the
+    /// switch-over holds the file's locks when it asks.
+    fn reserve_more(&self, ino: Ino, to: Tier, bytes: u64, reserved: &mut u64) -> bool {
+        if to != Tier::Ssd || bytes == 0 {
+            return true;
+        }
+        if !self.hooks().reserve_ssd(ino, bytes) {
+            return false;
+        }
+        *reserved += bytes;
+        true
+    }
+
     /// Copies the source again, with the file's writes held by the caller,
     /// into a fresh staged file that takes the place of `staged` (the
     /// stale one goes: it may hold xattrs the source lost, and not every
@@ -813,13 +822,8 @@ impl<S: Store> Volume<S> {
         if now.size > HELD_COPY_MAX {
             return Ok(false);
         }
-        let need = (now.blocks * 512).saturating_sub(*reserved);
-        if to == Tier::Ssd && need > 0 {
-            // Never waits for room: the caller holds the file's locks.
-            if !self.hooks().reserve_ssd(ino, need) {
-                return Ok(false);
-            }
-            *reserved += need;
+        if !self.reserve_more(ino, to, (now.blocks * 512).saturating_sub(*reserved), reserved) {
+            return Ok(false);
         }
         // From here the caller removes the fresh name whatever happens.
         let stale = std::mem::replace(staged, self.stage(st, staging, ino)?);
