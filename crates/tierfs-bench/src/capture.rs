@@ -150,6 +150,8 @@ fn merge(
         dirs,
         policies,
         ops: Some(counted),
+        // The mount cannot see where the workload's clock starts.
+        run_clock: false,
     };
     // Written aside and renamed: a trace that exists is whole (the
     // simulated sweep reuses the traces it finds).

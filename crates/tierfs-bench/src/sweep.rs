@@ -363,6 +363,25 @@ pub struct Row {
     /// results recorded before they were kept).
     #[serde(default)]
     pub run_moves: Option<RunMoves>,
+    /// With `--repeat`: the throughput (operations per second) of each
+    /// run, in the order they ran; the row is the run with the median one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repeats: Vec<f64>,
+}
+
+/// The run of `runs` with the median throughput (the lower of the middle
+/// two when there are an even number), and every run's throughput in
+/// order.
+pub fn median_run(runs: Vec<Row>) -> Option<Row> {
+    let all: Vec<f64> = runs.iter().map(|r| r.report.ops_per_sec).collect();
+    let mut order: Vec<usize> = (0..runs.len()).collect();
+    order.sort_by(|&a, &b| all[a].total_cmp(&all[b]));
+    let mid = *order.get(runs.len().saturating_sub(1) / 2)?;
+    let mut row = runs.into_iter().nth(mid)?;
+    if all.len() > 1 {
+        row.repeats = all;
+    }
+    Some(row)
 }
 
 /// What moved during the measured run, and what reached the HDD model.
@@ -505,6 +524,9 @@ pub struct Runner<'a> {
     /// Bytes the last preparation of each workload wrote (the next one's
     /// expected length).
     pub prepared: std::cell::RefCell<std::collections::HashMap<String, u64>>,
+    /// Each run this many times, the median kept (live runs vary by a
+    /// fifth between sweeps on a busy machine; the median of three less).
+    pub repeat: usize,
 }
 
 fn run_cmd(cmd: &mut Command) -> io::Result<()> {
@@ -693,7 +715,8 @@ impl Runner<'_> {
     /// Runs the whole preset.
     pub fn run(&mut self) -> io::Result<Vec<Row>> {
         let preset = self.preset;
-        let total = preset.runs();
+        let repeat = self.repeat.max(1);
+        let total = preset.runs() * repeat;
         let mut done = 0;
         let mut rows = Vec::new();
         for (wname, archs) in &preset.plan {
@@ -701,7 +724,7 @@ impl Runner<'_> {
                 .ok_or_else(|| io::Error::other(format!("unknown workload {wname}")))?;
             let warm =
                 (!preset.warmup.is_zero()).then(|| workload::by_name(wname, preset.warmup_params(wname))).flatten();
-            let mut one = |this: &mut Self, arch: &Arch, pct: u32, cap: Option<u64>, ws: u64| -> io::Result<Row> {
+            let mut once = |this: &mut Self, arch: &Arch, pct: u32, cap: Option<u64>, ws: u64| -> io::Result<Row> {
                 let label = if pct == 0 { arch.label.clone() } else { format!("{} at {pct}%", arch.label) };
                 (this.progress)(Progress::Run { done, total, label: &format!("{wname}: {label}") });
                 let (r, run, s, measured_ws) = this.run_one(w.as_ref(), warm.as_deref(), arch, cap)?;
@@ -721,10 +744,15 @@ impl Runner<'_> {
                     hdd_busy_secs: run.hdd_busy_secs,
                     run_moves: Some(run.moves),
                     report: r,
+                    repeats: Vec::new(),
                 };
                 let line = format!("{wname}: {label}: {:.0} ops/s", row.report.ops_per_sec);
                 (this.progress)(Progress::Finished { done, total, line: &line });
                 Ok(row)
+            };
+            let mut one = |this: &mut Self, arch: &Arch, pct: u32, cap: Option<u64>, ws: u64| -> io::Result<Row> {
+                let runs = (0..repeat).map(|_| once(this, arch, pct, cap, ws)).collect::<io::Result<Vec<Row>>>()?;
+                median_run(runs).ok_or_else(|| io::Error::other("no run"))
             };
             let hdd = one(self, &Arch::plain("hdd-only"), 0, None, w.working_set().unwrap_or(0))?;
             let ws = hdd.working_set.max(1);
@@ -758,6 +786,23 @@ mod tests {
                 .collect(),
             ..StatusReport::default()
         }
+    }
+
+    #[test]
+    fn a_repeated_run_keeps_the_median_one_and_every_throughput() {
+        let run = |ops: f64, moves: u64| Row {
+            report: Report { ops_per_sec: ops, ..Report::default() },
+            moves,
+            ..Row::default()
+        };
+        let m = median_run(vec![run(300.0, 1), run(220.0, 2), run(310.0, 3)]).unwrap();
+        assert_eq!((m.report.ops_per_sec, m.moves), (300.0, 1), "the whole median run, not a mix");
+        assert_eq!(m.repeats, vec![300.0, 220.0, 310.0]);
+        // Two: the lower; one: itself, with no list.
+        assert_eq!(median_run(vec![run(5.0, 1), run(4.0, 2)]).unwrap().moves, 2);
+        let one = median_run(vec![run(7.0, 1)]).unwrap();
+        assert!(one.repeats.is_empty());
+        assert!(median_run(Vec::new()).is_none());
     }
 
     #[test]

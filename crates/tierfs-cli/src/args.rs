@@ -577,6 +577,11 @@ pub enum BenchCmd {
         /// those already there.
         #[arg(long)]
         traces: Option<PathBuf>,
+        /// Run each architecture and size this many times and keep the
+        /// run with the median throughput (live runs only: the simulator
+        /// gives the same figures every time).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=9))]
+        repeat: u32,
     },
     /// Re-render a results folder (tables, charts, findings, README) from
     /// its rows.json, merging its notes.md.

@@ -191,7 +191,10 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 );
             }
         }
-        BenchCmd::Sweep { preset, out, work, only, arch, sizes, scale, sim, traces } => {
+        BenchCmd::Sweep { preset, out, work, only, arch, sizes, scale, sim, traces, repeat } => {
+            if *sim && *repeat > 1 {
+                bail!("--repeat goes with live runs: the simulator gives the same figures every time");
+            }
             let mut p =
                 Preset::named(preset).ok_or_else(|| anyhow::anyhow!("unknown preset {preset:?} (small or full)"))?;
             if !only.is_empty() {
@@ -226,14 +229,20 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
             std::fs::create_dir_all(work)?;
             let bin = std::env::current_exe()?;
             let started = Instant::now();
-            let bars = Progress::new(Some(p.runs() as u64));
+            let bars = Progress::new(Some((p.runs() * *repeat as usize) as u64));
             let progress = |e: SweepProgress<'_>| match e {
                 SweepProgress::Run { done, label, .. } => bars.step(done, label),
                 SweepProgress::Phase { name, length } => bars.phase(name, length),
                 SweepProgress::Finished { done, line, .. } => bars.finished(done, line),
             };
-            let mut runner =
-                Runner { bin, work: work.clone(), preset: &p, progress: &progress, prepared: Default::default() };
+            let mut runner = Runner {
+                bin,
+                work: work.clone(),
+                preset: &p,
+                progress: &progress,
+                prepared: Default::default(),
+                repeat: *repeat as usize,
+            };
             let rows = if *sim {
                 crate::sim_cmd::sweep(&runner, traces.as_deref())
             } else {

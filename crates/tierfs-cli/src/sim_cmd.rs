@@ -167,6 +167,7 @@ fn simulate_one(
         bytes_moved: r.total_bytes_moved,
         run_hit_ratio: Some(r.ssd_hit_ratio),
         hdd_busy_secs: Some(r.hdd_busy_secs),
+        repeats: Vec::new(),
         run_moves: Some(tierfs_bench::sweep::RunMoves {
             moves: r.moves,
             evictions: r.evictions,

@@ -2,9 +2,9 @@
 //! block trace holds, without file contents. The simulator replays them and
 //! the capacity planner analyses them (ARCHITECTURE.md, "Traces").
 //!
-//! Format version 2 (version 1 without the kinds `op` and `phase`, which
-//! this build reads too) is a text header of two lines and then binary
-//! records:
+//! Format version 3 (version 2 without the kind `stat`, version 1 without
+//! `op` and `phase` either; this build reads both) is a text header of two
+//! lines and then binary records:
 //!
 //! ```text
 //! tierfs-trace 1\n
@@ -28,7 +28,7 @@ use std::io::{self, BufRead, Write};
 /// The first line of every trace, without its version number.
 pub const MAGIC: &str = "tierfs-trace";
 /// The format version this build writes and reads.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// The oldest format version this build reads.
 pub const OLDEST: u32 = 1;
 
@@ -61,6 +61,10 @@ pub struct Meta {
     /// reads or appends, then delivers or deletes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ops: Option<u64>,
+    /// The measured run marks where the workload starts its clock
+    /// ([`PHASE_RUN`]); a replay times the run from there.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub run_clock: bool,
 }
 
 /// What happened.
@@ -86,8 +90,15 @@ pub enum Kind {
     /// half of a mail transaction); file, dir, off and len are 0.
     Op,
     /// A phase of a workload begins: `off` is 0 for the preparation, 1 for
-    /// the warm-up, 2 for the measured run.
+    /// the warm-up, 2 for the measured run, 3 where the measured run's
+    /// workload starts its clock ([`PHASE_RUN`]).
     Phase,
+    /// The file's attributes were read from its tier (an entry of a
+    /// directory listing, which the kernel asks with its attributes, or a
+    /// `stat` the kernel had not cached); `len` is its size. Generated
+    /// workloads have them; a mount's recording does not (lookups are not
+    /// access events).
+    Stat,
 }
 
 /// The phases a workload's trace marks with [`Kind::Phase`].
@@ -96,10 +107,14 @@ pub const PHASE_PREPARE: u64 = 0;
 pub const PHASE_WARMUP: u64 = 1;
 /// See [`PHASE_PREPARE`].
 pub const PHASE_MEASURE: u64 = 2;
+/// Within the measured run, the workload's own clock starts (after what
+/// it does first, such as listing its files): its time counts from here.
+/// A trace without one counts from [`PHASE_MEASURE`].
+pub const PHASE_RUN: u64 = 3;
 
 impl Kind {
     /// Every kind, in the order of their bytes on disk.
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 11] = [
         Kind::Read,
         Kind::Write,
         Kind::Create,
@@ -110,11 +125,12 @@ impl Kind {
         Kind::Move,
         Kind::Op,
         Kind::Phase,
+        Kind::Stat,
     ];
 
     /// Its name, lower case, for people and JSON.
     pub fn name(self) -> &'static str {
-        ["read", "write", "create", "remove", "truncate", "open", "close", "move", "op", "phase"][self as usize]
+        ["read", "write", "create", "remove", "truncate", "open", "close", "move", "op", "phase", "stat"][self as usize]
     }
 
     fn byte(self) -> u8 {
@@ -310,7 +326,9 @@ impl<R: BufRead> Reader<R> {
 
     fn next_record(&mut self) -> io::Result<Option<Record>> {
         let Some(kb) = self.byte()? else { return Ok(None) };
-        let kind = Kind::from_byte(kb).ok_or_else(|| bad(format!("record {}: unknown kind {kb}", self.index)))?;
+        let kind = Kind::from_byte(kb)
+            .filter(|&k| k != Kind::Stat || self.version >= 3)
+            .ok_or_else(|| bad(format!("record {}: unknown kind {kb}", self.index)))?;
         let dt = self.varint()?;
         let [file, dir, off, len] = [self.varint()?, self.varint()?, self.varint()?, self.varint()?];
         self.time_ns = self.time_ns.saturating_add(dt);
@@ -377,6 +395,7 @@ mod tests {
                 dirs: vec![[5, 1]],
                 policies: vec![(5, "on-demand-cache".into())],
                 ops: Some(3),
+                run_clock: true,
             };
             let (m, back) = decode(&encode(&meta, &recs)).unwrap();
             prop_assert_eq!(m, meta);
@@ -429,5 +448,16 @@ mod tests {
         let (m, recs) = decode(b"tierfs-trace 1\n{\"source\":\"x\"}\n\x00\x01\x02\x03\x04\x05").unwrap();
         assert_eq!(m.source, "x");
         assert_eq!(recs, vec![Record { time_ns: 1, file: 2, dir: 3, kind: Kind::Read, off: 4, len: 5 }]);
+    }
+
+    #[test]
+    fn a_stat_record_needs_version_3() {
+        let stat = Record { time_ns: 1, file: 2, dir: 3, kind: Kind::Stat, off: 0, len: 5 };
+        let bytes = encode(&Meta::default(), &[stat]);
+        assert!(bytes.starts_with(b"tierfs-trace 3\n"));
+        assert_eq!(decode(&bytes).unwrap().1, vec![stat]);
+        // A version 2 trace knows no such kind.
+        let e = decode(b"tierfs-trace 2\n{}\n\x0a\x01\x02\x03\x00\x05").unwrap_err();
+        assert!(e.to_string().contains("unknown kind 10"), "{e}");
     }
 }

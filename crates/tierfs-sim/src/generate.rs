@@ -45,7 +45,8 @@ pub fn simulate(cfg: &Config, run: &Run) -> io::Result<SimReport> {
     };
     let root = Path::new(ROOT);
     let (m, rx) = Model::new(root, run.cost, 64);
-    let mut meta = Meta { source: format!("workload:{}", run.workload), ..Meta::default() };
+    // The model marks where each run starts its clock.
+    let mut meta = Meta { source: format!("workload:{}", run.workload), run_clock: true, ..Meta::default() };
     if cfg.type_aware {
         // Made before the preparation, as the sweep sets their policies.
         for (sub, policy) in w.type_aware() {
