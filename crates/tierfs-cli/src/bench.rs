@@ -82,6 +82,12 @@ fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta,
     } else {
         "hit in the tables: requests the SSD served over all requests since the mount, preparation and warm-up included (these results predate the run's own ratio)"
     };
+    let repeats = rows.iter().map(|r| r.repeats.len()).max().unwrap_or(0);
+    let hit = if repeats > 1 {
+        format!("{hit}\n- each run made {repeats} times, the one with the median throughput kept (`repeats` in `rows.json` lists every run's)")
+    } else {
+        hit.to_string()
+    };
     let charts: String = report::tables(rows).iter().map(|t| format!("![{0}](chart-{0}.svg)\n", t.workload)).collect();
     let (title, how) = if meta.is_simulated() {
         (
