@@ -40,11 +40,12 @@ use tierfs_core::trace::{Kind, Record, PHASE_RUN};
 /// than one with a 4-KiB buffer, whatever it returned (the kernel maps the
 /// whole buffer of a direct read: the web server's read at the end of a
 /// file took 53 µs, mail's 20), and each KiB moved about 0.3 µs (a read of
-/// 63 KiB, 39 µs). A create took about 300 µs more than that, a remove
-/// about 60 µs more (the file server's create-and-write took 430 to 530 µs
-/// against the 180 µs its other requests account for, its remove 85 µs):
-/// the state database syncs its journal for each, and the backing file
-/// system's create waits for that sync.
+/// 63 KiB, 39 µs). A create took 250 to 350 µs more than that (the file
+/// server's create-and-write took 430 to 530 µs against the 180 µs its
+/// other requests account for; the default is the low end, since creates on
+/// that machine's disk varied from minute to minute), a remove about 60 µs
+/// more (85 µs): the state database syncs its journal for each, and the
+/// backing file system's create waits for that sync.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Cost {
     /// Per request.

@@ -23,9 +23,9 @@
 //! issued when the one before completed, plus the cost of a request outside
 //! the devices (the trace's own: the time the recorded, unemulated run took
 //! per request), until the run's duration of virtual time is over, counted
-//! from where the workload starts its clock when the trace marks it. A trace without marks (an imported block trace, a
-//! recording of a mount) replays open-loop at its recorded times and is
-//! measured whole.
+//! from where the workload starts its clock when the trace marks it. A
+//! trace without marks (an imported block trace, a recording of a mount)
+//! replays open-loop at its recorded times and is measured whole.
 //!
 //! Same trace, same settings: same report, byte for byte (nothing here
 //! reads a real clock or iterates a hash map into the output).
@@ -203,6 +203,11 @@ struct Model {
 }
 
 impl Model {
+    /// Where `ino` is (a file the model has not seen: on the HDD).
+    fn placement(&self, ino: u64) -> Placement {
+        self.files.get(&ino).unwrap_or(&NEW).placement
+    }
+
     /// What a file of `size` bytes takes on the SSD: whole allocation
     /// units. In the half-full runs of the small preset the SSD's last
     /// megabyte decides the hit ratio, and 500 files of 32 KB take
@@ -844,7 +849,7 @@ impl Sim {
             Kind::Stat => {
                 // The attributes come from the file's tier; the statistics
                 // do not count it as an access.
-                let tier = self.model.files.get(&ino).unwrap_or(&NEW).placement.read_tier();
+                let tier = self.model.placement(ino).read_tier();
                 self.submit(now, tier, Req::MetaRead { key: ino })
             }
             Kind::Close => {
@@ -862,11 +867,11 @@ impl Sim {
                     f.dir = r.dir;
                 }
                 self.event(ino, now, EventKind::Moved { parent: r.dir });
-                let placement = self.model.files.get(&ino).unwrap_or(&NEW).placement;
+                let placement = self.model.placement(ino);
                 self.submit_each(now, placement, Req::MetaWrite { key: ino })
             }
             Kind::Read => {
-                let tier = self.model.files.get(&ino).unwrap_or(&NEW).placement.read_tier();
+                let tier = self.model.placement(ino).read_tier();
                 self.counters.requests[tier.idx()] += 1;
                 let done = self.submit(now, tier, Req::Read { file: ino, off: r.off, len: r.len });
                 self.event(ino, now, EventKind::Read { off: r.off, len: r.len, tier, fragment: false });
