@@ -403,9 +403,22 @@ fn write_model(data: &mut Vec<u8>, off: usize, new: &[u8]) {
     data[off..off + new.len()].copy_from_slice(new);
 }
 
+/// Where `got` differs from `want`: the first and last differing offsets
+/// and the bytes around the first, so that a failure says whose bytes were
+/// read (each write of the test has its own first byte).
 fn differs(got: &[u8], want: &[u8]) -> String {
     let first = got.iter().zip(want).position(|(a, b)| a != b);
-    format!("want {} bytes; first difference at {first:?}", want.len())
+    let last = got.iter().zip(want).rposition(|(a, b)| a != b);
+    let near = |v: &[u8], at: usize| v[at.min(v.len())..(at + 12).min(v.len())].to_vec();
+    match first {
+        Some(at) => format!(
+            "want {} bytes; differences from {at} to {last:?}; there got {:?}, want {:?}",
+            want.len(),
+            near(got, at),
+            near(want, at)
+        ),
+        None => format!("want {} bytes; first difference at {first:?}", want.len()),
+    }
 }
 
 fn set_xattr(p: &Path, v: &[u8]) -> OpResult {
@@ -655,4 +668,135 @@ torture_tests! {
     torture_ssd_only => "ssd-only", "userspace";
     torture_dynamic_hot_dst_passthrough => "dynamic-hot-dst", "passthrough";
     torture_on_demand_cache_passthrough => "on-demand-cache", "passthrough";
+}
+
+/// The sequence of a GlusterFS failure of `torture_write_back_cache` (a
+/// hard link read back with other bytes from offset 8192 on, after its
+/// file was cut, grown and its other name replaced by a rename), run over
+/// and over by several threads while the write-back area fills, is
+/// scrubbed and evicted under them. Every read must return the file.
+///
+/// What broke: not tierfs. On GlusterFS the brick held the new bytes while
+/// reads through the volume's client, the mount's and the HDD tier's
+/// alike, returned zeros from 8192 on: the client's quick-read cache kept
+/// a small file's old bytes after tierfs wrote them back. With
+/// `performance.quick-read off` (`scripts/gluster.sh`, README) it passes.
+#[test]
+fn a_linked_file_cut_grown_and_renamed_over_reads_back_exact_under_write_back() {
+    let area = Area::new();
+    let state = area.path("state");
+    let m = Mounted::new(
+        &area,
+        &[
+            "--policy",
+            "write-back-cache",
+            "--io-mode",
+            "passthrough",
+            "--ssd-capacity",
+            "64K",
+            "--migrate-rate",
+            "0",
+            "--interval",
+            "1s",
+            "--state-dir",
+            state.to_str().unwrap(),
+        ],
+    );
+    let end = Instant::now() + Duration::from_secs(seconds().max(8));
+    let failed = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..WORKERS)
+        .map(|w| {
+            let root = m.p(&format!("w{w}"));
+            let failed = failed.clone();
+            std::thread::spawn(move || -> Result<u64, String> {
+                let (a, b) = (root.join("a"), root.join("b"));
+                fs::create_dir_all(&a).unwrap();
+                fs::create_dir_all(&b).unwrap();
+                let mut rng = Rng(0x5eed ^ ((w as u64 + 1) * 0x9E37_79B9));
+                let mut rounds = 0;
+                while Instant::now() < end && !failed.load(Ordering::Relaxed) {
+                    let (f, g, l) =
+                        (a.join(format!("f{rounds}")), a.join(format!("g{rounds}")), b.join(format!("l{rounds}")));
+                    let mut want = rng.bytes(4439);
+                    let at =
+                        |what: &'static str| move |e: std::io::Error| format!("worker {w} round {rounds}: {what}: {e}");
+                    fs::write(&f, &want).map_err(at("create"))?;
+                    let more = rng.bytes(4798);
+                    fs::OpenOptions::new()
+                        .append(true)
+                        .open(&f)
+                        .and_then(|mut h| h.write_all(&more))
+                        .map_err(at("append"))?;
+                    want.extend(&more);
+                    fs::hard_link(&f, &l).map_err(at("link"))?;
+                    let cut = |want: &mut Vec<u8>, len: usize| -> Result<(), String> {
+                        fs::OpenOptions::new()
+                            .write(true)
+                            .open(&f)
+                            .and_then(|h| h.set_len(len as u64))
+                            .map_err(|e| format!("worker {w} round {rounds}: truncate to {len}: {e}"))?;
+                        want.resize(len, 0);
+                        Ok(())
+                    };
+                    let append = |want: &mut Vec<u8>, rng: &mut Rng, n: usize| -> Result<(), String> {
+                        let more = rng.bytes(n);
+                        fs::OpenOptions::new()
+                            .append(true)
+                            .open(&f)
+                            .and_then(|mut h| h.write_all(&more))
+                            .map_err(|e| format!("worker {w} round {rounds}: append {n}: {e}"))?;
+                        want.extend(&more);
+                        Ok(())
+                    };
+                    let check = |want: &[u8], when: &str| -> Result<(), String> {
+                        let got = fs::read(&l).map_err(|e| format!("worker {w} round {rounds}: read {when}: {e}"))?;
+                        if got != want {
+                            return Err(format!(
+                                "worker {w} round {rounds}: read {when}: {} bytes, {}",
+                                got.len(),
+                                differs(&got, want)
+                            ));
+                        }
+                        Ok(())
+                    };
+                    cut(&mut want, 3605)?;
+                    append(&mut want, &mut rng, 3155)?;
+                    let data = rng.bytes(6135);
+                    fs::OpenOptions::new()
+                        .write(true)
+                        .open(&f)
+                        .and_then(|h| h.write_all_at(&data, 4035))
+                        .map_err(|e| format!("worker {w} round {rounds}: write: {e}"))?;
+                    write_model(&mut want, 4035, &data);
+                    check(&want, "after the write")?;
+                    cut(&mut want, 9292)?;
+                    append(&mut want, &mut rng, 1836)?;
+                    fs::write(&g, rng.bytes(500)).map_err(|e| format!("worker {w} round {rounds}: create: {e}"))?;
+                    fs::rename(&g, &f).map_err(|e| format!("worker {w} round {rounds}: rename: {e}"))?;
+                    for i in 0..4 {
+                        check(&want, &format!("after the rename ({i})"))?;
+                        std::thread::sleep(Duration::from_millis(rng.below(40)));
+                    }
+                    fs::remove_file(&l).map_err(|e| format!("worker {w} round {rounds}: unlink: {e}"))?;
+                    fs::remove_file(&f).map_err(|e| format!("worker {w} round {rounds}: unlink: {e}"))?;
+                    rounds += 1;
+                }
+                Ok(rounds)
+            })
+        })
+        .collect();
+    let mut errors = Vec::new();
+    let mut rounds = 0;
+    for t in threads {
+        match t.join().unwrap() {
+            Ok(n) => rounds += n,
+            Err(e) => {
+                failed.store(true, Ordering::Relaxed);
+                errors.push(e)
+            }
+        }
+    }
+    m.unmount();
+    assert!(errors.is_empty(), "{} rounds; {errors:#?}", rounds);
+    eprintln!("{rounds} rounds");
 }

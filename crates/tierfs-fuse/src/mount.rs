@@ -214,6 +214,16 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     // On the bare directories: the probe's calls are neither slowed by the
     // emulated devices nor counted by the meters.
     let features = [probe_tier(Tier::Ssd, &ssd), probe_tier(Tier::Hdd, &hdd)];
+    for (t, dir) in [(Tier::Ssd, &cfg.ssd), (Tier::Hdd, &cfg.hdd)] {
+        if file_system_type(dir).as_deref() == Some("fuse.glusterfs") {
+            tracing::warn!(
+                tier = %t,
+                "the tier is a GlusterFS volume: its client must not cache what tierfs writes, or reads return \
+                 old bytes; set performance.quick-read off and performance.stat-prefetch off on the volume \
+                 (README, \"A distributed file system as the HDD tier\")"
+            );
+        }
+    }
     let models: [Option<Emulation>; 2] = match &cfg.emulate {
         Some((ps, ph, cache)) => {
             let c: Arc<dyn tierfs_core::clock::Clock> = Arc::new(SystemClock);
@@ -436,6 +446,25 @@ fn mounted(mountpoint: &Path, dev: &str) -> bool {
     })
 }
 
+/// The type of the file system `dir` is on ("ext4", "fuse.glusterfs"), from
+/// the mount table's entry of its device; `None` if it is not found.
+fn file_system_type(dir: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(dir).ok()?.dev();
+    let want = format!("{}:{}", libc::major(dev), libc::minor(dev));
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mount_type_of(&text, &want)
+}
+
+/// The file system type of the first mount of device `dev` ("major:minor")
+/// in the text of /proc/self/mountinfo: the field after the " - ".
+fn mount_type_of(mountinfo: &str, dev: &str) -> Option<String> {
+    mountinfo.lines().find_map(|l| {
+        let (head, tail) = l.split_once(" - ")?;
+        (head.split(' ').nth(2) == Some(dev)).then(|| tail.split(' ').next().map(str::to_string))?
+    })
+}
+
 /// Undoes the octal escapes of /proc/self/mountinfo (\040 for a space).
 fn unescape_mount_path(s: &str) -> String {
     let b = s.as_bytes();
@@ -640,6 +669,17 @@ fn raise_fd_limit() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_systems_type_is_read_from_its_devices_mount() {
+        let table = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n\
+                     40 22 0:52 / /mnt/gv0 rw,relatime shared:20 - fuse.glusterfs host:/gv0 rw,user_id=0\n";
+        assert_eq!(mount_type_of(table, "0:52").as_deref(), Some("fuse.glusterfs"));
+        assert_eq!(mount_type_of(table, "8:1").as_deref(), Some("ext4"));
+        assert_eq!(mount_type_of(table, "0:53"), None);
+        // This machine's root is in its own table.
+        assert!(file_system_type(Path::new("/")).is_some());
+    }
 
     #[test]
     fn mount_table_paths_are_unescaped() {
