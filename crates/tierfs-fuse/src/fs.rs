@@ -240,7 +240,11 @@ impl<S: Store> Filesystem for TierFs<S> {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _linger = self.linger.guard();
         match self.vol.lookup(parent.0, name) {
-            Err(e) => match self.fail(e) {
+            // An absent name is the namespace's answer: no look at the
+            // tiers' roots (two path lookups on every create of a new
+            // name). Where a backing copy vanished, `Volume::lookup`
+            // reconciled the directory, which checks them, first.
+            Err(e) => match if e.is(libc::ENOENT) { errno(&e) } else { self.fail(e) } {
                 // The name's absence is cached too (an entry of inode 0): a
                 // name appears only through a request the kernel sees.
                 Errno::ENOENT if !self.ttl.is_zero() => reply.entry(&self.ttl, &absent(), Generation(0)),
