@@ -238,4 +238,39 @@ fn the_sweep_runs_in_the_simulator_and_writes_the_usual_results() {
     let first = std::fs::read_to_string(out.join("results.csv")).unwrap();
     ok(&args);
     assert_eq!(std::fs::read_to_string(out.join("results.csv")).unwrap(), first);
+    // An interval architecture at two phases of its interval: both kept in
+    // `repeats`, the row the slower (the lower of the middle two).
+    let phased = dir.path().join("phased");
+    let (p, w) = (phased.to_str().unwrap(), work.to_str().unwrap());
+    ok(&[
+        "bench",
+        "sweep",
+        "--sim",
+        "--only",
+        "webserver-zipf",
+        "--arch",
+        "interval-hot-dst-2s",
+        "--sizes",
+        "50",
+        "--phases",
+        "2",
+        "--scale",
+        "0.004",
+        "--out",
+        p,
+        "--work",
+        w,
+    ]);
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(phased.join("rows.json")).unwrap()).unwrap();
+    let row = rows.iter().find(|r| r["arch"] == "interval-hot-dst-2s").unwrap();
+    let runs: Vec<f64> = row["repeats"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert_eq!(runs.len(), 2, "{row}");
+    assert_eq!(row["report"]["ops_per_sec"].as_f64().unwrap(), runs[0].min(runs[1]), "{row}");
+    assert!(rows.iter().filter(|r| r["arch"] != "interval-hot-dst-2s").all(|r| r.get("repeats").is_none()));
+    assert!(std::fs::read_to_string(phased.join("README.md")).unwrap().contains("phases of its interval"));
+    // A live run's phase is not chosen.
+    let out = tierfs(&["bench", "sweep", "--phases", "2", "--out", p, "--work", w]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--phases goes with --sim"));
 }

@@ -582,6 +582,13 @@ pub enum BenchCmd {
         /// gives the same figures every time).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=9))]
         repeat: u32,
+        /// With --sim: simulate each interval architecture with the
+        /// workload starting at this many evenly spaced phases of its
+        /// interval and keep the run with the median throughput (on a
+        /// mount, where the interval runs fall depends on when the
+        /// workload starts).
+        #[arg(long, default_value_t = tierfs_sim::sim::DEFAULT_PHASES, value_parser = clap::value_parser!(u32).range(1..=32))]
+        phases: u32,
     },
     /// Re-render a results folder (tables, charts, findings, README) from
     /// its rows.json, merging its notes.md.

@@ -83,7 +83,9 @@ fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta,
         "hit in the tables: requests the SSD served over all requests since the mount, preparation and warm-up included (these results predate the run's own ratio)"
     };
     let repeats = rows.iter().map(|r| r.repeats.len()).max().unwrap_or(0);
-    let hit = if repeats > 1 {
+    let hit = if repeats > 1 && meta.is_simulated() {
+        format!("{hit}\n- each interval architecture simulated with the workload starting at {repeats} evenly spaced phases of its interval (on a mount, where the interval runs fall depends on when the workload starts), the run with the median throughput kept (`repeats` in `rows.json` lists every run's)")
+    } else if repeats > 1 {
         format!("{hit}\n- each run made {repeats} times, the one with the median throughput kept (`repeats` in `rows.json` lists every run's)")
     } else {
         hit.to_string()
@@ -197,9 +199,12 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 );
             }
         }
-        BenchCmd::Sweep { preset, out, work, only, arch, sizes, scale, sim, traces, repeat } => {
+        BenchCmd::Sweep { preset, out, work, only, arch, sizes, scale, sim, traces, repeat, phases } => {
             if *sim && *repeat > 1 {
                 bail!("--repeat goes with live runs: the simulator gives the same figures every time");
+            }
+            if !*sim && *phases != tierfs_sim::sim::DEFAULT_PHASES {
+                bail!("--phases goes with --sim: a live run's phase is wherever its start puts it");
             }
             let mut p =
                 Preset::named(preset).ok_or_else(|| anyhow::anyhow!("unknown preset {preset:?} (small or full)"))?;
@@ -250,7 +255,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 repeat: *repeat as usize,
             };
             let rows = if *sim {
-                crate::sim_cmd::sweep(&runner, traces.as_deref())
+                crate::sim_cmd::sweep(&runner, traces.as_deref(), *phases)
             } else {
                 if traces.is_some() {
                     bail!("--traces goes with --sim");

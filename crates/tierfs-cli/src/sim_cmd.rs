@@ -133,6 +133,7 @@ fn simulate_one(
     time_bounded: bool,
     duration: std::time::Duration,
     emulate: &(tierfs_core::device::Profile, tierfs_core::device::Profile, u64),
+    phases: u32,
     (arch, pct, cap, ws): (&Arch, u32, u64, u64),
 ) -> Result<std::result::Result<Row, String>> {
     if !arch.extra.is_empty() {
@@ -144,10 +145,28 @@ fn simulate_one(
     };
     cfg.type_aware = arch.type_aware;
     cfg.duration = time_bounded.then_some(duration);
+    // An interval policy at several phases of its interval, the median
+    // kept (`sim::leads`).
+    let mut rows = Vec::new();
+    for lead in sim::leads(&cfg, phases) {
+        cfg.lead = lead;
+        rows.push(simulated_row(req, wname, time_bounded, &cfg, (arch, pct, cap, ws))?);
+    }
+    Ok(Ok(tierfs_bench::sweep::median_run(rows).ok_or_else(|| anyhow!("no run of {wname}"))?))
+}
+
+/// One replay of a simulated run, as its row.
+fn simulated_row(
+    req: &Requests,
+    wname: &str,
+    time_bounded: bool,
+    cfg: &Config,
+    (arch, pct, cap, ws): (&Arch, u32, u64, u64),
+) -> Result<Row> {
     let r = match req {
-        Requests::Generated(run) => sim_gen::simulate(&cfg, run).with_context(|| format!("simulating {wname}"))?,
+        Requests::Generated(run) => sim_gen::simulate(cfg, run).with_context(|| format!("simulating {wname}"))?,
         Requests::Recorded(meta, records) => {
-            sim::replay(&cfg, meta, records).with_context(|| format!("replaying the recording of {wname}"))?
+            sim::replay(cfg, meta, records).with_context(|| format!("replaying the recording of {wname}"))?
         }
     };
     let mut report = r.report.clone();
@@ -155,7 +174,7 @@ fn simulate_one(
     if !time_bounded {
         report.txn_time_secs = Some(report.secs);
     }
-    Ok(Ok(Row {
+    Ok(Row {
         workload: wname.to_string(),
         arch: arch.label.clone(),
         pct,
@@ -178,7 +197,7 @@ fn simulate_one(
             by_reason: r.by_reason.clone(),
         }),
         report,
-    }))
+    })
 }
 
 /// `tierfs bench sweep --sim`: every run of the preset in the simulator,
@@ -187,7 +206,11 @@ fn simulate_one(
 /// emulation, kept there and reused, and replayed). The runs of a workload
 /// after its baselines go on as many threads as there are CPUs. Rows as
 /// the live sweep writes them, in the preset's order.
-pub fn sweep(runner: &tierfs_bench::sweep::Runner<'_>, traces: Option<&std::path::Path>) -> Result<Vec<Row>> {
+pub fn sweep(
+    runner: &tierfs_bench::sweep::Runner<'_>,
+    traces: Option<&std::path::Path>,
+    phases: u32,
+) -> Result<Vec<Row>> {
     use tierfs_bench::sweep::Progress as P;
     let preset = runner.preset;
     if let Some(t) = traces {
@@ -235,7 +258,7 @@ pub fn sweep(runner: &tierfs_bench::sweep::Runner<'_>, traces: Option<&std::path
             }
         };
         let one = |arch: &Arch, pct: u32, cap: u64, ws: u64| {
-            simulate_one(&req, wname, w.time_bounded(), p.duration, &emulate, (arch, pct, cap, ws))
+            simulate_one(&req, wname, w.time_bounded(), p.duration, &emulate, phases, (arch, pct, cap, ws))
         };
         let label =
             |arch: &Arch, pct: u32| if pct == 0 { arch.label.clone() } else { format!("{} at {pct}%", arch.label) };
