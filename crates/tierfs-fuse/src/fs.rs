@@ -239,18 +239,14 @@ impl<S: Store> Filesystem for TierFs<S> {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _linger = self.linger.guard();
-        match self.vol.lookup(parent.0, name) {
-            // An absent name is the namespace's answer: no look at the
-            // tiers' roots (two path lookups on every create of a new
-            // name). Where a backing copy vanished, `Volume::lookup`
-            // reconciled the directory, which checks them, first.
-            Err(e) => match if e.is(libc::ENOENT) { errno(&e) } else { self.fail(e) } {
-                // The name's absence is cached too (an entry of inode 0): a
-                // name appears only through a request the kernel sees.
-                Errno::ENOENT if !self.ttl.is_zero() => reply.entry(&self.ttl, &absent(), Generation(0)),
-                e => reply.error(e),
-            },
-            found => entry(self, reply, found),
+        match self.vol.lookup_present(parent.0, name) {
+            Ok(Some(a)) => reply.entry(&self.ttl, &fuse_attr(&a), Generation(0)),
+            // The name's absence is cached too (an entry of inode 0): a
+            // name appears only through a request the kernel sees. No look
+            // at the tiers' roots for it (`Volume::lookup_present`).
+            Ok(None) if !self.ttl.is_zero() => reply.entry(&self.ttl, &absent(), Generation(0)),
+            Ok(None) => reply.error(Errno::ENOENT),
+            Err(e) => reply.error(self.fail(e)),
         }
     }
 

@@ -52,6 +52,11 @@ struct Inner {
     features: super::features::Features,
     /// New objects lose their set-ID bits, as on GlusterFS.
     drops_id_bits: bool,
+    /// The root is gone, as a removed or unmounted backing directory
+    /// ([`Store::healthy`] says so; the nodes stay).
+    vanished: bool,
+    /// How many times [`Store::healthy`] was asked.
+    health_checks: u64,
 }
 
 /// See the module documentation.
@@ -118,9 +123,21 @@ impl MemStore {
                 capacity: u64::MAX,
                 features: Default::default(),
                 drops_id_bits: false,
+                vanished: false,
+                health_checks: 0,
             })),
             gate: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// From now on the store's root is gone ([`Store::healthy`] is false).
+    pub fn vanish(&self) {
+        self.inner.lock().vanished = true;
+    }
+
+    /// How many times [`Store::healthy`] was asked.
+    pub fn health_checks(&self) -> u64 {
+        self.inner.lock().health_checks
     }
 
     /// Installs (or with `None` removes) a test gate; see [`Gate`].
@@ -353,6 +370,12 @@ impl Inner {
 impl Store for MemStore {
     type Dir = MemDir;
     type File = MemFile;
+
+    fn healthy(&self) -> bool {
+        let mut g = self.inner.lock();
+        g.health_checks += 1;
+        !g.vanished
+    }
 
     fn holes_coherent(&self) -> bool {
         self.inner.lock().features.sparse

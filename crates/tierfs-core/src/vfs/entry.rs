@@ -13,14 +13,29 @@ use std::io;
 impl<S: Store> Volume<S> {
     /// Looks up `name` in `parent`.
     pub fn lookup(&self, parent: Ino, name: &OsStr) -> Result<Attr> {
+        self.lookup_present(parent, name)?.ok_or_else(|| Error::errno(libc::ENOENT))
+    }
+
+    /// [`Volume::lookup`] with the absence of the name as `Ok(None)`: the
+    /// namespace's answer, which needs no look at the tiers where the
+    /// directory was reconciled before (every create of a new name asks
+    /// it), and is given after checking them where it rests on what the
+    /// backing directories showed just now (an adoption, or a copy that
+    /// vanished), since a vanished tier shows nothing either. Every error
+    /// is an error, never an absence: a state database that cannot be read
+    /// is not a missing name. Review finding: with the absence an ENOENT,
+    /// the FUSE adapter could not tell it from a failed read of the state
+    /// database on a vanished SSD and answered that with a cached
+    /// negative entry.
+    pub fn lookup_present(&self, parent: Ino, name: &OsStr) -> Result<Option<Attr>> {
         check_name(name)?;
         if is_reserved(parent, name) {
-            return err(libc::ENOENT);
+            return Ok(None);
         }
         for attempt in 0..2 {
             match self.ns.lookup(parent, name)? {
                 Some((ino, _)) => match self.getattr(ino) {
-                    Ok(a) => return Ok(a),
+                    Ok(a) => return Ok(Some(a)),
                     // The backing copy went away behind our back: look again.
                     Err(e) if e.is(libc::ENOENT) && attempt == 0 => self.reconcile(parent, true)?,
                     Err(e) => return Err(e),
@@ -28,10 +43,12 @@ impl<S: Store> Volume<S> {
                 // Not in the database yet: the name may be waiting for its
                 // adoption (up to it when the adopter has the directory).
                 None if attempt == 0 && !self.is_verified(parent) => self.await_adopted(parent, name)?,
-                None => return err(libc::ENOENT),
+                None if attempt == 0 => return Ok(None),
+                None => break,
             }
         }
-        err(libc::ENOENT)
+        self.check_tiers()?;
+        Ok(None)
     }
 
     fn parent_dir_record(&self, parent: Ino) -> Result<InodeRecord> {

@@ -220,6 +220,10 @@ impl<S: Store> Volume<S> {
     /// Commits one part of a reconciliation, then tells the SSD account and
     /// the engine what it adopted, re-placed or forgot.
     fn commit_adopted(&self, b: Batch, events: Vec<(Ino, EventKind)>) -> Result<()> {
+        // A tier that vanished since the reconciliation began lists
+        // nothing and stats nothing: its names would be dropped or left
+        // out as gone (review finding; it was checked at the start only).
+        self.check_tiers()?;
         self.ns.commit(b, false)?;
         let hooks = self.hooks();
         for (ino, ev) in &events {

@@ -45,6 +45,30 @@ fn on(v: &Volume<MemStore>, parent: Ino, name: &str, t: Tier) -> bool {
     v.stat_on(parent, OsStr::new(name), t).is_ok()
 }
 
+/// The metadata loop and a review finding: the absence of a name in a
+/// reconciled directory is the namespace's answer, with no look at the
+/// tiers (the kernel asks it before every create); where the answer rests
+/// on what the backing directories show (a copy that vanished), a vanished
+/// tier is EIO, not an absent name the kernel would cache.
+#[test]
+fn an_absent_name_is_the_namespaces_answer_and_a_vanished_tier_is_an_error() {
+    let v = volume();
+    file(&v, ROOT_INO, "f", b"x");
+    v.reconcile(ROOT_INO, false).unwrap();
+    let checks = || v.tiers.store(Tier::Ssd).health_checks() + v.tiers.store(Tier::Hdd).health_checks();
+    let before = checks();
+    assert!(v.lookup_present(ROOT_INO, OsStr::new("absent")).unwrap().is_none());
+    assert_eq!(checks(), before, "no look at the tiers for an absent name");
+    assert!(v.lookup(ROOT_INO, OsStr::new("absent")).unwrap_err().is(libc::ENOENT));
+    assert!(v.lookup_present(ROOT_INO, OsStr::new("f")).unwrap().is_some());
+    // Its tier gone (and its copy with it): an error, never "absent".
+    let t = if on(&v, ROOT_INO, "f", Tier::Ssd) { Tier::Ssd } else { Tier::Hdd };
+    let s = v.tiers.store(t);
+    s.unlink(&s.root().unwrap(), OsStr::new("f")).unwrap();
+    s.vanish();
+    assert!(v.lookup_present(ROOT_INO, OsStr::new("f")).unwrap_err().is(libc::EIO));
+}
+
 #[test]
 fn rename_over_a_file_on_the_other_tier() {
     let v = volume();
