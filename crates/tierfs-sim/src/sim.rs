@@ -94,7 +94,8 @@ pub struct Config {
 
 /// The leads at which the sweep simulates an architecture, keeping the
 /// run with the median throughput: for an interval policy, `phases` evenly
-/// spaced over its interval (on a mount the interval runs fall wherever
+/// spaced over the period its runs come round (its interval, rounded up to
+/// whole ticks; on a mount the interval runs fall wherever
 /// the time since the mount puts them, and a run with one more interval
 /// run in it may move twice as many files: webserver-zipf's 2-s interval
 /// at half the working set gave 851 to 1 409 operations/s over eight
@@ -103,8 +104,12 @@ pub struct Config {
 pub fn leads(cfg: &Config, phases: u32) -> Vec<Duration> {
     match cfg.policy {
         PolicyKind::IntervalHotDst | PolicyKind::IntervalCache => {
+            // The runs come at ticks: every whole number of ticks not
+            // shorter than the interval (250 ms at 100-ms ticks: 300 ms).
+            let tick = cfg.tick.as_nanos().max(1);
+            let period = Duration::from_nanos((cfg.params.interval.as_nanos().div_ceil(tick) * tick) as u64);
             let n = phases.max(1);
-            (0..n).map(|k| cfg.params.interval * k / n).collect()
+            (0..n).map(|k| period * k / n).collect()
         }
         _ => vec![Duration::ZERO],
     }
@@ -1673,6 +1678,10 @@ mod tests {
         let ms = Duration::from_millis;
         assert_eq!(leads(&cfg, 4), vec![ms(0), ms(500), ms(1000), ms(1500)]);
         assert_eq!(leads(&cfg, 1), vec![ms(0)]);
+        // Over the period the runs really have: 250 ms at 100-ms ticks
+        // comes round every 300 ms (review finding).
+        cfg.params.interval = ms(250);
+        assert_eq!(leads(&cfg, 3), vec![ms(0), ms(100), ms(200)]);
         assert_eq!(leads(&Config::new(PolicyKind::DynamicHotDst, 0), 4), vec![ms(0)]);
     }
 
