@@ -132,7 +132,6 @@ fn the_checked_in_small_sweep_is_consistent_with_its_raw_data() {
 #[test]
 fn the_simulator_agrees_with_the_checked_in_live_small_sweep() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let read = rows_in;
     let area = Area::new();
     let (out, work) = (area.path("out"), area.path("work"));
     let o = tierfs(&[
@@ -147,8 +146,8 @@ fn the_simulator_agrees_with_the_checked_in_live_small_sweep() {
         work.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let sim = read(&out.join("rows.json"));
-    let live = read(&root.join("results/small/rows.json"));
+    let sim = rows_in(&out.join("rows.json"));
+    let live = rows_in(&root.join("results/small/rows.json"));
     let f = tierfs_bench::report::fidelity(&live, &sim);
     assert_eq!(f.len(), 6, "every workload of the preset compared");
     for w in &f {
@@ -157,7 +156,7 @@ fn the_simulator_agrees_with_the_checked_in_live_small_sweep() {
             w.pairs.iter().filter(|p| (p.3 / p.2 - 1.0).abs() > 0.25).collect::<Vec<_>>()
         });
     }
-    let checked_in = read(&root.join("results/sim-small/rows.json"));
+    let checked_in = rows_in(&root.join("results/sim-small/rows.json"));
     let ops = |rows: &[tierfs_bench::sweep::Row]| -> Vec<(String, String, u32, f64)> {
         rows.iter().map(|r| (r.workload.clone(), r.arch.clone(), r.pct, r.report.ops_per_sec)).collect()
     };

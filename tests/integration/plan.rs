@@ -213,56 +213,26 @@ fn the_sweep_runs_in_the_simulator_and_writes_the_usual_results() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let work = dir.path().join("work");
-    let args = [
-        "bench",
-        "sweep",
-        "--sim",
-        "--only",
-        "webserver-zipf",
-        "--arch",
-        "on-demand-cache",
-        "--scale",
-        "0.004",
-        "--out",
-        out.to_str().unwrap(),
-        "--work",
-        work.to_str().unwrap(),
-    ];
-    ok(&args);
-    let rows: Vec<serde_json::Value> =
-        serde_json::from_str(&std::fs::read_to_string(out.join("rows.json")).unwrap()).unwrap();
+    // A simulated sweep of webserver-zipf, small, into `out`.
+    let sweep = |out: &std::path::Path, more: &[&str]| -> Vec<serde_json::Value> {
+        let mut args = vec!["bench", "sweep", "--sim", "--only", "webserver-zipf", "--scale", "0.004"];
+        args.extend(more);
+        args.extend(["--out", out.to_str().unwrap(), "--work", work.to_str().unwrap()]);
+        ok(&args);
+        serde_json::from_str(&std::fs::read_to_string(out.join("rows.json")).unwrap()).unwrap()
+    };
+    let rows = sweep(&out, &["--arch", "on-demand-cache"]);
     let archs: Vec<&str> = rows.iter().map(|r| r["arch"].as_str().unwrap()).collect();
     assert_eq!(archs, ["hdd-only", "ssd-only", "on-demand-cache", "on-demand-cache", "on-demand-cache"]);
     assert!(out.join("README.md").exists() && out.join("chart-webserver-zipf.svg").exists());
     // The trace is kept and reused: a second sweep gives the same rows.
     let first = std::fs::read_to_string(out.join("results.csv")).unwrap();
-    ok(&args);
+    sweep(&out, &["--arch", "on-demand-cache"]);
     assert_eq!(std::fs::read_to_string(out.join("results.csv")).unwrap(), first);
     // An interval architecture at two phases of its interval: both kept in
     // `repeats`, the row the slower (the lower of the middle two).
     let phased = dir.path().join("phased");
-    let (p, w) = (phased.to_str().unwrap(), work.to_str().unwrap());
-    ok(&[
-        "bench",
-        "sweep",
-        "--sim",
-        "--only",
-        "webserver-zipf",
-        "--arch",
-        "interval-hot-dst-2s",
-        "--sizes",
-        "50",
-        "--phases",
-        "2",
-        "--scale",
-        "0.004",
-        "--out",
-        p,
-        "--work",
-        w,
-    ]);
-    let rows: Vec<serde_json::Value> =
-        serde_json::from_str(&std::fs::read_to_string(phased.join("rows.json")).unwrap()).unwrap();
+    let rows = sweep(&phased, &["--arch", "interval-hot-dst-2s", "--sizes", "50", "--phases", "2"]);
     let row = rows.iter().find(|r| r["arch"] == "interval-hot-dst-2s").unwrap();
     let runs: Vec<f64> = row["repeats"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
     assert_eq!(runs.len(), 2, "{row}");
@@ -270,6 +240,7 @@ fn the_sweep_runs_in_the_simulator_and_writes_the_usual_results() {
     assert!(rows.iter().filter(|r| r["arch"] != "interval-hot-dst-2s").all(|r| r.get("repeats").is_none()));
     assert!(std::fs::read_to_string(phased.join("README.md")).unwrap().contains("phases of its interval"));
     // A live run's phase is not chosen.
+    let (p, w) = (phased.to_str().unwrap(), work.to_str().unwrap());
     let out = tierfs(&["bench", "sweep", "--phases", "2", "--out", p, "--work", w]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--phases goes with --sim"));

@@ -462,15 +462,21 @@ fn base_seed() -> u64 {
     std::env::var("TIERFS_TORTURE_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x7153_2a5e_9d01_c4b3)
 }
 
-/// Runs the torture test for one configuration.
-fn torture(name: &str, args: &[&str]) {
-    let seed = base_seed() ^ name.bytes().fold(0u64, |h, b| h.wrapping_mul(131).wrapping_add(b as u64));
-    let area = Area::new();
+/// A mount with `args` on a tiny SSD (64 KiB) with unlimited migration
+/// rate and a 1-s interval, so that files move all the time.
+fn mount_tiny(area: &Area, args: &[&str]) -> Mounted {
     let state = area.path("state");
     let mut args: Vec<&str> = args.to_vec();
     args.extend(["--ssd-capacity", "64K", "--migrate-rate", "0", "--interval", "1s", "--state-dir"]);
     args.push(state.to_str().unwrap());
-    let m = Mounted::new(&area, &args);
+    Mounted::new(area, &args)
+}
+
+/// Runs the torture test for one configuration.
+fn torture(name: &str, args: &[&str]) {
+    let seed = base_seed() ^ name.bytes().fold(0u64, |h, b| h.wrapping_mul(131).wrapping_add(b as u64));
+    let area = Area::new();
+    let m = mount_tiny(&area, args);
     let stop = Arc::new(AtomicBool::new(false));
     let mut handles = Vec::new();
     let mut progress = Vec::new();
@@ -589,7 +595,7 @@ fn torture(name: &str, args: &[&str]) {
     let t = Instant::now();
     m.unmount();
     assert!(t.elapsed() < Duration::from_secs(10), "{name}: unmount took {:?}", t.elapsed());
-    let m = Mounted::new(&area, &args);
+    let m = mount_tiny(&area, args);
     check(&m, &format!("{name}, after a remount"));
     m.unmount();
     // Shown with --nocapture (scripts/long-tests.sh).
@@ -684,25 +690,9 @@ torture_tests! {
 #[test]
 fn a_linked_file_cut_grown_and_renamed_over_reads_back_exact_under_write_back() {
     let area = Area::new();
-    let state = area.path("state");
-    let m = Mounted::new(
-        &area,
-        &[
-            "--policy",
-            "write-back-cache",
-            "--io-mode",
-            "passthrough",
-            "--ssd-capacity",
-            "64K",
-            "--migrate-rate",
-            "0",
-            "--interval",
-            "1s",
-            "--state-dir",
-            state.to_str().unwrap(),
-        ],
-    );
+    let m = mount_tiny(&area, &["--policy", "write-back-cache", "--io-mode", "passthrough"]);
     let end = Instant::now() + Duration::from_secs(seconds().max(8));
+    // Set by the first worker that fails: the others stop.
     let failed = Arc::new(AtomicBool::new(false));
     let threads: Vec<_> = (0..WORKERS)
         .map(|w| {
@@ -715,70 +705,11 @@ fn a_linked_file_cut_grown_and_renamed_over_reads_back_exact_under_write_back() 
                 let mut rng = Rng(0x5eed ^ ((w as u64 + 1) * 0x9E37_79B9));
                 let mut rounds = 0;
                 while Instant::now() < end && !failed.load(Ordering::Relaxed) {
-                    let (f, g, l) =
-                        (a.join(format!("f{rounds}")), a.join(format!("g{rounds}")), b.join(format!("l{rounds}")));
-                    let mut want = rng.bytes(4439);
-                    let at =
-                        |what: &'static str| move |e: std::io::Error| format!("worker {w} round {rounds}: {what}: {e}");
-                    fs::write(&f, &want).map_err(at("create"))?;
-                    let more = rng.bytes(4798);
-                    fs::OpenOptions::new()
-                        .append(true)
-                        .open(&f)
-                        .and_then(|mut h| h.write_all(&more))
-                        .map_err(at("append"))?;
-                    want.extend(&more);
-                    fs::hard_link(&f, &l).map_err(at("link"))?;
-                    let cut = |want: &mut Vec<u8>, len: usize| -> Result<(), String> {
-                        fs::OpenOptions::new()
-                            .write(true)
-                            .open(&f)
-                            .and_then(|h| h.set_len(len as u64))
-                            .map_err(|e| format!("worker {w} round {rounds}: truncate to {len}: {e}"))?;
-                        want.resize(len, 0);
-                        Ok(())
-                    };
-                    let append = |want: &mut Vec<u8>, rng: &mut Rng, n: usize| -> Result<(), String> {
-                        let more = rng.bytes(n);
-                        fs::OpenOptions::new()
-                            .append(true)
-                            .open(&f)
-                            .and_then(|mut h| h.write_all(&more))
-                            .map_err(|e| format!("worker {w} round {rounds}: append {n}: {e}"))?;
-                        want.extend(&more);
-                        Ok(())
-                    };
-                    let check = |want: &[u8], when: &str| -> Result<(), String> {
-                        let got = fs::read(&l).map_err(|e| format!("worker {w} round {rounds}: read {when}: {e}"))?;
-                        if got != want {
-                            return Err(format!(
-                                "worker {w} round {rounds}: read {when}: {} bytes, {}",
-                                got.len(),
-                                differs(&got, want)
-                            ));
-                        }
-                        Ok(())
-                    };
-                    cut(&mut want, 3605)?;
-                    append(&mut want, &mut rng, 3155)?;
-                    let data = rng.bytes(6135);
-                    fs::OpenOptions::new()
-                        .write(true)
-                        .open(&f)
-                        .and_then(|h| h.write_all_at(&data, 4035))
-                        .map_err(|e| format!("worker {w} round {rounds}: write: {e}"))?;
-                    write_model(&mut want, 4035, &data);
-                    check(&want, "after the write")?;
-                    cut(&mut want, 9292)?;
-                    append(&mut want, &mut rng, 1836)?;
-                    fs::write(&g, rng.bytes(500)).map_err(|e| format!("worker {w} round {rounds}: create: {e}"))?;
-                    fs::rename(&g, &f).map_err(|e| format!("worker {w} round {rounds}: rename: {e}"))?;
-                    for i in 0..4 {
-                        check(&want, &format!("after the rename ({i})"))?;
-                        std::thread::sleep(Duration::from_millis(rng.below(40)));
+                    let r = linked_round(w, rounds, &mut rng, &a, &b);
+                    if r.is_err() {
+                        failed.store(true, Ordering::Relaxed);
                     }
-                    fs::remove_file(&l).map_err(|e| format!("worker {w} round {rounds}: unlink: {e}"))?;
-                    fs::remove_file(&f).map_err(|e| format!("worker {w} round {rounds}: unlink: {e}"))?;
+                    r?;
                     rounds += 1;
                 }
                 Ok(rounds)
@@ -790,13 +721,69 @@ fn a_linked_file_cut_grown_and_renamed_over_reads_back_exact_under_write_back() 
     for t in threads {
         match t.join().unwrap() {
             Ok(n) => rounds += n,
-            Err(e) => {
-                failed.store(true, Ordering::Relaxed);
-                errors.push(e)
-            }
+            Err(e) => errors.push(e),
         }
     }
     m.unmount();
     assert!(errors.is_empty(), "{} rounds; {errors:#?}", rounds);
     eprintln!("{rounds} rounds");
+}
+
+/// One round of worker `w` of
+/// [`a_linked_file_cut_grown_and_renamed_over_reads_back_exact_under_write_back`]:
+/// a file in `a` with a hard link in `b`, cut, grown, written, its name in
+/// `a` replaced by a rename, and the link read back after each change.
+fn linked_round(w: usize, round: u64, rng: &mut Rng, a: &Path, b: &Path) -> Result<(), String> {
+    let (f, g, l) = (a.join(format!("f{round}")), a.join(format!("g{round}")), b.join(format!("l{round}")));
+    let fail = |what: &str, e: std::io::Error| format!("worker {w} round {round}: {what}: {e}");
+    let cut = |want: &mut Vec<u8>, len: usize| -> Result<(), String> {
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&f)
+            .and_then(|h| h.set_len(len as u64))
+            .map_err(|e| fail(&format!("truncate to {len}"), e))?;
+        want.resize(len, 0);
+        Ok(())
+    };
+    let append = |want: &mut Vec<u8>, rng: &mut Rng, n: usize| -> Result<(), String> {
+        let more = rng.bytes(n);
+        fs::OpenOptions::new()
+            .append(true)
+            .open(&f)
+            .and_then(|mut h| h.write_all(&more))
+            .map_err(|e| fail(&format!("append {n}"), e))?;
+        want.extend(&more);
+        Ok(())
+    };
+    let check = |want: &[u8], when: &str| -> Result<(), String> {
+        let got = fs::read(&l).map_err(|e| fail(&format!("read {when}"), e))?;
+        if got != want {
+            return Err(format!("worker {w} round {round}: read {when}: {} bytes, {}", got.len(), differs(&got, want)));
+        }
+        Ok(())
+    };
+    let mut want = rng.bytes(4439);
+    fs::write(&f, &want).map_err(|e| fail("create", e))?;
+    append(&mut want, rng, 4798)?;
+    fs::hard_link(&f, &l).map_err(|e| fail("link", e))?;
+    cut(&mut want, 3605)?;
+    append(&mut want, rng, 3155)?;
+    let data = rng.bytes(6135);
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&f)
+        .and_then(|h| h.write_all_at(&data, 4035))
+        .map_err(|e| fail("write", e))?;
+    write_model(&mut want, 4035, &data);
+    check(&want, "after the write")?;
+    cut(&mut want, 9292)?;
+    append(&mut want, rng, 1836)?;
+    fs::write(&g, rng.bytes(500)).map_err(|e| fail("create", e))?;
+    fs::rename(&g, &f).map_err(|e| fail("rename", e))?;
+    for i in 0..4 {
+        check(&want, &format!("after the rename ({i})"))?;
+        std::thread::sleep(Duration::from_millis(rng.below(40)));
+    }
+    fs::remove_file(&l).map_err(|e| fail("unlink", e))?;
+    fs::remove_file(&f).map_err(|e| fail("unlink", e))
 }

@@ -586,9 +586,9 @@ pub enum BenchCmd {
         /// workload starting at this many evenly spaced phases of its
         /// interval and keep the run with the median throughput (on a
         /// mount, where the interval runs fall depends on when the
-        /// workload starts).
-        #[arg(long, default_value_t = tierfs_sim::sim::DEFAULT_PHASES, value_parser = clap::value_parser!(u32).range(1..=32))]
-        phases: u32,
+        /// workload starts); 4 unless given.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=32))]
+        phases: Option<u32>,
     },
     /// Re-render a results folder (tables, charts, findings, README) from
     /// its rows.json, merging its notes.md.

@@ -203,7 +203,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
             if *sim && *repeat > 1 {
                 bail!("--repeat goes with live runs: the simulator gives the same figures every time");
             }
-            if !*sim && *phases != tierfs_sim::sim::DEFAULT_PHASES {
+            if !*sim && phases.is_some() {
                 bail!("--phases goes with --sim: a live run's phase is wherever its start puts it");
             }
             let mut p =
@@ -255,7 +255,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 repeat: *repeat as usize,
             };
             let rows = if *sim {
-                crate::sim_cmd::sweep(&runner, traces.as_deref(), *phases)
+                crate::sim_cmd::sweep(&runner, traces.as_deref(), phases.unwrap_or(tierfs_sim::sim::DEFAULT_PHASES))
             } else {
                 if traces.is_some() {
                     bail!("--traces goes with --sim");

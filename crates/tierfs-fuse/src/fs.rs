@@ -240,7 +240,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _linger = self.linger.guard();
         match self.vol.lookup_present(parent.0, name) {
-            Ok(Some(a)) => reply.entry(&self.ttl, &fuse_attr(&a), Generation(0)),
+            Ok(Some(a)) => entry(self, reply, Ok(a)),
             // The name's absence is cached too (an entry of inode 0): a
             // name appears only through a request the kernel sees. No look
             // at the tiers' roots for it (`Volume::lookup_present`).

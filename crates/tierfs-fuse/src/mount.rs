@@ -440,10 +440,16 @@ impl Watchdog {
 fn mounted(mountpoint: &Path, dev: &str) -> bool {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let want = mountpoint.to_string_lossy();
-    text.lines().any(|l| {
-        let mut f = l.split(' ');
-        f.nth(2) == Some(dev) && f.nth(1).map(unescape_mount_path).as_deref() == Some(&*want)
-    })
+    text.lines().filter_map(mount_entry).any(|(d, point, _)| d == dev && unescape_mount_path(point) == want)
+}
+
+/// A line of /proc/self/mountinfo: its device ("major:minor"), mount point
+/// (escaped) and file system type (the field after the " - ").
+fn mount_entry(line: &str) -> Option<(&str, &str, &str)> {
+    let (head, tail) = line.split_once(" - ")?;
+    let mut f = head.split(' ');
+    let dev = f.nth(2)?;
+    Some((dev, f.nth(1)?, tail.split(' ').next()?))
 }
 
 /// The type of the file system `dir` is on ("ext4", "fuse.glusterfs"), from
@@ -457,12 +463,9 @@ fn file_system_type(dir: &Path) -> Option<String> {
 }
 
 /// The file system type of the first mount of device `dev` ("major:minor")
-/// in the text of /proc/self/mountinfo: the field after the " - ".
+/// in the text of /proc/self/mountinfo.
 fn mount_type_of(mountinfo: &str, dev: &str) -> Option<String> {
-    mountinfo.lines().find_map(|l| {
-        let (head, tail) = l.split_once(" - ")?;
-        (head.split(' ').nth(2) == Some(dev)).then(|| tail.split(' ').next().map(str::to_string))?
-    })
+    mountinfo.lines().filter_map(mount_entry).find(|e| e.0 == dev).map(|e| e.2.to_string())
 }
 
 /// Undoes the octal escapes of /proc/self/mountinfo (\040 for a space).
