@@ -9,6 +9,7 @@
 #   FILTER=posix:: bash scripts/gluster.sh  # only some tests
 #   ALL=1 bash scripts/gluster.sh           # also the skipped ones
 #   VOLUME_SET="performance.io-cache off" bash scripts/gluster.sh  # volume options
+#   REPEAT=20 FILTER=adopt:: bash scripts/gluster.sh  # until a round fails
 #
 # Needs root. Installs glusterfs-server and glusterfs-client if missing.
 # Starts glusterd if none runs (and stops only the one it started).
@@ -124,8 +125,14 @@ log="$work/tests.log"
 echo "gluster: running the integration suite with the HDD tier on GlusterFS"
 start=$(date +%s)
 set +e
-TIERFS_TEST_HDD_ROOT="$work/hdd" \
-    cargo test -q --features tierfs/lock-check --test integration -- "${skip_args[@]}" ${FILTER:-} >"$log" 2>&1
+# REPEAT=N runs the suite (or FILTER's tests) up to N times on the same
+# volume, stopping at the first round with a failure: for a rare one.
+for round in $(seq "${REPEAT:-1}"); do
+    [ "${REPEAT:-1}" -gt 1 ] && echo "gluster: round $round of $REPEAT"
+    TIERFS_TEST_HDD_ROOT="$work/hdd" \
+        cargo test -q --features tierfs/lock-check --test integration -- "${skip_args[@]}" ${FILTER:-} >"$log" 2>&1
+    grep -q '^test result: ok' "$log" || break
+done
 set -e
 secs=$(($(date +%s) - start))
 summary=$(grep '^test result:' "$log" | tail -1 || true)

@@ -182,7 +182,15 @@ fn a_tree_adopted_in_the_background_stays_exact_under_concurrent_changes() {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let (mnt, stop, busy) = (mnt.clone(), stop.clone(), busy.clone());
+        let tiers = [area.ssd(), area.hdd()];
         workers.push(std::thread::spawn(move || {
+            // For a failure: which backing copies the name has (a rare
+            // ENOENT on GlusterFS in CI could not be told apart from a
+            // name the namespace lost).
+            let backing = |rel: &str| {
+                let has = |t: &std::path::Path| fs::symlink_metadata(t.join(rel)).is_ok();
+                format!("(on the SSD tier: {}, on the HDD tier: {})", has(&tiers[0]), has(&tiers[1]))
+            };
             let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (w as u64 + 1);
             let mut next = move |n: usize| {
                 rng ^= rng >> 12;
@@ -216,25 +224,29 @@ fn a_tree_adopted_in_the_background_stays_exact_under_concurrent_changes() {
                     }
                     1 | 2 => {
                         let rel = &names[next(names.len())];
-                        assert_eq!(&fs::read(mnt.join(rel)).unwrap(), &own[rel], "{rel}");
+                        let got =
+                            fs::read(mnt.join(rel)).unwrap_or_else(|e| panic!("read {rel}: {e} {}", backing(rel)));
+                        assert_eq!(&got, &own[rel], "{rel}");
                     }
                     3 => {
                         let rel = names[next(names.len())].clone();
-                        fs::remove_file(mnt.join(&rel)).unwrap();
+                        fs::remove_file(mnt.join(&rel))
+                            .unwrap_or_else(|e| panic!("unlink {rel}: {e} {}", backing(&rel)));
                         own.remove(&rel);
                         assert!(fs::symlink_metadata(mnt.join(&rel)).is_err(), "{rel} still there after its unlink");
                     }
                     4 => {
                         let rel = format!("{d}/new-{w}-{made}");
                         made += 1;
-                        fs::write(mnt.join(&rel), rel.as_bytes()).unwrap();
+                        fs::write(mnt.join(&rel), rel.as_bytes()).unwrap_or_else(|e| panic!("create {rel}: {e}"));
                         own.insert(rel.clone(), rel.into_bytes());
                     }
                     _ => {
                         let from = names[next(names.len())].clone();
                         let to = format!("{d}/moved-{w}-{made}");
                         made += 1;
-                        fs::rename(mnt.join(&from), mnt.join(&to)).unwrap();
+                        fs::rename(mnt.join(&from), mnt.join(&to))
+                            .unwrap_or_else(|e| panic!("rename {from} to {to}: {e} {}", backing(&from)));
                         let data = own.remove(&from).unwrap();
                         own.insert(to, data);
                     }
@@ -263,7 +275,8 @@ fn a_tree_adopted_in_the_background_stays_exact_under_concurrent_changes() {
     stop.store(true, Ordering::Relaxed);
     let mut ops = 0;
     for (w, h) in workers.into_iter().enumerate() {
-        let (own, n) = h.join().unwrap_or_else(|_| panic!("worker {w} failed"));
+        let (own, n) =
+            h.join().unwrap_or_else(|_| panic!("worker {w} failed; the mount's log ends:\n{}", m.log_tail(80)));
         ops += n;
         model.retain(|k, _| {
             !k.rsplit_once("f-")

@@ -121,6 +121,13 @@ impl Mounted {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The last `n` lines of the daemon's log, for a failure message.
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = self.log_text();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
     pub fn p(&self, rel: &str) -> PathBuf {
         self.mnt.join(rel)
     }
