@@ -43,6 +43,11 @@ pub trait Tiers {
     /// `ino` cannot move now: queued or being moved (with `open`, also
     /// open in a way that keeps it where it is).
     fn busy(&self, ino: Ino, open: bool) -> bool;
+    /// `ino` rests after a failed move: the policies do not plan it by
+    /// themselves (see [`crate::policy::View::resting`]).
+    fn resting(&self, _ino: Ino) -> bool {
+        false
+    }
     /// The tier `ino` is pinned to, if any (`group`: the file's group).
     fn pin(&self, _ino: Ino, _group: Option<Group>) -> Option<Tier> {
         None
@@ -113,6 +118,7 @@ impl Planner {
         let st = &self.stats;
         let pin = |i: Ino| tiers.pin(i, st.get(i).map(|f| f.group));
         let busy = |i: Ino| tiers.busy(i, open);
+        let resting = |i: Ino| tiers.resting(i);
         let moves = |i: Ino| tiers.moves(i, now);
         let ssd_admits = |bytes: u64| tiers.ssd_admits(now, bytes);
         let v = View {
@@ -123,6 +129,7 @@ impl Planner {
             params,
             pin: &pin,
             busy: &busy,
+            resting: &resting,
             evicted_bytes: self.evicted_bytes,
             speeds: tiers.speeds(),
             tokens,

@@ -232,6 +232,21 @@ const EVACUATE_WAIT: Duration = Duration::from_secs(60);
 /// use, something in its way, an error).
 const EVICTION_RETRY: Duration = Duration::from_secs(30);
 
+/// How long the policies leave a file alone after a move of it failed
+/// with an error (a target tier that refuses one of its extended
+/// attributes, a read error): doubled with each failure in a row, up to
+/// [`MOVE_RETRY_MAX`]. A failed move may have copied the whole file; a
+/// policy that plans it again at once would copy it again and again.
+pub const MOVE_RETRY: Duration = Duration::from_secs(30);
+
+/// The longest wait after failed moves of a file.
+pub const MOVE_RETRY_MAX: Duration = Duration::from_secs(3600);
+
+/// The wait after the `failures`-th failed move of a file in a row.
+fn move_retry(failures: u32) -> Duration {
+    MOVE_RETRY.saturating_mul(1u32 << failures.saturating_sub(1).min(16)).min(MOVE_RETRY_MAX)
+}
+
 #[derive(Debug, Default)]
 struct Counters {
     room_waits: AtomicU64,
@@ -346,6 +361,10 @@ pub struct Engine<S: Store> {
     activity: Mutex<HashMap<&'static str, String>>,
     /// Files whose eviction failed, and until when they are left alone.
     failed_evictions: Mutex<HashMap<Ino, std::time::Instant>>,
+    /// Files whose last moves failed with an error: until when the
+    /// policies leave them alone (engine clock), and how many failed in a
+    /// row ([`move_retry`]).
+    failed_moves: Mutex<HashMap<Ino, (Timestamp, u32)>>,
     counters: Counters,
     notes: Mutex<HashMap<Ino, String>>,
     groups: Mutex<Groups>,
@@ -519,6 +538,7 @@ impl<S: Store> Engine<S> {
             room_cv: Condvar::new(),
             activity: Mutex::new(HashMap::new()),
             failed_evictions: Mutex::new(HashMap::new()),
+            failed_moves: Mutex::new(HashMap::new()),
             counters: Counters::default(),
             notes: Mutex::new(HashMap::new()),
             groups: Mutex::new(groups),
@@ -582,6 +602,28 @@ impl<S: Store> Engine<S> {
         deferred || (open && self.vol.open_inode(ino).is_some_and(|o| o.has_passthrough()))
     }
 
+    /// True while a file whose move failed is left alone by the policies
+    /// ([`move_retry`]). A rest that has longer to go than it was set for
+    /// (the wall clock stepped back) is over.
+    fn move_failed_lately(&self, ino: Ino) -> bool {
+        let now = self.clock.now();
+        self.failed_moves.lock().get(&ino).is_some_and(|(until, n)| *until > now && until.since(now) <= move_retry(*n))
+    }
+
+    /// A move of `ino` failed with an error: it rests for [`move_retry`]
+    /// of its failures in a row. Returns the wait.
+    fn move_failed(&self, ino: Ino) -> Duration {
+        let now = self.clock.now();
+        let mut f = self.failed_moves.lock();
+        // Forgotten an hour after their rest ended: a file that fails
+        // again later starts from the shortest wait.
+        f.retain(|_, (until, _)| until.plus(MOVE_RETRY_MAX) > now);
+        let failures = f.get(&ino).map_or(0, |(_, n)| *n) + 1;
+        let wait = move_retry(failures);
+        f.insert(ino, (now.plus(wait), failures));
+        wait
+    }
+
     /// True if `ino` is pinned to the SSD (its own pin or its group's).
     fn pinned_to_ssd(&self, ino: Ino) -> bool {
         // Bound in a statement of its own: `pin` locks the groups.
@@ -637,6 +679,7 @@ impl<S: Store> Engine<S> {
             if ev.kind == EventKind::Remove {
                 self.groups.lock().forget_file(ev.ino);
                 self.deferred.lock().remove(&ev.ino);
+                self.failed_moves.lock().remove(&ev.ino);
             }
             let plan = p.event(ev, now, &live);
             if let EventKind::Close { .. } = ev.kind {
@@ -1020,6 +1063,7 @@ impl<S: Store> Engine<S> {
         }
         match r {
             Ok(Outcome::Done(bytes)) => {
+                self.failed_moves.lock().remove(&step.ino);
                 let c = &self.counters;
                 c.moved(step.mv, step.reason, bytes);
                 self.moved(step.ino);
@@ -1042,7 +1086,9 @@ impl<S: Store> Engine<S> {
             Err(Error::Cancelled) => false,
             Err(e) => {
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(ino = step.ino, mv = ?step.mv, error = %e, "migration failed");
+                let wait = self.move_failed(step.ino);
+                tracing::warn!(ino = step.ino, mv = ?step.mv, error = %e, retry_after = ?wait, "migration failed");
+                self.note(step.ino, format!("{:?} failed: {e}; not tried again for {wait:?}", step.mv));
                 false
             }
         }
@@ -1307,6 +1353,7 @@ impl<S: Store> Engine<S> {
 
     /// Counts a move the cleaner made for a writer (`bytes` copied).
     fn execute_done(&self, step: Step, bytes: u64) {
+        self.failed_moves.lock().remove(&step.ino);
         self.counters.moved(step.mv, step.reason, bytes);
         self.note(step.ino, format!("{:?}: {}", step.mv, step.reason));
     }
@@ -1868,6 +1915,9 @@ impl<S: Store> Tiers for Live<'_, S> {
     }
     fn busy(&self, ino: Ino, open: bool) -> bool {
         self.0.is_busy(ino, open)
+    }
+    fn resting(&self, ino: Ino) -> bool {
+        self.0.move_failed_lately(ino)
     }
     fn pin(&self, ino: Ino, group: Option<Group>) -> Option<Tier> {
         self.0.pin(ino, group)

@@ -566,3 +566,83 @@ fn a_close_racing_an_unlink_leaves_no_charge_for_the_gone_file() {
     r.step();
     assert_eq!(r.engine.ssd_used(), 0, "no charge is left for the removed file");
 }
+
+/// Reads `ino` whole through a handle of its own, as a client would.
+fn read_all(v: &Volume<MemStore>, ino: Ino) {
+    let o = v.open(ino, libc::O_RDONLY).unwrap();
+    v.read(o.fh, 0, 1 << 20).unwrap();
+    v.release(o.fh).unwrap();
+}
+
+#[test]
+fn a_file_whose_move_failed_rests_before_a_policy_moves_it_again() {
+    // A promotion that fails because the SSD refuses one of the file's
+    // extended attributes has copied the whole file first. The next read
+    // planned it again at once, so every read of a hot file copied it
+    // again, for nothing.
+    use crate::store::features::Features;
+    let r = rig(PolicyKind::DynamicHotDst);
+    let f = file(&r.vol, "x", &[5u8; 8192]);
+    r.vol.setxattr_stored(f, OsStr::new("user.note"), b"kept", 0).unwrap();
+    r.ssd.set_features(Features { user_xattrs: false, ..Features::ALL });
+    r.step();
+    let promote = Step { ino: f, mv: Move::Promote, reason: Reason::Pinned, size: 8192 };
+    let queued = |r: &Rig| r.engine.moves.lock().items.iter().any(|s| s.ino == f);
+    let take = |r: &Rig| {
+        let mut q = r.engine.moves.lock();
+        q.items.retain(|s| s.ino != f);
+        q.busy.remove(&f);
+    };
+    assert!(!r.engine.execute(promote, &crate::migrate::NoCrash, false), "the SSD refuses user.note");
+    assert_eq!(r.engine.counters.failed.load(Ordering::Relaxed), 1);
+    assert_eq!(r.vol.record(f).unwrap().placement, crate::tier::Placement::On(Tier::Hdd));
+    // Read while it rests: planned by nobody.
+    read_all(&r.vol, f);
+    r.step();
+    assert!(!queued(&r), "planned again at once after a failed move");
+    assert!(r.engine.notes.lock()[&f].contains("not tried again for 30s"), "{:?}", r.engine.notes.lock().get(&f));
+    r.clock.advance(MOVE_RETRY - Duration::from_secs(1));
+    read_all(&r.vol, f);
+    r.step();
+    assert!(!queued(&r), "planned again before its rest ended");
+    // After the rest the policy plans it again, as any hot file.
+    r.clock.advance(Duration::from_secs(2));
+    read_all(&r.vol, f);
+    r.step();
+    assert!(queued(&r), "a read after the rest plans the promotion again");
+    take(&r);
+    // A second failure in a row: twice the rest.
+    assert!(!r.engine.execute(promote, &crate::migrate::NoCrash, false));
+    assert_eq!(move_retry(2), 2 * MOVE_RETRY);
+    r.clock.advance(2 * MOVE_RETRY - Duration::from_secs(1));
+    assert!(r.engine.move_failed_lately(f), "rests twice as long after its second failure");
+    r.clock.advance(Duration::from_secs(2));
+    assert!(!r.engine.move_failed_lately(f));
+    // Once the SSD can hold the attribute the move succeeds and the
+    // failures are forgotten.
+    r.ssd.set_features(Features::ALL);
+    assert!(r.engine.execute(promote, &crate::migrate::NoCrash, false));
+    assert_eq!(r.vol.record(f).unwrap().placement, crate::tier::Placement::On(Tier::Ssd));
+    assert_eq!(r.vol.getxattr_stored(f, OsStr::new("user.note")).unwrap(), b"kept");
+    assert!(r.engine.failed_moves.lock().is_empty());
+}
+
+#[test]
+fn the_rest_after_failed_moves_doubles_up_to_an_hour() {
+    assert_eq!(move_retry(1), MOVE_RETRY);
+    assert_eq!(move_retry(3), 4 * MOVE_RETRY);
+    assert_eq!(move_retry(8), MOVE_RETRY_MAX);
+    assert_eq!(move_retry(u32::MAX), MOVE_RETRY_MAX);
+}
+
+#[test]
+fn a_rest_longer_than_it_was_set_for_ends_when_the_clock_steps_back() {
+    let r = rig(PolicyKind::DynamicHotDst);
+    let f = file(&r.vol, "x", &[5u8; 8192]);
+    r.engine.move_failed(f);
+    assert!(r.engine.move_failed_lately(f));
+    // The wall clock set back ten minutes: the rest would last ten
+    // minutes more than it was set for.
+    r.clock.set(Timestamp::from_secs(1_000 - 600));
+    assert!(!r.engine.move_failed_lately(f), "a rest of 30 s with 630 s to go is over");
+}

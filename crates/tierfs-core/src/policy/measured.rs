@@ -127,6 +127,9 @@ pub fn measured_run(v: &View<'_>) -> Plan {
         if !worth_moving(c_here, c_there, v.params.delta) {
             continue;
         }
+        if (v.resting)(ino) {
+            continue;
+        }
         if (v.busy)(ino) {
             p.skip(ino, NotMoved::Busy);
             continue;

@@ -414,6 +414,11 @@ pub struct View<'a> {
     pub pin: &'a dyn Fn(Ino) -> Option<Tier>,
     /// Files that cannot be moved now (queued, open with passthrough).
     pub busy: &'a dyn Fn(Ino) -> bool,
+    /// Files resting after a failed move: a policy does not plan them by
+    /// itself (a failed move may have copied the whole file), and leaves
+    /// their note, which says for how long, alone. Conforming to a changed
+    /// policy or pin still moves them, and the cleaner has its own rest.
+    pub resting: &'a dyn Fn(Ino) -> bool,
     /// Bytes the cleaner has evicted in the foreground so far (the
     /// background cleaner's estimate of the space writers need).
     pub evicted_bytes: u64,
@@ -497,7 +502,7 @@ pub fn admit_on_read(v: &View<'_>, ino: Ino, f: &FileStats, ev: &EventKind, mv: 
     if !read_from_hdd || f.residence != Residence::Hdd {
         return p;
     }
-    if (v.busy)(ino) {
+    if (v.busy)(ino) || (v.resting)(ino) {
         return p;
     }
     if let Some(Tier::Hdd) = (v.pin)(ino) {
@@ -545,7 +550,7 @@ pub fn admit_on_write(v: &View<'_>, ino: Ino, f: &FileStats, ev: &EventKind) -> 
 pub fn sieve_on_growth(v: &View<'_>, ino: Ino, f: &FileStats, ev: &EventKind) -> Plan {
     let mut p = Plan::default();
     let grew = matches!(ev, EventKind::Write { .. } | EventKind::Close { .. } | EventKind::Resize { .. });
-    if !grew || f.size <= v.params.sieve || (v.pin)(ino) == Some(Tier::Ssd) || (v.busy)(ino) {
+    if !grew || f.size <= v.params.sieve || (v.pin)(ino) == Some(Tier::Ssd) || (v.busy)(ino) || (v.resting)(ino) {
         return p;
     }
     if let Some(mv) = off_ssd(f.residence) {
@@ -599,11 +604,17 @@ pub fn interval_run(v: &View<'_>, mv: Move) -> Plan {
     let mut free = v.space.free();
     // The eviction candidates, coldest first, each looked at once (the
     // files this run moves up are on the HDD until they are moved).
-    let mut victims =
-        v.stats.ssd_coldest_first().filter(|&(i, _)| (v.pin)(i) != Some(Tier::Ssd) && !(v.busy)(i)).peekable();
+    let mut victims = v
+        .stats
+        .ssd_coldest_first()
+        .filter(|&(i, _)| (v.pin)(i) != Some(Tier::Ssd) && !(v.busy)(i) && !(v.resting)(i))
+        .peekable();
     for (ino, f) in v.stats.hottest(v.group, Residence::Hdd) {
         if f.counter <= threshold {
             break;
+        }
+        if (v.resting)(ino) {
+            continue;
         }
         if (v.busy)(ino) {
             p.skip(ino, NotMoved::Busy);

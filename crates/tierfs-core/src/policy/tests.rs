@@ -26,6 +26,7 @@ struct Env {
     clock: ManualClock,
     pins: Vec<(Ino, Tier)>,
     busy: Vec<Ino>,
+    resting: Vec<Ino>,
     space: Space,
     evicted: u64,
     params: Params,
@@ -42,6 +43,7 @@ impl Env {
             clock: ManualClock::new(Timestamp::from_secs(1000)),
             pins: vec![],
             busy: vec![],
+            resting: vec![],
             space: Space { used, limit },
             evicted: 0,
             params: Params::default(),
@@ -54,6 +56,7 @@ impl Env {
     fn with<R>(&self, s: &Stats, f: impl FnOnce(&View<'_>) -> R) -> R {
         let pin = |i: Ino| self.pins.iter().find(|p| p.0 == i).map(|p| p.1);
         let busy = |i: Ino| self.busy.contains(&i);
+        let resting = |i: Ino| self.resting.contains(&i);
         let moves = |i: Ino| self.moved.iter().find(|m| m.0 == i).map_or(0, |m| m.1);
         let ssd_admits = |b: u64| self.budget_left.is_none_or(|left| b <= left);
         let v = View {
@@ -64,6 +67,7 @@ impl Env {
             params: self.params,
             pin: &pin,
             busy: &busy,
+            resting: &resting,
             evicted_bytes: self.evicted,
             speeds: self.speeds,
             tokens: self.tokens,
@@ -470,4 +474,25 @@ fn an_interval_run_that_swaps_many_files_looks_at_each_ssd_file_once() {
     let (steps, freed) = env.with(&s, |v| evict_for(v, N * 100, &HashSet::new(), |counter| Reason::Evict { counter }));
     assert_eq!((steps.len() as u64, freed), (N, N * 100));
     assert!(t.elapsed() < std::time::Duration::from_secs(20), "took {:?}", t.elapsed());
+}
+
+#[test]
+fn a_file_resting_after_a_failed_move_is_planned_by_no_policy_but_still_conformed() {
+    let s = stats(&[(1, 500, Residence::Hdd, 10), (2, 400, Residence::Hdd, 10), (3, 5, Residence::Ssd, 10)]);
+    let mut env = Env::new(10, 1 << 30);
+    env.resting.push(1);
+    let hot = PolicyKind::DynamicHotDst.policy();
+    let p = env.with(&s, |v| hot.on_access(v, 1, &s.get(1).unwrap(), &read_hdd()));
+    assert!(p.is_empty(), "admitted on read while resting: {p:?}");
+    // Passed over without a note (its failure's note says for how long),
+    // and the next hottest file goes up in its place.
+    let interval = PolicyKind::IntervalHotDst.policy();
+    let (p, _) = env.with(&s, |v| interval.on_tick(v, None));
+    assert_eq!(moves(&p), vec![(2, Move::Promote)]);
+    assert!(p.skipped.iter().all(|(i, _)| *i != 1), "{:?}", p.skipped);
+    // A pin (or a changed policy) still moves it.
+    env.resting.push(3);
+    env.pins.push((3, Tier::Hdd));
+    let p = env.with(&s, |v| moves(&hot.conform(v)));
+    assert_eq!(p, vec![(3, Move::Demote)]);
 }

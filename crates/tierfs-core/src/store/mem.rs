@@ -319,6 +319,10 @@ impl Inner {
         self.node(id)?.meta.xattrs.get(name).cloned().ok_or_else(|| e(libc::ENODATA))
     }
     fn set_xattr(&mut self, id: NodeId, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        if !self.features.user_xattrs && name.as_bytes().starts_with(b"user.") {
+            return Err(e(libc::EOPNOTSUPP));
+        }
         let now = self.tick();
         let n = self.node_mut(id)?;
         let exists = n.meta.xattrs.contains_key(name);
