@@ -206,7 +206,7 @@ impl Planner {
         let (_, params) = tiers.setting(0);
         self.view(tiers, 0, params, now, true, 0, |v| {
             let target = v.space.free().saturating_add(more);
-            evict_for(v, target, skip, |counter| Reason::Evict { counter }).0
+            evict_for(v, target, skip, false, |counter| Reason::Evict { counter }).0
         })
     }
 

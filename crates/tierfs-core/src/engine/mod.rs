@@ -618,7 +618,7 @@ impl<S: Store> Engine<S> {
         // Forgotten an hour after their rest ended: a file that fails
         // again later starts from the shortest wait.
         f.retain(|_, (until, _)| until.plus(MOVE_RETRY_MAX) > now);
-        let failures = f.get(&ino).map_or(0, |(_, n)| *n) + 1;
+        let failures = f.get(&ino).map_or(0, |(_, n)| *n).saturating_add(1);
         let wait = move_retry(failures);
         f.insert(ino, (now.plus(wait), failures));
         wait

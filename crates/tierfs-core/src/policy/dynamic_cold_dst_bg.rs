@@ -31,7 +31,7 @@ impl Policy for DynamicColdDstBg {
         let target = v.evicted_bytes.min(v.space.limit / 2);
         let mut p = Plan::default();
         if target > 0 && v.space.free() < target {
-            let (steps, _) = evict_for(v, target, &HashSet::new(), |counter| Reason::BackgroundClean { counter });
+            let (steps, _) = evict_for(v, target, &HashSet::new(), true, |counter| Reason::BackgroundClean { counter });
             p.steps = steps;
         }
         (p, false)

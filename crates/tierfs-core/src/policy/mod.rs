@@ -560,16 +560,24 @@ pub fn sieve_on_growth(v: &View<'_>, ino: Ino, f: &FileStats, ev: &EventKind) ->
 }
 
 /// Evictions (coldest SSD files first, over every group) until `need`
-/// bytes are free under the limit, skipping pinned and busy files and
-/// those in `exclude`. Returns the steps and the bytes they free.
-pub fn evict_for(v: &View<'_>, need: u64, exclude: &HashSet<Ino>, reason: fn(u32) -> Reason) -> (Vec<Step>, u64) {
+/// bytes are free under the limit, skipping pinned and busy files, those
+/// in `exclude`, and with `rest` those resting after a failed move (a
+/// policy's own cleaning; the cleaner keeps its own rest). Returns the
+/// steps and the bytes they free.
+pub fn evict_for(
+    v: &View<'_>,
+    need: u64,
+    exclude: &HashSet<Ino>,
+    rest: bool,
+    reason: fn(u32) -> Reason,
+) -> (Vec<Step>, u64) {
     let mut steps = Vec::new();
     let mut freed = 0u64;
     // One pass over the SSD's files, coldest first.
-    let mut victims = v
-        .stats
-        .ssd_coldest_first()
-        .filter(|&(ino, _)| !exclude.contains(&ino) && (v.pin)(ino) != Some(Tier::Ssd) && !(v.busy)(ino));
+    let mut victims = v.stats.ssd_coldest_first().filter(|&(ino, _)| {
+        let resting = rest && (v.resting)(ino);
+        !exclude.contains(&ino) && (v.pin)(ino) != Some(Tier::Ssd) && !(v.busy)(ino) && !resting
+    });
     while v.space.free() + freed < need {
         let Some((ino, f)) = victims.next() else { break };
         if let Some(mv) = off_ssd(f.residence) {

@@ -164,13 +164,14 @@ fn the_cleaner_evicts_coldest_first_and_spares_pinned_files() {
     ]);
     let mut env = Env::new(400, 400);
     env.pins.push((4, Tier::Ssd));
-    let (steps, freed) = env.with(&s, |v| evict_for(v, 250, &HashSet::new(), |counter| Reason::Evict { counter }));
+    let (steps, freed) =
+        env.with(&s, |v| evict_for(v, 250, &HashSet::new(), false, |counter| Reason::Evict { counter }));
     let order: Vec<_> = steps.iter().map(|s| (s.ino, s.mv)).collect();
     assert_eq!(order, vec![(2, Move::DropCopy), (3, Move::Demote), (1, Move::Demote)]);
     assert_eq!(freed, 300);
     // Ties go to the least recently used.
     env.pins.clear();
-    let (steps, _) = env.with(&s, |v| evict_for(v, 100, &HashSet::new(), |counter| Reason::Evict { counter }));
+    let (steps, _) = env.with(&s, |v| evict_for(v, 100, &HashSet::new(), false, |counter| Reason::Evict { counter }));
     assert_eq!(steps[0].ino, 2);
 }
 
@@ -471,7 +472,8 @@ fn an_interval_run_that_swaps_many_files_looks_at_each_ssd_file_once() {
     assert!(t.elapsed() < std::time::Duration::from_secs(20), "took {:?}", t.elapsed());
     // Evictions likewise.
     let t = std::time::Instant::now();
-    let (steps, freed) = env.with(&s, |v| evict_for(v, N * 100, &HashSet::new(), |counter| Reason::Evict { counter }));
+    let (steps, freed) =
+        env.with(&s, |v| evict_for(v, N * 100, &HashSet::new(), false, |counter| Reason::Evict { counter }));
     assert_eq!((steps.len() as u64, freed), (N, N * 100));
     assert!(t.elapsed() < std::time::Duration::from_secs(20), "took {:?}", t.elapsed());
 }
@@ -495,4 +497,23 @@ fn a_file_resting_after_a_failed_move_is_planned_by_no_policy_but_still_conforme
     env.pins.push((3, Tier::Hdd));
     let p = env.with(&s, |v| moves(&hot.conform(v)));
     assert_eq!(p, vec![(3, Move::Demote)]);
+}
+
+#[test]
+fn the_background_clean_of_a_policy_passes_over_a_resting_file() {
+    // The coldest SSD file's demotion failed: dynamic-cold-dst-bg's clean,
+    // every tick, planned it again (the cleaner's own rest does not cover
+    // a policy's moves).
+    let s = stats(&[(1, 1, Residence::Ssd, 100), (2, 5, Residence::Ssd, 100)]);
+    let mut env = Env::new(200, 200);
+    env.evicted = 100;
+    let bg = PolicyKind::DynamicColdDstBg.policy();
+    let (p, _) = env.with(&s, |v| bg.on_tick(v, None));
+    assert_eq!(moves(&p), vec![(1, Move::Demote)]);
+    env.resting.push(1);
+    let (p, _) = env.with(&s, |v| bg.on_tick(v, None));
+    assert_eq!(moves(&p), vec![(2, Move::Demote)], "the resting file was planned again");
+    // The cleaner, which needs the room now, keeps its own rest.
+    let (steps, _) = env.with(&s, |v| evict_for(v, 100, &HashSet::new(), false, |counter| Reason::Evict { counter }));
+    assert_eq!(steps[0].ino, 1);
 }
