@@ -1079,6 +1079,20 @@ impl<S: Store> Engine<S> {
                 self.note(step.ino, format!("{:?} deferred until the last passthrough handle closes", step.mv));
                 false
             }
+            // Found after the whole copy, and lasting until someone
+            // clears the name: it rests like a failure, or a policy would
+            // copy the file again at its next plan.
+            Ok(Outcome::Skipped(Skip::Obstructed)) => {
+                let wait = self.move_failed(step.ino);
+                self.note(
+                    step.ino,
+                    format!(
+                        "{:?} not done: something else has its name on the target tier; not tried again for {wait:?}",
+                        step.mv
+                    ),
+                );
+                false
+            }
             Ok(Outcome::Skipped(why)) => {
                 self.note(step.ino, format!("{:?} not done: {why:?}", step.mv));
                 false

@@ -646,3 +646,27 @@ fn a_rest_longer_than_it_was_set_for_ends_when_the_clock_steps_back() {
     r.clock.set(Timestamp::from_secs(1_000 - 600));
     assert!(!r.engine.move_failed_lately(f), "a rest of 30 s with 630 s to go is over");
 }
+
+#[test]
+fn a_move_obstructed_on_the_target_tier_rests_like_a_failed_one() {
+    // The obstruction is found after the whole copy and lasts until
+    // someone clears the name: planned again at once, the file was copied
+    // again at every plan.
+    let r = rig(PolicyKind::DynamicHotDst);
+    let f = file(&r.vol, "x", &[5u8; 8192]);
+    r.step();
+    // Something that is not the file has its name on the SSD: a
+    // directory with an entry.
+    let root = r.ssd.root().unwrap();
+    r.ssd.mkdir(&root, OsStr::new("x"), 0o755).unwrap();
+    let d = r.ssd.open_dir(&root, OsStr::new("x")).unwrap();
+    drop(r.ssd.open(&d, OsStr::new("inside"), libc::O_CREAT | libc::O_RDWR, 0o644).unwrap());
+    let promote = Step { ino: f, mv: Move::Promote, reason: Reason::Pinned, size: 8192 };
+    assert!(!r.engine.execute(promote, &crate::migrate::NoCrash, false));
+    assert_eq!(r.vol.record(f).unwrap().placement, crate::tier::Placement::On(Tier::Hdd));
+    assert!(r.engine.move_failed_lately(f), "an obstructed move rests");
+    assert!(r.engine.notes.lock()[&f].contains("not tried again for 30s"));
+    read_all(&r.vol, f);
+    r.step();
+    assert!(!r.engine.moves.lock().items.iter().any(|s| s.ino == f), "planned again at once");
+}
