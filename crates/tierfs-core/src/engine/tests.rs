@@ -660,7 +660,7 @@ fn a_move_obstructed_on_the_target_tier_rests_like_a_failed_one() {
     let root = r.ssd.root().unwrap();
     r.ssd.mkdir(&root, OsStr::new("x"), 0o755).unwrap();
     let d = r.ssd.open_dir(&root, OsStr::new("x")).unwrap();
-    drop(r.ssd.open(&d, OsStr::new("inside"), libc::O_CREAT | libc::O_RDWR, 0o644).unwrap());
+    r.ssd.open(&d, OsStr::new("inside"), libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
     let promote = Step { ino: f, mv: Move::Promote, reason: Reason::Pinned, size: 8192 };
     assert!(!r.engine.execute(promote, &crate::migrate::NoCrash, false));
     assert_eq!(r.vol.record(f).unwrap().placement, crate::tier::Placement::On(Tier::Hdd));
