@@ -1063,15 +1063,12 @@ impl<S: Store> Engine<S> {
         }
         match r {
             Ok(Outcome::Done(bytes)) => {
-                self.failed_moves.lock().remove(&step.ino);
-                let c = &self.counters;
-                c.moved(step.mv, step.reason, bytes);
+                self.execute_done(step, bytes);
                 self.moved(step.ino);
                 if step.reason.is_eviction() {
-                    c.evictions.fetch_add(1, Ordering::Relaxed);
+                    self.counters.evictions.fetch_add(1, Ordering::Relaxed);
                     self.planner.lock().done(&step, counter);
                 }
-                self.note(step.ino, format!("{:?}: {}", step.mv, step.reason));
                 true
             }
             Ok(Outcome::Skipped(Skip::Deferred)) => {
@@ -1365,7 +1362,8 @@ impl<S: Store> Engine<S> {
         None
     }
 
-    /// Counts a move the cleaner made for a writer (`bytes` copied).
+    /// Counts a move that was done (`bytes` copied), by an executor or by
+    /// the cleaner for a writer, and forgets the file's failed moves.
     fn execute_done(&self, step: Step, bytes: u64) {
         self.failed_moves.lock().remove(&step.ino);
         self.counters.moved(step.mv, step.reason, bytes);

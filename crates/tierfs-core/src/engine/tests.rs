@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::clock::ManualClock;
+use crate::migrate::tests::read_all;
 use crate::migrate::Outcome;
 use crate::state::ns::{Namespace, ROOT_INO};
 use crate::state::MemKv;
@@ -565,13 +566,6 @@ fn a_close_racing_an_unlink_leaves_no_charge_for_the_gone_file() {
     r.ssd.set_gate(None);
     r.step();
     assert_eq!(r.engine.ssd_used(), 0, "no charge is left for the removed file");
-}
-
-/// Reads `ino` whole through a handle of its own, as a client would.
-fn read_all(v: &Volume<MemStore>, ino: Ino) {
-    let o = v.open(ino, libc::O_RDONLY).unwrap();
-    v.read(o.fh, 0, 1 << 20).unwrap();
-    v.release(o.fh).unwrap();
 }
 
 #[test]

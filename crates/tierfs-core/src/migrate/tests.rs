@@ -61,7 +61,7 @@ pub(super) fn lookup<S: Store>(v: &Volume<S>, path: &str) -> Ino {
     ino
 }
 
-pub(super) fn read_all<S: Store>(v: &Volume<S>, ino: Ino) -> Vec<u8> {
+pub(crate) fn read_all<S: Store>(v: &Volume<S>, ino: Ino) -> Vec<u8> {
     let o = v.open(ino, libc::O_RDONLY).unwrap();
     let d = v.read(o.fh, 0, 1 << 22).unwrap();
     v.release(o.fh).unwrap();
