@@ -268,8 +268,16 @@ impl Worker {
                 let Some(a) = self.rng.pick(&files).cloned() else { return Ok(()) };
                 let b = self.model.fresh(&mut self.rng, "l");
                 self.begin(format!("link {a} as {b}"));
-                io("link", fs::hard_link(self.p(&a), self.p(&b)))?;
                 let id = self.model.names[&a];
+                fs::hard_link(self.p(&a), self.p(&b)).map_err(|e| {
+                    // The kernel refuses a link of an inode whose link count
+                    // it has at 0 (ENOENT) without asking tierfs: tell that
+                    // apart from tierfs's own ENOENT (once on GlusterFS).
+                    use std::os::unix::fs::MetadataExt;
+                    let seen = fs::symlink_metadata(self.p(&a)).map(|m| m.nlink());
+                    let names = self.model.names.values().filter(|i| **i == id).count();
+                    format!("link: {e} (the mount gives {a} the link count {seen:?}; the model has {names} names)")
+                })?;
                 self.model.names.insert(b, id);
             }
             59..=64 => {

@@ -1,6 +1,7 @@
 //! Helpers of the core's tests.
 
 use crate::store::mem::MemStore;
+use std::cell::RefCell;
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,4 +52,46 @@ pub(crate) fn hold_any(store: &MemStore, op: &'static str, thread: &'static str)
         }
     })));
     (held, release)
+}
+
+/// A test point's name and its action (out while it runs).
+type Point = (&'static str, Option<Box<dyn FnMut()>>);
+
+thread_local! {
+    /// The actions of this thread's test points (see [`point`]).
+    static POINTS: RefCell<Vec<Point>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` each time this thread passes the test point `name` (a
+/// `#[cfg(test)] testutil::point(name)` in the code), until the returned
+/// guard is dropped: a race between two reads of one request, which no
+/// store gate can hold, made to happen. Per thread, so tests running in
+/// parallel do not see each other's points.
+pub(crate) fn on_point(name: &'static str, f: impl FnMut() + 'static) -> PointGuard {
+    POINTS.with(|p| p.borrow_mut().push((name, Some(Box::new(f)))));
+    PointGuard(name)
+}
+
+/// Removes a test point's action when dropped.
+pub(crate) struct PointGuard(&'static str);
+
+impl Drop for PointGuard {
+    fn drop(&mut self) {
+        let name = self.0;
+        POINTS.with(|p| p.borrow_mut().retain(|(n, _)| *n != name));
+    }
+}
+
+/// The test point `name`: runs its action if this thread set one. The
+/// action is taken out while it runs, so it may pass the point again
+/// without running twice.
+pub(crate) fn point(name: &'static str) {
+    let f = POINTS.with(|p| p.borrow_mut().iter_mut().find(|(n, _)| *n == name).and_then(|(_, f)| f.take()));
+    let Some(mut f) = f else { return };
+    f();
+    POINTS.with(|p| {
+        if let Some((_, slot)) = p.borrow_mut().iter_mut().find(|(n, _)| *n == name) {
+            *slot = Some(f);
+        }
+    });
 }

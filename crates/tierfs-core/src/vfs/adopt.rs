@@ -160,7 +160,7 @@ impl Adopter {
     }
 
     /// Forgets the previews of `dir` and its used numbers.
-    fn forget(&self, dir: Ino) {
+    pub(crate) fn forget(&self, dir: Ino) {
         let mut q = self.q.lock();
         q.previews.remove(&dir);
         q.used.remove(&dir);
@@ -232,15 +232,17 @@ impl<S: Store> Volume<S> {
         names.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         names.dedup_by(|later, first| later.0 == first.0);
         let t1 = t0.elapsed();
-        // Both in name order: matched by a merge.
-        let known = self.ns.children(dir)?;
-        let mut known = known.into_iter().peekable();
         // The previous preview's reservations that no name took yet carry
-        // over (the same name keeps its number).
+        // over (the same name keeps its number). Read before the names the
+        // database knows: a name the adopter commits in between is then
+        // known, not given a new number because its reservation is used.
         let (older, used) = {
             let q = self.adopter.q.lock();
             (q.previews.get(&dir).cloned(), q.used.get(&dir).cloned().unwrap_or_default())
         };
+        // Both in name order: matched by a merge.
+        let known = self.ns.children(dir)?;
+        let mut known = known.into_iter().peekable();
         let mut entries = Vec::with_capacity(names.len());
         let mut reserved = Vec::with_capacity(names.len());
         let mut unnumbered = Vec::new();
@@ -368,7 +370,10 @@ fn adopter_loop<S: Store>(a: Arc<Adopter>, vol: Weak<Volume<S>>) {
             Ok(()) => {}
             Err(e) if a.stopping() => tracing::debug!(dir, error = %e, "adoption stopped by the unmount"),
             // Removed since it was listed.
-            Err(e) if e.is(libc::ENOENT) || e.is(libc::ENOTDIR) => {
+            Err(e)
+                if (e.is(libc::ENOENT) || e.is(libc::ENOTDIR))
+                    && matches!(v.record(dir), Err(r) if r.is(libc::ENOENT)) =>
+            {
                 a.forget(dir);
                 tracing::debug!(dir, error = %e, "a directory queued for adoption went away")
             }
@@ -586,6 +591,66 @@ mod tests {
         assert_eq!(all.len(), NAMES + 4);
         assert_eq!(v.ns.children(ROOT_INO).unwrap().len(), NAMES + 2);
         assert_eq!(v.ns.links(all[OsStr::new("link-a")]).unwrap().len(), 2, "the link joined its first name");
+    }
+
+    /// A directory `d` on the HDD, not reconciled yet, holding the file `x`:
+    /// the mount and `d`'s number.
+    fn unreconciled_dir() -> (Rig, Arc<Volume<MemStore>>, Ino) {
+        let rig = Rig::new();
+        let root = rig.hdd.root().unwrap();
+        rig.hdd.mkdir(&root, OsStr::new("d"), 0o755).unwrap();
+        let d = rig.hdd.open_dir(&root, OsStr::new("d")).unwrap();
+        rig.hdd.open(&d, OsStr::new("x"), libc::O_CREAT | libc::O_WRONLY, 0o644).unwrap();
+        let v = Arc::new(rig.mount());
+        let d = v.lookup(ROOT_INO, OsStr::new("d")).unwrap().ino;
+        assert!(!v.is_verified(d));
+        (rig, v, d)
+    }
+
+    /// Reconciles `d` wholly the first time this thread passes the test
+    /// point `at` (between a request's two reads); counts the passes.
+    fn reconcile_at(
+        at: &'static str,
+        v: &Arc<Volume<MemStore>>,
+        d: Ino,
+    ) -> (crate::testutil::PointGuard, Arc<AtomicUsize>) {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let point = crate::testutil::on_point(at, {
+            let (v, ran) = (v.clone(), ran.clone());
+            move || {
+                if ran.fetch_add(1, Ordering::SeqCst) == 0 {
+                    v.reconcile(d, false).unwrap();
+                }
+            }
+        });
+        (point, ran)
+    }
+
+    /// Regression: a lookup read the namespace, missed the name not adopted
+    /// yet, and only then asked whether the directory was reconciled. When
+    /// the reconciliation committed the name and marked the directory in
+    /// between, the lookup answered the name absent, and the kernel kept
+    /// that negative entry: reads and renames of a file on the HDD failed
+    /// with ENOENT for a while (the adoption integration test, about one
+    /// CI run in eight).
+    #[test]
+    fn a_lookup_racing_the_end_of_an_adoption_does_not_answer_an_adopted_name_absent() {
+        let (_rig, v, d) = unreconciled_dir();
+        let (_point, ran) = reconcile_at("lookup missed", &v, d);
+        let got = v.lookup_present(d, OsStr::new("x")).unwrap();
+        assert!(ran.load(Ordering::SeqCst) > 0, "the test point was passed");
+        assert!(got.is_some(), "x, adopted during the lookup, answered absent");
+    }
+
+    /// Regression: the same race in the search of a name an unlink, a
+    /// rename or a link starts with.
+    #[test]
+    fn an_unlink_racing_the_end_of_an_adoption_finds_the_adopted_name() {
+        let (_rig, v, d) = unreconciled_dir();
+        let (_point, ran) = reconcile_at("find missed", &v, d);
+        v.unlink(d, OsStr::new("x")).unwrap();
+        assert!(ran.load(Ordering::SeqCst) > 0, "the test point was passed");
+        assert!(v.lookup_present(d, OsStr::new("x")).unwrap().is_none());
     }
 
     /// A lookup waiting for a queued directory is woken when a request

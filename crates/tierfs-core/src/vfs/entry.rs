@@ -33,7 +33,20 @@ impl<S: Store> Volume<S> {
             return Ok(None);
         }
         for attempt in 0..2 {
-            match self.ns.lookup(parent, name)? {
+            // Read before the namespace is: a directory verified by then has
+            // every name its reconciliation found committed, so a miss below
+            // is an absence. Read after, a reconciliation could commit the
+            // name and mark the directory between the two reads, and the
+            // name not adopted yet was answered absent: a negative entry
+            // the kernel then kept (regression: "a lookup racing the end of
+            // an adoption answered an adopted name absent").
+            let verified = self.is_verified(parent);
+            let found = self.ns.lookup(parent, name)?;
+            #[cfg(test)]
+            if found.is_none() {
+                crate::testutil::point("lookup missed");
+            }
+            match found {
                 Some((ino, _)) => match self.getattr(ino) {
                     Ok(a) => return Ok(Some(a)),
                     // The backing copy went away behind our back: look again.
@@ -42,7 +55,7 @@ impl<S: Store> Volume<S> {
                 },
                 // Not in the database yet: the name may be waiting for its
                 // adoption (up to it when the adopter has the directory).
-                None if attempt == 0 && !self.is_verified(parent) => self.await_adopted(parent, name)?,
+                None if attempt == 0 && !verified => self.await_adopted(parent, name)?,
                 None if attempt == 0 => return Ok(None),
                 None => break,
             }
@@ -235,8 +248,17 @@ impl<S: Store> Volume<S> {
             let r = (|| -> Result<()> {
                 let src = self.tiers.dir(p, t, false)?;
                 let dst = self.tiers.dir(new_parent, t, true)?;
-                self.tiers.store(t).link(&src, &n, &dst, new_name)?;
-                Ok(())
+                let linked = self.tiers.store(t).link(&src, &n, &dst, new_name);
+                if let Err(e) = &linked {
+                    // The name is the file's and its tiers are held: a
+                    // missing source is the backing file system's doing (a
+                    // warning, so that such a failure can be told from the
+                    // kernel's own refusal).
+                    if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESTALE)) {
+                        tracing::warn!(ino, tier = %t, name = ?n, error = %e, "the backing file system could not link a name of the file");
+                    }
+                }
+                Ok(linked?)
             })();
             if let Err(e) = r {
                 for t in done {
@@ -349,10 +371,15 @@ impl<S: Store> Volume<S> {
         if is_reserved(parent, name) {
             return err(libc::ENOENT);
         }
+        // Read first, as in `lookup_present`: verified after the miss, the
+        // reconciliation may have committed the name in between.
+        let verified = self.is_verified(parent);
         if let Some(x) = self.ns.lookup(parent, name)? {
             return Ok(x);
         }
-        if !self.is_verified(parent) {
+        #[cfg(test)]
+        crate::testutil::point("find missed");
+        if !verified {
             self.reconcile(parent, false)?;
             if let Some(x) = self.ns.lookup(parent, name)? {
                 return Ok(x);

@@ -610,6 +610,7 @@ impl<S: Store> Volume<S> {
     pub(crate) fn forget_dir(&self, ino: Ino) {
         self.tiers.forget_dir(ino);
         self.verified.lock().remove(&ino);
+        self.adopter.forget(ino);
     }
 
     /// True if the directory was reconciled during this mount.
