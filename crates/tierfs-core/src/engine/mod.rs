@@ -1084,7 +1084,7 @@ impl<S: Store> Engine<S> {
                 self.note(
                     step.ino,
                     format!(
-                        "{:?} not done: something else has its name on the target tier; not tried again for {wait:?}",
+                        "{:?} not done: something else has its name on the target tier; the policies pass it over for {wait:?}",
                         step.mv
                     ),
                 );
@@ -1099,7 +1099,7 @@ impl<S: Store> Engine<S> {
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
                 let wait = self.move_failed(step.ino);
                 tracing::warn!(ino = step.ino, mv = ?step.mv, error = %e, retry_after = ?wait, "migration failed");
-                self.note(step.ino, format!("{:?} failed: {e}; not tried again for {wait:?}", step.mv));
+                self.note(step.ino, format!("{:?} failed: {e}; the policies pass it over for {wait:?}", step.mv));
                 false
             }
         }

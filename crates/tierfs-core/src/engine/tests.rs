@@ -594,7 +594,11 @@ fn a_file_whose_move_failed_rests_before_a_policy_moves_it_again() {
     read_all(&r.vol, f);
     r.step();
     assert!(!queued(&r), "planned again at once after a failed move");
-    assert!(r.engine.notes.lock()[&f].contains("not tried again for 30s"), "{:?}", r.engine.notes.lock().get(&f));
+    assert!(
+        r.engine.notes.lock()[&f].contains("the policies pass it over for 30s"),
+        "{:?}",
+        r.engine.notes.lock().get(&f)
+    );
     r.clock.advance(MOVE_RETRY - Duration::from_secs(1));
     read_all(&r.vol, f);
     r.step();
@@ -659,7 +663,7 @@ fn a_move_obstructed_on_the_target_tier_rests_like_a_failed_one() {
     assert!(!r.engine.execute(promote, &crate::migrate::NoCrash, false));
     assert_eq!(r.vol.record(f).unwrap().placement, crate::tier::Placement::On(Tier::Hdd));
     assert!(r.engine.move_failed_lately(f), "an obstructed move rests");
-    assert!(r.engine.notes.lock()[&f].contains("not tried again for 30s"));
+    assert!(r.engine.notes.lock()[&f].contains("the policies pass it over for 30s"));
     read_all(&r.vol, f);
     r.step();
     assert!(!r.engine.moves.lock().items.iter().any(|s| s.ino == f), "planned again at once");

@@ -254,8 +254,11 @@ impl Recovery {
     }
 }
 
-fn identity(st: &Stat) -> (u64, crate::store::TimeSpec, crate::store::TimeSpec) {
-    (st.size, st.mtime, st.ctime)
+/// What tells a source unchanged since its copy: the same backing file
+/// (device and inode: a name replaced by another file with the same size
+/// and times is not the source) with the same size and times.
+fn identity(st: &Stat) -> (u64, u64, u64, crate::store::TimeSpec, crate::store::TimeSpec) {
+    (st.dev, st.ino, st.size, st.mtime, st.ctime)
 }
 
 /// Where a copy stands against its source (see `Volume::catch_up`).

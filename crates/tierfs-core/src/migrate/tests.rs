@@ -966,3 +966,15 @@ fn a_staging_name_back_after_a_crash_is_removed_and_the_file_kept() {
         }
     }
 }
+
+/// A name of the source replaced by another file of the same size and
+/// times (outside tierfs, or by a file system that keeps times coarse) is
+/// not the source unchanged: the switch-over must not remove it as the
+/// source.
+#[test]
+fn another_file_with_the_same_size_and_times_is_not_the_source_unchanged() {
+    let a = crate::store::Stat { dev: 7, ino: 1, size: 5, ..crate::store::Stat::default() };
+    let same = crate::store::Stat { atime: crate::store::TimeSpec { sec: 9, nsec: 0 }, ..a };
+    assert_eq!(identity(&a), identity(&same), "a read (atime) changes nothing");
+    assert_ne!(identity(&a), identity(&crate::store::Stat { ino: 2, ..a }));
+}
