@@ -517,3 +517,44 @@ fn the_background_clean_of_a_policy_passes_over_a_resting_file() {
     let (steps, _) = env.with(&s, |v| evict_for(v, 100, &HashSet::new(), false, |counter| Reason::Evict { counter }));
     assert_eq!(steps[0].ino, 1);
 }
+
+#[test]
+fn an_interval_run_evicts_the_next_coldest_when_the_coldest_rests() {
+    // The SSD is full: promoting file 1 needs one eviction. The coldest
+    // SSD file's last move failed; evicting it again would copy it again
+    // for nothing.
+    let s = stats(&[(1, 500, Residence::Hdd, 10), (3, 1, Residence::Ssd, 10), (4, 2, Residence::Ssd, 10)]);
+    let mut env = Env::new(20, 20);
+    let interval = PolicyKind::IntervalHotDst.policy();
+    let (p, _) = env.with(&s, |v| interval.on_tick(v, None));
+    assert_eq!(moves(&p), vec![(3, Move::Demote), (1, Move::Promote)]);
+    env.resting.push(3);
+    let (p, _) = env.with(&s, |v| interval.on_tick(v, None));
+    assert_eq!(moves(&p), vec![(4, Move::Demote), (1, Move::Promote)], "the resting victim was planned");
+}
+
+#[test]
+fn growth_past_the_sieve_does_not_plan_a_resting_file_again() {
+    let s = stats(&[(2, 500, Residence::Ssd, 2 << 20)]);
+    let mut env = Env::new(0, 1 << 30);
+    let pol = PolicyKind::DynamicHotDst.policy();
+    let grow = EventKind::Write { off: 0, len: 10, tier: Tier::Ssd, size: 2 << 20, fragment: false };
+    assert_eq!(moves(&env.with(&s, |v| pol.on_access(v, 2, &s.get(2).unwrap(), &grow))), vec![(2, Move::Demote)]);
+    env.resting.push(2);
+    let p = env.with(&s, |v| pol.on_access(v, 2, &s.get(2).unwrap(), &grow));
+    assert!(p.is_empty(), "sieved again while resting: {p:?}");
+}
+
+#[test]
+fn measured_passes_over_a_resting_file_without_spending_a_token() {
+    let pol = PolicyKind::Measured.policy();
+    let s = used(&[(1, Residence::Ssd, 0, 10, 50), (2, Residence::Ssd, 0, 10, 40)]);
+    let mut env = Env::new(0, 1 << 30);
+    env.speeds = speeds((0.1, 30.0), (10.0, 10.0));
+    env.tokens = 1;
+    assert_eq!(moves(&env.with(&s, |v| pol.on_tick(v, None).0)), vec![(1, Move::Demote)]);
+    env.resting.push(1);
+    let p = env.with(&s, |v| pol.on_tick(v, None).0);
+    assert_eq!(moves(&p), vec![(2, Move::Demote)], "the token went to the resting file");
+    assert!(p.skipped.iter().all(|(i, _)| *i != 1), "a resting file gets no note over its failure's: {:?}", p.skipped);
+}

@@ -5,6 +5,7 @@ use super::*;
 use crate::clock::ManualClock;
 use crate::device::Profile;
 use crate::event::NoEvents;
+use crate::migrate::tests::read_all as read;
 use crate::migrate::{Move, NoCrash};
 use crate::state::MemKv;
 use crate::store::emulated::{Emulated, Emulation};
@@ -32,13 +33,6 @@ fn file(v: &Volume<impl Store>, parent: Ino, name: &str, data: &[u8]) -> Ino {
     v.write(o.fh, 0, data).unwrap();
     v.release(o.fh).unwrap();
     a.ino
-}
-
-fn read(v: &Volume<impl Store>, ino: Ino) -> Vec<u8> {
-    let o = v.open(ino, libc::O_RDONLY).unwrap();
-    let d = v.read(o.fh, 0, 1 << 20).unwrap();
-    v.release(o.fh).unwrap();
-    d
 }
 
 fn on(v: &Volume<MemStore>, parent: Ino, name: &str, t: Tier) -> bool {
