@@ -422,6 +422,13 @@ impl Namespace {
             .collect()
     }
 
+    /// How many (parent, name) name `ino`.
+    pub fn link_count(&self, ino: Ino) -> Result<u64> {
+        let mut n = 0;
+        self.kv.for_each(TreeId::Ns, &key(b'b', ino), &mut |_, _| n += 1)?;
+        Ok(n)
+    }
+
     /// One (parent, name) naming `ino`, if any.
     pub fn first_link(&self, ino: Ino) -> Result<Option<(Ino, OsString)>> {
         let prefix = key(b'b', ino);

@@ -52,6 +52,8 @@ struct Inner {
     features: super::features::Features,
     /// New objects lose their set-ID bits, as on GlusterFS.
     drops_id_bits: bool,
+    /// Reports every non-directory with one link (a stale client cache).
+    stale_link_counts: bool,
     /// The root is gone, as a removed or unmounted backing directory
     /// ([`Store::healthy`] says so; the nodes stay).
     vanished: bool,
@@ -123,6 +125,7 @@ impl MemStore {
                 capacity: u64::MAX,
                 features: Default::default(),
                 drops_id_bits: false,
+                stale_link_counts: false,
                 vanished: false,
                 health_checks: 0,
             })),
@@ -165,6 +168,13 @@ impl MemStore {
     /// creation, as GlusterFS does (a chmod afterwards sets them).
     pub fn set_drops_id_bits(&self, on: bool) {
         self.inner.lock().drops_id_bits = on;
+    }
+
+    /// Makes stats report one link for every file, as a client cache that
+    /// serves a count from before a link would (GlusterFS's metadata cache
+    /// serves old counts for up to a second).
+    pub fn set_stale_link_counts(&self, on: bool) {
+        self.inner.lock().stale_link_counts = on;
     }
 
     /// Limits the bytes of file data the store accepts (ENOSPC past it).
@@ -277,7 +287,7 @@ impl Inner {
             dev: 0x6d65,
             ino: id,
             mode: n.meta.mode,
-            nlink: self.nlink(id),
+            nlink: if self.stale_link_counts && n.kind != FileKind::Dir { 1 } else { self.nlink(id) },
             uid: n.meta.uid,
             gid: n.meta.gid,
             rdev: n.meta.rdev,

@@ -18,19 +18,21 @@ impl<S: Store> Volume<S> {
                 (self.io_stat(&oi, &io)?, io.placement)
             };
             let rec = self.ns.record(ino)?.unwrap_or_else(|| InodeRecord::new(FileKind::File, placement));
-            return Ok(self.make_attr(ino, &rec, &st));
+            let names = self.ns.link_count(ino)?;
+            return Ok(self.make_attr(ino, &rec, &st, names));
         }
         let rec = self.record(ino)?;
         if rec.kind == FileKind::Dir {
             let d = self.meta_dir(ino)?;
             let st = self.tiers.store(self.tiers.meta).stat(Target::This(&d))?;
-            return Ok(self.make_attr(ino, &rec, &st));
+            return Ok(self.make_attr(ino, &rec, &st, 0));
         }
         // A migration switches the file's tier holding this lock: the
         // record and the copy it names are read together.
         let _il = self.ilocks.get(ino).read();
         let rec = self.record(ino)?;
-        let (p, n) = self.link_of(ino)?;
+        let names = self.ns.links(ino)?;
+        let Some((p, n)) = names.first().cloned() else { return err(libc::ENOENT) };
         // A cached file is answered from its SSD copy (kept in step with the
         // primary), so that reading it never costs an HDD access.
         let st = match rec.placement {
@@ -39,7 +41,7 @@ impl<S: Store> Volume<S> {
             }
             pl => self.stat_on(p, &n, pl.primary())?,
         };
-        Ok(self.make_attr(ino, &rec, &st))
+        Ok(self.make_attr(ino, &rec, &st, names.len() as u64))
     }
 
     /// Changes attributes. A change and the switch-over of a migration

@@ -582,9 +582,20 @@ impl<S: Store> Volume<S> {
         }
     }
 
-    /// Builds reported attributes from a backing stat and the record.
-    pub(crate) fn make_attr(&self, ino: Ino, rec: &InodeRecord, st: &Stat) -> Attr {
-        let nlink = if rec.kind == FileKind::Dir { 2 + rec.subdirs } else { st.nlink.min(u32::MAX as u64) as u32 };
+    /// Builds reported attributes from a backing stat, the record and, for
+    /// a non-directory, how many names the namespace has for it.
+    ///
+    /// A file's link count is the larger of the backing file's and the
+    /// namespace's. Never fewer than the namespace's names: a backing
+    /// client cache can serve a count from before a link (GlusterFS's
+    /// metadata cache does for up to a second), and a kernel told one link
+    /// too few counts the file at 0 after an unlink of one of its names, and
+    /// then refuses to link its other names (ENOENT). Never fewer than the
+    /// backing file's: names in a directory not adopted yet are not in the
+    /// namespace.
+    pub(crate) fn make_attr(&self, ino: Ino, rec: &InodeRecord, st: &Stat, names: u64) -> Attr {
+        let nlink =
+            if rec.kind == FileKind::Dir { 2 + rec.subdirs } else { st.nlink.max(names).min(u32::MAX as u64) as u32 };
         let ctime = match rec.ctime_fix {
             Some(f) if f.backing == st.ctime => f.logical,
             _ => st.ctime,
