@@ -539,6 +539,32 @@ impl Batch {
         }
         self
     }
+
+    /// How many names of `ino` the batch adds, less those it removes.
+    pub fn names_delta(&self, ino: Ino) -> i64 {
+        let prefix = key(b'b', ino);
+        self.ops
+            .iter()
+            .map(|op| match op {
+                Op::Put(k, _) if k.starts_with(&prefix) => 1,
+                Op::Del(k) if k.starts_with(&prefix) => -1,
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// What the batch, applied, does to the record of `ino`: `Some(true)`
+    /// if its last write of it is a put, `Some(false)` a delete, `None`
+    /// if it does not write it.
+    pub fn record_op(&self, ino: Ino) -> Option<bool> {
+        let k = key(b'i', ino);
+        self.ops.iter().rev().find_map(|op| match op {
+            Op::Put(x, _) if *x == k => Some(true),
+            Op::Del(x) if *x == k => Some(false),
+            _ => None,
+        })
+    }
+
     /// Removes an inode record and its settings.
     pub fn del_record(&mut self, ino: Ino) -> &mut Self {
         self.ops.push(Op::Del(key(b'i', ino)));

@@ -607,6 +607,76 @@ mod tests {
         (rig, v, d)
     }
 
+    /// Review finding: the map of adopted hard links kept a file after all
+    /// the names the namespace knew were unlinked (its record gone), so a
+    /// name of it in a directory adopted later joined the gone inode and
+    /// no lookup found it for the rest of the mount.
+    #[test]
+    fn a_name_adopted_after_the_known_names_of_its_file_went_gets_a_live_inode() {
+        let rig = Rig::new();
+        let root = rig.hdd.root().unwrap();
+        for d in ["a", "b", "c"] {
+            rig.hdd.mkdir(&root, OsStr::new(d), 0o755).unwrap();
+        }
+        let a = rig.hdd.open_dir(&root, OsStr::new("a")).unwrap();
+        let b = rig.hdd.open_dir(&root, OsStr::new("b")).unwrap();
+        let c = rig.hdd.open_dir(&root, OsStr::new("c")).unwrap();
+        rig.hdd.open(&a, OsStr::new("x"), libc::O_CREAT | libc::O_WRONLY, 0o644).unwrap();
+        rig.hdd.link(&a, OsStr::new("x"), &b, OsStr::new("y")).unwrap();
+        rig.hdd.link(&a, OsStr::new("x"), &c, OsStr::new("z")).unwrap();
+        let v = rig.mount();
+        let ino = |name: &str| v.lookup(ROOT_INO, OsStr::new(name)).unwrap().ino;
+        let (a, b) = (ino("a"), ino("b"));
+        let x = v.lookup(a, OsStr::new("x")).unwrap().ino;
+        v.unlink(a, OsStr::new("x")).unwrap();
+        assert!(v.ns.record(x).unwrap().is_none(), "its only known name went");
+        let y = v.lookup(b, OsStr::new("y")).expect("b/y exists on the HDD");
+        assert_ne!(y.ino, x);
+        assert_eq!(v.getattr(y.ino).unwrap().nlink, 2);
+    }
+
+    /// Review finding: both names of a hard-linked file vanished from the
+    /// backing directory, and the reconciliation that forgot them counted,
+    /// for each, the other one still in the database: the record stayed.
+    #[test]
+    fn a_reconciliation_that_forgets_every_name_of_a_file_forgets_its_record() {
+        let (rig, v, d) = unreconciled_dir();
+        let root = rig.hdd.root().unwrap();
+        let dh = rig.hdd.open_dir(&root, OsStr::new("d")).unwrap();
+        rig.hdd.link(&dh, OsStr::new("x"), &dh, OsStr::new("y")).unwrap();
+        let x = v.lookup(d, OsStr::new("x")).unwrap().ino;
+        assert_eq!(v.lookup(d, OsStr::new("y")).unwrap().ino, x);
+        for n in ["x", "y"] {
+            rig.hdd.unlink(&dh, OsStr::new(n)).unwrap();
+        }
+        v.reconcile(d, true).unwrap();
+        assert!(v.ns.children(d).unwrap().is_empty());
+        assert!(v.ns.record(x).unwrap().is_none(), "no name left, the record stayed");
+    }
+
+    /// Review finding: the same with the record deleted earlier in the same
+    /// batch. `d/x`, the only name the namespace knows of a file with a
+    /// second backing name elsewhere, was renamed to `d/z` on the HDD: the
+    /// reconciliation forgets `x` (deleting the record) before it adopts
+    /// `z`, which must not join the inode the batch removes.
+    #[test]
+    fn a_name_adopted_after_its_files_record_was_dropped_in_the_same_pass_gets_a_live_inode() {
+        let (rig, v, d) = unreconciled_dir();
+        let root = rig.hdd.root().unwrap();
+        rig.hdd.mkdir(&root, OsStr::new("e"), 0o755).unwrap();
+        let e = rig.hdd.open_dir(&root, OsStr::new("e")).unwrap();
+        let dh = rig.hdd.open_dir(&root, OsStr::new("d")).unwrap();
+        rig.hdd.link(&dh, OsStr::new("x"), &e, OsStr::new("w")).unwrap();
+        let x = v.lookup(d, OsStr::new("x")).unwrap().ino;
+        rig.hdd.rename(&dh, OsStr::new("x"), &dh, OsStr::new("z"), 0).unwrap();
+        v.reconcile(d, true).unwrap();
+        // The namespace as the reconciliation left it (a lookup that finds
+        // no record reconciles again, which would hide the fault).
+        let (z, _) = v.ns.lookup(d, OsStr::new("z")).unwrap().expect("d/z adopted");
+        assert!(v.ns.record(x).unwrap().is_none());
+        assert!(v.ns.record(z).unwrap().is_some(), "d/z joined the inode the pass removed");
+    }
+
     /// Reconciles `d` wholly the first time this thread passes the test
     /// point `at` (between a request's two reads); counts the passes.
     fn reconcile_at(

@@ -263,7 +263,10 @@ impl<S: Store> Volume<S> {
         let kind_at = |t: Tier| pres[t.idx()].and_then(|s| s.kind());
         let forget = |b: &mut Batch, events: &mut Vec<(Ino, EventKind)>| -> Result<()> {
             b.unlink(dir, name, ino);
-            if kind == FileKind::Dir || self.ns.links(ino)?.len() <= 1 {
+            // The names left once the batch is applied: two names of one
+            // file that both vanished are forgotten in one batch, and each
+            // counted the other's (review finding: the record stayed).
+            if kind == FileKind::Dir || self.ns.links(ino)?.len() as i64 + b.names_delta(ino) <= 0 {
                 b.del_record(ino);
                 if kind == FileKind::File {
                     events.push((ino, EventKind::Remove));
@@ -394,9 +397,31 @@ impl<S: Store> Volume<S> {
         let key = (t, st.dev, st.ino);
         let existing = if kind != FileKind::Dir && st.nlink > 1 {
             let seen = self.adopted_links.lock().get(&key).copied();
-            match seen {
+            let seen = match seen {
                 Some(i) => Some(i),
                 None => self.known_link(l, t, key)?,
+            };
+            // Only a file that still has its record: one whose names were
+            // all unlinked since (those the namespace knew; more may wait
+            // in directories not adopted yet) is gone, and a name joined to
+            // it had no record: ENOENT for every lookup of it for the rest
+            // of the mount (review finding). Its backing file is adopted
+            // anew.
+            let live = |i: Ino| -> Result<bool> {
+                Ok(match b.record_op(i) {
+                    Some(put) => put,
+                    None => self.ns.record(i)?.is_some(),
+                })
+            };
+            match seen {
+                Some(i) if !live(i)? => {
+                    let mut m = self.adopted_links.lock();
+                    if m.get(&key) == Some(&i) {
+                        m.remove(&key);
+                    }
+                    None
+                }
+                x => x,
             }
         } else {
             None

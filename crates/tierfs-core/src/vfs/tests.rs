@@ -625,3 +625,91 @@ fn a_stale_backing_link_count_does_not_undercount_a_files_names() {
     v.link(f, ROOT_INO, OsStr::new("c")).unwrap();
     assert_eq!(v.lookup(ROOT_INO, OsStr::new("c")).unwrap().nlink, 2);
 }
+
+/// Where [`run_at`] keeps the thread it started.
+type Started = Arc<parking_lot::Mutex<Option<std::thread::JoinHandle<Result<()>>>>>;
+
+/// Runs `op` on another thread when this thread passes the test point
+/// `at`, and waits up to 300 ms for it there (it finishes within that only
+/// if nothing holds it back). Returns where its thread is kept.
+fn run_at<F>(at: &'static str, op: F) -> (crate::testutil::PointGuard, Started)
+where
+    F: Fn() -> Result<()> + Send + Sync + 'static,
+{
+    let other = Arc::new(parking_lot::Mutex::new(None));
+    let op = Arc::new(op);
+    let point = crate::testutil::on_point(at, {
+        let other = other.clone();
+        move || {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let op = op.clone();
+            let h = std::thread::spawn(move || {
+                let r = op();
+                let _ = tx.send(());
+                r
+            });
+            let _ = rx.recv_timeout(Duration::from_millis(300));
+            *other.lock() = Some(h);
+        }
+    });
+    (point, other)
+}
+
+/// A file `f` with the names `a/x` and `b/y`: the volume, `a`, `b`, `f`.
+fn two_names() -> (Arc<Volume<MemStore>>, Ino, Ino, Ino) {
+    let v = Arc::new(volume());
+    let a = v.mkdir(&CTX, ROOT_INO, OsStr::new("a"), 0o755, 0).unwrap().ino;
+    let b = v.mkdir(&CTX, ROOT_INO, OsStr::new("b"), 0o755, 0).unwrap().ino;
+    let f = file(&v, a, "x", b"data");
+    v.link(f, b, OsStr::new("y")).unwrap();
+    (v, a, b, f)
+}
+
+/// The same race between a rename that replaces one name of a file and an
+/// unlink of its other name.
+#[test]
+fn a_rename_over_one_name_and_an_unlink_of_the_other_at_once_remove_the_record() {
+    let (v, a, b, f) = two_names();
+    let g = file(&v, b, "w", b"new");
+    let (_point, other) = run_at("rename counted", {
+        let v = v.clone();
+        move || v.unlink(a, OsStr::new("x"))
+    });
+    v.rename(b, OsStr::new("w"), b, OsStr::new("y"), 0).unwrap();
+    let h = other.lock().take().expect("the test point was passed");
+    h.join().unwrap().unwrap();
+    assert_eq!(v.lookup(b, OsStr::new("y")).unwrap().ino, g);
+    assert!(v.ns.record(f).unwrap().is_none(), "both names gone, the record stayed");
+}
+
+/// Review finding: two unlinks of a file's two names in different
+/// directories (different stripes) each counted the other's name, so
+/// neither removed the record, which stayed for ever with its SSD charge
+/// and statistics. Here the second unlink runs while the first has counted
+/// and not committed: it must wait, and the record goes.
+#[test]
+fn two_unlinks_of_a_files_two_names_at_once_remove_its_record() {
+    let (v, a, b, f) = two_names();
+    let (_point, other) = run_at("unlink counted", {
+        let v = v.clone();
+        move || v.unlink(b, OsStr::new("y"))
+    });
+    v.unlink(a, OsStr::new("x")).unwrap();
+    let h = other.lock().take().expect("the test point was passed");
+    h.join().unwrap().unwrap();
+    assert!(v.ns.links(f).unwrap().is_empty());
+    assert!(v.ns.record(f).unwrap().is_none(), "both names gone, the record stayed");
+}
+
+/// An open file whose last name went has no links (as fstat says on a
+/// local file system), and one whose names are in a directory not adopted
+/// yet counts them (see `a_name_adopted_after_the_known_names_of_its_file_went_gets_a_live_inode`).
+#[test]
+fn an_open_file_whose_last_name_went_has_no_links() {
+    let v = volume();
+    let f = file(&v, ROOT_INO, "a", b"x");
+    let o = v.open(f, libc::O_RDONLY).unwrap();
+    v.unlink(ROOT_INO, OsStr::new("a")).unwrap();
+    assert_eq!(v.getattr(f).unwrap().nlink, 0);
+    v.release(o.fh).unwrap();
+}
