@@ -60,6 +60,10 @@ struct Listing<S: Store> {
     /// Whether the known hard-linked files of this directory were added to
     /// the adopted links (see [`Volume::known_link`]).
     links_learned: bool,
+    /// Files that lost a name in the current part and kept their record:
+    /// checked again after the part is committed (see
+    /// [`Volume::commit_adopted`]).
+    kept: Vec<Ino>,
 }
 
 impl<S: Store> Volume<S> {
@@ -120,7 +124,7 @@ impl<S: Store> Volume<S> {
             }
             Listed::Stat(st) => names.entry(name).or_default()[t.idx()] = Some(st),
         })?;
-        Ok(Listing { dirs, names, partial, known, links_learned: false })
+        Ok(Listing { dirs, names, partial, known, links_learned: false, kept: Vec::new() })
     }
 
     /// The whole stats of `name` on each tier, stat'ing it now if the
@@ -201,7 +205,7 @@ impl<S: Store> Volume<S> {
             // has gathered committed (a part of slow stats can take long).
             let stop = done % 64 == 0 && self.adopter.should_stop(dir);
             if b.len() >= RECONCILE_BATCH || stop {
-                self.commit_adopted(std::mem::take(&mut b), std::mem::take(&mut events))?;
+                self.commit_adopted(std::mem::take(&mut b), std::mem::take(&mut events), std::mem::take(&mut l.kept))?;
                 self.adopter.progress(dir, &name);
                 if stop {
                     return super::adopt::stopped();
@@ -212,14 +216,21 @@ impl<S: Store> Volume<S> {
             drec.subdirs = subdirs;
             b.put_record(dir, &drec);
         }
-        self.commit_adopted(b, events)?;
+        self.commit_adopted(b, events, std::mem::take(&mut l.kept))?;
         self.reconciled(dir);
         Ok(())
     }
 
     /// Commits one part of a reconciliation, then tells the SSD account and
     /// the engine what it adopted, re-placed or forgot.
-    fn commit_adopted(&self, b: Batch, events: Vec<(Ino, EventKind)>) -> Result<()> {
+    ///
+    /// A file that lost a name here and kept its record (`kept`) may have
+    /// lost its other names meanwhile: an unlink elsewhere counts them
+    /// under the file's inode lock, this under the directory's stripe
+    /// only, so each could count the other's name (review finding). Each
+    /// is counted again under its inode lock, and a record with no name
+    /// left goes.
+    fn commit_adopted(&self, b: Batch, events: Vec<(Ino, EventKind)>, kept: Vec<Ino>) -> Result<()> {
         // A tier that vanished since the reconciliation began lists
         // nothing and stats nothing: its names would be dropped or left
         // out as gone (review finding; it was checked at the start only).
@@ -243,7 +254,31 @@ impl<S: Store> Volume<S> {
         for (ino, ev) in events {
             self.emit(ino, ev);
         }
-        Ok(())
+        // Each is checked whatever happens to the others: the part is
+        // committed, and no later reconciliation looks at these names again.
+        let mut first_error = None;
+        for ino in kept {
+            let il = self.ilocks.get(ino).write();
+            let gone = (|| -> Result<bool> {
+                if self.ns.link_count(ino)? > 0 || self.ns.record(ino)?.is_none() {
+                    return Ok(false);
+                }
+                let mut b = self.ns.batch();
+                b.del_record(ino);
+                self.ns.commit(b, false)?;
+                Ok(true)
+            })();
+            drop(il);
+            match gone {
+                Ok(true) => self.gone(ino),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(ino, error = %e, "could not check whether a file kept a name");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// A name the database knows. Returns whether it ends up a directory.
@@ -261,28 +296,33 @@ impl<S: Store> Volume<S> {
     ) -> Result<bool> {
         let rec = self.ns.record(ino)?;
         let kind_at = |t: Tier| pres[t.idx()].and_then(|s| s.kind());
-        let forget = |b: &mut Batch, events: &mut Vec<(Ino, EventKind)>| -> Result<()> {
+        let forget = |l: &mut Listing<S>, b: &mut Batch, events: &mut Vec<(Ino, EventKind)>| -> Result<()> {
             b.unlink(dir, name, ino);
             // The names left once the batch is applied: two names of one
             // file that both vanished are forgotten in one batch, and each
             // counted the other's (review finding: the record stayed).
-            if kind == FileKind::Dir || self.ns.links(ino)?.len() as i64 + b.names_delta(ino) <= 0 {
+            let last = kind == FileKind::Dir || self.ns.links(ino)?.len() as i64 + b.names_delta(ino) <= 0;
+            #[cfg(test)]
+            crate::testutil::point("reconcile counted");
+            if last {
                 b.del_record(ino);
                 if kind == FileKind::File {
                     events.push((ino, EventKind::Remove));
                 }
+            } else {
+                l.kept.push(ino);
             }
             Ok(())
         };
         let Some(mut rec) = rec else {
-            forget(b, events)?;
+            forget(l, b, events)?;
             return self.adopt_name(dir, name, l, b, events);
         };
         if kind == FileKind::Dir {
             let dir_tiers: Vec<Tier> = Tier::ALL.into_iter().filter(|t| kind_at(*t) == Some(FileKind::Dir)).collect();
             if dir_tiers.is_empty() {
                 tracing::warn!(dir, name = ?name, "directory vanished from the backing stores");
-                forget(b, events)?;
+                forget(l, b, events)?;
                 self.forget_dir(ino);
                 return self.adopt_name(dir, name, l, b, events);
             }
@@ -305,7 +345,7 @@ impl<S: Store> Volume<S> {
             Placement::On(t) if here(t.other()) => Placement::On(t.other()),
             _ => {
                 tracing::warn!(dir, name = ?name, "file vanished from the backing stores");
-                forget(b, events)?;
+                forget(l, b, events)?;
                 return self.adopt_name(dir, name, l, b, events);
             }
         };
