@@ -248,17 +248,16 @@ impl<S: Store> Volume<S> {
             let r = (|| -> Result<()> {
                 let src = self.tiers.dir(p, t, false)?;
                 let dst = self.tiers.dir(new_parent, t, true)?;
-                let linked = self.tiers.store(t).link(&src, &n, &dst, new_name);
-                if let Err(e) = &linked {
-                    // The name is the file's and its tiers are held: a
-                    // missing source is the backing file system's doing (a
-                    // warning, so that such a failure can be told from the
-                    // kernel's own refusal).
+                // The name is the file's and its tiers are held: a missing
+                // source is the backing file system's doing (a warning, so
+                // that such a failure can be told from the kernel's own
+                // refusal).
+                self.tiers.store(t).link(&src, &n, &dst, new_name).inspect_err(|e| {
                     if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESTALE)) {
                         tracing::warn!(ino, tier = %t, name = ?n, error = %e, "the backing file system could not link a name of the file");
                     }
-                }
-                Ok(linked?)
+                })?;
+                Ok(())
             })();
             if let Err(e) = r {
                 for t in done {
@@ -310,7 +309,7 @@ impl<S: Store> Volume<S> {
                 Err(e) => return Err(e.into()),
             }
         }
-        let last = self.ns.links(ino)?.len() <= 1;
+        let last = self.ns.link_count(ino)? <= 1;
         #[cfg(test)]
         crate::testutil::point("unlink counted");
         let mut b = self.ns.batch();

@@ -301,7 +301,7 @@ impl<S: Store> Volume<S> {
             // The names left once the batch is applied: two names of one
             // file that both vanished are forgotten in one batch, and each
             // counted the other's (review finding: the record stayed).
-            let last = kind == FileKind::Dir || self.ns.links(ino)?.len() as i64 + b.names_delta(ino) <= 0;
+            let last = kind == FileKind::Dir || self.ns.link_count(ino)? as i64 + b.names_delta(ino) <= 0;
             #[cfg(test)]
             crate::testutil::point("reconcile counted");
             if last {

@@ -132,8 +132,6 @@ impl<S: Store> Volume<S> {
         (a, ka): (Ino, FileKind),
         b: Option<(Ino, FileKind)>,
     ) -> Result<()> {
-        // A directory changes the shape of the tree: no backing copy may be
-        // made under the name it leaves while it moves.
         // A replaced file's names are counted and its last one removed
         // with its inode lock held, as unlink does: an unlink of another of
         // its names elsewhere counts in turn (before the tree shape, which
@@ -143,6 +141,8 @@ impl<S: Store> Volume<S> {
             Some((bi, kb)) if !exchange && kb != FileKind::Dir => Some(self.ilocks.get(bi).write()),
             _ => None,
         };
+        // A directory changes the shape of the tree: no backing copy may be
+        // made under the name it leaves while it moves.
         let moves_dir = ka == FileKind::Dir || (exchange && b.is_some_and(|(_, k)| k == FileKind::Dir));
         let shape = moves_dir.then(|| self.tiers.lock_shape());
         let ta = self.tiers_of(a, ka, parent, name)?;
@@ -212,7 +212,7 @@ impl<S: Store> Volume<S> {
             }
             Some((bi, kb)) => {
                 batch.unlink(new_parent, new_name, bi);
-                if kb == FileKind::Dir || self.ns.links(bi)?.len() <= 1 {
+                if kb == FileKind::Dir || self.ns.link_count(bi)? <= 1 {
                     batch.del_record(bi);
                     removed = Some((bi, kb));
                 }
