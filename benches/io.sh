@@ -12,7 +12,11 @@
 #              clone, `tar x` of a tree of TAR_FILES files and `rm -rf` of it;
 # for the setups
 #   native             the backing directory itself
-#   tierfs-pt          tierfs, passthrough I/O mode
+#   tierfs-pt          tierfs, passthrough I/O mode (the default mount: its
+#                      requests come over FUSE-over-io_uring where the kernel
+#                      offers it, which io.sh arranges for the run by setting
+#                      the fuse module's enable_uring; URING=0 leaves it)
+#   tierfs-pt-dev      the same over /dev/fuse (--io-uring never)
 #   tierfs-pt-nostats  the same, statistics off
 #   tierfs-us          tierfs, userspace I/O mode
 #   tierfs-us-nostats  the same, statistics off
@@ -85,7 +89,7 @@ mounted() { grep -qs " $1 " /proc/self/mounts; } # also a dead FUSE mount
 # Runs on every exit, also after a failure: nothing may stop it half-way.
 cleanup() {
     set +e
-    if [ -n "${URING_WAS:-}" ]; then echo "$URING_WAS" >/sys/module/fuse/parameters/enable_uring; fi
+    if [ -n "${URING_WAS:-}" ]; then echo "$URING_WAS" >/sys/module/fuse/parameters/enable_uring; URING_WAS=; fi
     if mounted "$MNT"; then fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT"; fi
     if [ -n "${HP_PID:-}" ]; then kill "$HP_PID" 2>/dev/null; wait "$HP_PID" 2>/dev/null; HP_PID=; fi
     # A daemon that was just unmounted may still hold the backing directories.
@@ -269,21 +273,24 @@ with_mergerfs() { # label options
 
 : >"$WORK/results.txt"
 echo "machine: $(uname -srm), $(nproc) cores, $(awk '/MemTotal/{print $2/1048576 " GiB"}' /proc/meminfo); fio $(fio --version); $(mergerfs --version 2>&1 | head -1); $(git --version); tierfs $("$BIN" --version)" >&2
-echo "command: bash benches/io.sh $* (SIZE=$SIZE RUNTIME=$RUNTIME META_N=$META_N STAT_N=$STAT_N PM_FILES=$PM_FILES PM_TX=$PM_TX GIT_FILES=$GIT_FILES TAR_FILES=$TAR_FILES REPS=$REPS TESTS=\"$TESTS\" ONLY=\"$ONLY\" TIERFS_ARGS=\"$TIERFS_ARGS\" BACKING=$BACKING IMG_SIZE=$IMG_SIZE)" >&2
+echo "command: bash benches/io.sh $* (SIZE=$SIZE RUNTIME=$RUNTIME META_N=$META_N STAT_N=$STAT_N PM_FILES=$PM_FILES PM_TX=$PM_TX GIT_FILES=$GIT_FILES TAR_FILES=$TAR_FILES REPS=$REPS TESTS=\"$TESTS\" ONLY=\"$ONLY\" TIERFS_ARGS=\"$TIERFS_ARGS\" BACKING=$BACKING IMG_SIZE=$IMG_SIZE URING=${URING:-1})" >&2
 named() { in_list "$1" "$ONLY"; }
 want() { [ -z "$ONLY" ] || named "$1"; }
 if named libfuse-dev || named libfuse-uring; then
     HP=$(bash benches/libfuse.sh)
     echo "reference: libfuse 3.18.3 passthrough_hp --nopassthrough --direct-io" >&2
 fi
-if named libfuse-uring; then
-    URING_WAS=$(cat /sys/module/fuse/parameters/enable_uring)
-    echo 1 >/sys/module/fuse/parameters/enable_uring
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+if { [ "${URING:-1}" = 1 ] || named libfuse-uring; } && [ -w "$URING_PARAM" ]; then
+    URING_WAS=$(cat "$URING_PARAM")
+    echo 1 >"$URING_PARAM"
 fi
+echo "fuse enable_uring: $(cat "$URING_PARAM" 2>/dev/null || echo absent)" >&2
 for rep in $(seq 1 "$REPS"); do
     echo "round $rep of $REPS" >&2
     if want native; then fresh_backing; measure native "$DATA"; fi
     if want tierfs-pt; then fresh_backing; with_tierfs tierfs-pt --io-mode passthrough; fi
+    if want tierfs-pt-dev; then fresh_backing; with_tierfs tierfs-pt-dev --io-mode passthrough --io-uring never; fi
     if want tierfs-pt-nostats; then fresh_backing; with_tierfs tierfs-pt-nostats --io-mode passthrough --no-stats; fi
     if named tierfs-pt-nolinger; then fresh_backing; with_tierfs tierfs-pt-nolinger --io-mode passthrough --linger 0; fi
     if want tierfs-us; then fresh_backing; with_tierfs tierfs-us --io-mode userspace; fi
@@ -329,6 +336,8 @@ for base in ("mergerfs", "mergerfs-default"):
 pairs = [(s, s + "-nostats") for s in tierfs if s + "-nostats" in setups]
 if pairs:
     table("Cost of the statistics: with / without (1.00: none; 0.95: 5 % slower)", [a for a, _ in pairs], lambda r, f: fmt(better(r, r + "-nostats", f)))
+if "tierfs-pt" in setups and "tierfs-pt-dev" in setups:
+    table("What FUSE-over-io_uring brings tierfs: tierfs-pt / tierfs-pt-dev (above 1: io_uring is faster)", ["tierfs-pt"], lambda r, f: fmt(better(r, "tierfs-pt-dev", f)))
 if "libfuse-dev" in setups and "libfuse-uring" in setups:
     table("What FUSE-over-io_uring brings the same server: libfuse-uring / libfuse-dev (above 1: io_uring is faster)", ["libfuse-uring"], lambda r, f: fmt(better(r, "libfuse-dev", f)))
 PY

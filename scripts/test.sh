@@ -12,8 +12,25 @@ awk '$5 ~ /^\/tmp\/tierfs-test-/ {print $5}' /proc/self/mountinfo | sort -r | wh
 done
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# The patched fuser's own unit tests (vendor/fuser/TIERFS.md).
+cargo test --manifest-path vendor/fuser/Cargo.toml --target-dir target/fuser --lib
+# FUSE over io_uring (Linux 6.14+) is offered to new mounts only while the
+# fuse module's enable_uring is set: on for the tests, so that the mounts
+# with passthrough I/O take their requests over the rings (tests/
+# integration/uring.rs checks that they do); put back afterwards. The
+# GlusterFS suite below runs over /dev/fuse.
+URING=/sys/module/fuse/parameters/enable_uring
+URING_WAS=
+if [ -w "$URING" ]; then
+    URING_WAS=$(cat "$URING")
+    trap 'echo "$URING_WAS" >"$URING"' EXIT
+    echo 1 >"$URING"
+    export TIERFS_TEST_URING=1
+fi
 # The daemon the integration tests mount is built with deadlock detection.
 cargo test --workspace --all-targets --features tierfs/lock-check
+if [ -n "$URING_WAS" ]; then echo "$URING_WAS" >"$URING"; fi
+unset TIERFS_TEST_URING
 # A real Prometheus server scrapes a mount's --metrics endpoint.
 bash scripts/prometheus.sh target/debug/tierfs
 # The HDD tier on a single-node GlusterFS volume: the integration suite's

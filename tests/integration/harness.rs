@@ -137,6 +137,12 @@ impl Mounted {
         self.stop();
     }
 
+    /// Unmounts, waits for the daemon, and returns its whole log.
+    pub fn unmount_with_log(mut self) -> String {
+        self.stop();
+        self.log_text()
+    }
+
     fn stop(&mut self) {
         if is_mounted(&self.mnt) {
             let _ = Command::new("fusermount3").arg("-u").arg(&self.mnt).stderr(Stdio::null()).status();

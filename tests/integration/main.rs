@@ -22,3 +22,4 @@ mod posix;
 mod stats;
 mod tiering;
 mod torture;
+mod uring;

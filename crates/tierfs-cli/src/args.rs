@@ -253,6 +253,16 @@ pub enum ShellArg {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum UringArg {
+    /// With passthrough I/O.
+    Auto,
+    /// In any I/O mode.
+    Always,
+    /// Never: requests come from /dev/fuse.
+    Never,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum IoModeArg {
     /// Passthrough when the kernel and privileges allow it, else userspace.
     Auto,
@@ -396,6 +406,12 @@ pub struct MountArgs {
     /// another the wake-up of a sleeping thread.
     #[arg(long, value_name = "DURATION", default_value = "200us")]
     pub linger: String,
+    /// Take requests over FUSE's io_uring rings where the kernel offers
+    /// them (Linux 6.14+ with the fuse module's enable_uring set): auto
+    /// with passthrough I/O (the rings then carry only metadata requests),
+    /// always, or never (read /dev/fuse).
+    #[arg(long, value_enum, default_value_t = UringArg::Auto)]
+    pub io_uring: UringArg,
     /// Halve every access counter this often, so old heat fades (e.g. 10m, 1h; 0 = never).
     #[arg(long, value_name = "DURATION", default_value = "10m")]
     pub aging: String,

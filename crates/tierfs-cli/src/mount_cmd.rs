@@ -1,6 +1,6 @@
 //! `tierfs mount`: validation, daemonizing, logging, then serving.
 
-use crate::args::{IoModeArg, MountArgs, TierArg};
+use crate::args::{IoModeArg, MountArgs, TierArg, UringArg};
 use anyhow::{bail, Result};
 use std::ffi::CString;
 use std::io::{BufRead, Write};
@@ -15,7 +15,7 @@ use tierfs_core::policy::{Params, PolicyKind};
 use tierfs_core::regulator::Budget;
 use tierfs_core::tier::Tier;
 use tierfs_core::vfs::IoMode;
-use tierfs_fuse::mount::{serve, MountConfig};
+use tierfs_fuse::mount::{serve, MountConfig, UringMode};
 use tierfs_fuse::runtime;
 
 fn is_root() -> bool {
@@ -193,6 +193,11 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
         cache_timeout: tierfs_core::config::parse_duration(&a.cache_timeout)
             .map_err(|e| anyhow::anyhow!("--cache-timeout: {e}"))?,
         linger: linger(&a.linger)?,
+        io_uring: match a.io_uring {
+            UringArg::Auto => UringMode::Auto,
+            UringArg::Always => UringMode::Always,
+            UringArg::Never => UringMode::Never,
+        },
     })
 }
 

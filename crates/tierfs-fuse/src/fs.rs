@@ -29,6 +29,7 @@ pub struct TierFs<S: Store> {
     on_destroy: Option<OnDestroy>,
     virt: Option<Arc<dyn crate::VirtualXattrs>>,
     linger: Arc<crate::linger::Linger>,
+    uring: crate::mount::UringMode,
 }
 
 impl<S: Store> TierFs<S> {
@@ -41,7 +42,14 @@ impl<S: Store> TierFs<S> {
         ttl: Duration,
     ) -> Self {
         let linger = Arc::new(crate::linger::Linger::new(Duration::ZERO));
-        TierFs { vol, ttl, backings: Backings::default(), on_destroy: Some(on_destroy), virt, linger }
+        let uring = crate::mount::UringMode::Never;
+        TierFs { vol, ttl, backings: Backings::default(), on_destroy: Some(on_destroy), virt, linger, uring }
+    }
+
+    /// When to ask the kernel for FUSE over io_uring at INIT.
+    pub fn with_io_uring(mut self, mode: crate::mount::UringMode) -> Self {
+        self.uring = mode;
+        self
     }
 
     /// Lingers after each answer (see [`crate::linger`]).
@@ -227,6 +235,14 @@ impl<S: Store> Filesystem for TierFs<S> {
             }
         }
         let _ = config.set_max_write(1 << 20);
+        let uring = match self.uring {
+            crate::mount::UringMode::Auto => self.vol.io_mode() == IoMode::Passthrough,
+            crate::mount::UringMode::Always => true,
+            crate::mount::UringMode::Never => false,
+        };
+        if uring && config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_err() {
+            tracing::debug!("the kernel offers no FUSE over io_uring (the fuse module's enable_uring is off)");
+        }
         tracing::info!(io_mode = ?self.vol.io_mode(), "file system ready");
         Ok(())
     }

@@ -89,6 +89,22 @@ pub struct MountConfig {
     /// How long a request thread watches for the next request after an
     /// answer (`crate::linger`; zero: never).
     pub linger: std::time::Duration,
+    /// When to take requests over FUSE's io_uring rings.
+    pub io_uring: UringMode,
+}
+
+/// When to take requests over FUSE's io_uring rings (Linux 6.14+, where
+/// the fuse module's `enable_uring` is set) instead of reading `/dev/fuse`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UringMode {
+    /// With passthrough I/O, where the rings carry only metadata requests
+    /// (`benches/results/io-2026-11-25-uring.md`: random 4-KiB I/O through
+    /// the daemon was slower over the rings on 2 cores).
+    Auto,
+    /// Whenever the kernel offers them.
+    Always,
+    /// Never.
+    Never,
 }
 
 /// An exclusive lock on a state directory, held while mounted.
@@ -315,7 +331,8 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     });
     let linger = Arc::new(crate::linger::Linger::new(cfg.linger));
     let fs = TierFs::new(vol.clone(), on_destroy, Some(Arc::new(Xattrs(engine.clone()))), cfg.cache_timeout)
-        .with_linger(linger.clone());
+        .with_linger(linger.clone())
+        .with_io_uring(cfg.io_uring);
     let (session, mut unmounter) = match mount_session(fs, cfg) {
         Ok(x) => x,
         Err(e) => {
@@ -323,7 +340,12 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
             return Err(e);
         }
     };
-    {
+    if session.uses_io_uring() {
+        // The handlers' linger guards stay unattached: a ring thread
+        // commits its answer after the handler returns, and watches its
+        // own ring afterwards (`Config::io_uring_spin`).
+        tracing::info!("requests come over FUSE's io_uring rings");
+    } else {
         use std::os::fd::AsFd;
         match session.as_fd().try_clone_to_owned() {
             Ok(fd) => linger.attach(fd),
@@ -608,6 +630,12 @@ fn mount_session<S: tierfs_core::store::Store>(
     let mut config = Config::default();
     config.n_threads = Some(cfg.threads.max(1));
     config.clone_fd = true;
+    // Over io_uring each CPU has its own queue; two threads each, so that
+    // one slow request (an fsync) does not hold up its CPU's others.
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    config.io_uring_threads = cfg.threads.div_ceil(cpus).max(2);
+    // A ring thread lingers as a /dev/fuse one does (`crate::linger`).
+    config.io_uring_spin = cfg.linger;
     let acl = if cfg.allow_other { SessionACL::All } else { SessionACL::Owner };
     config.acl = acl;
     let fsname = format!("{}:{}", cfg.ssd.display(), cfg.hdd.display()).replace(',', "_");
