@@ -166,6 +166,7 @@ fn a_request_that_comes_with_the_registration_of_the_rings_is_answered() {
         for c in clients {
             c.join().expect("a client failed");
         }
+        assert!(m.log_text().contains("requests come over FUSE's io_uring rings"), "round {round}: no rings");
         assert!(done.load(Ordering::Relaxed));
         let pid = m.child.as_ref().unwrap().id();
         let t0 = Instant::now();

@@ -241,7 +241,12 @@ impl<S: Store> Filesystem for TierFs<S> {
             crate::mount::UringMode::Never => false,
         };
         if uring && config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_err() {
-            tracing::debug!("the kernel offers no FUSE over io_uring (the fuse module's enable_uring is off)");
+            let why = "the kernel offers no FUSE over io_uring (Linux 6.14+, with the fuse module's enable_uring set)";
+            if self.uring == crate::mount::UringMode::Always {
+                tracing::warn!("--io-uring always: {why}: requests come from /dev/fuse");
+            } else {
+                tracing::debug!("{why}");
+            }
         }
         tracing::info!(io_mode = ?self.vol.io_mode(), "file system ready");
         Ok(())

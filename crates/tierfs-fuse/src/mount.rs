@@ -353,6 +353,9 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
         }
     }
     vol.set_kernel_cache(Arc::new(crate::fs::Invalidator(session.notifier())));
+    // A session whose rings fail to start cannot answer: its mount is
+    // taken away (fuser unmounts its own when the session ends).
+    let detach = matches!(unmounter, Unmounter::Syscall(_)).then(|| cfg.mountpoint.clone());
     let ending = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let signalled = ending.clone();
     std::thread::Builder::new()
@@ -374,9 +377,15 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
         .name("tierfs-watchdog".into())
         .spawn(move || watch.run())
         .map_err(|e| MountError(format!("cannot start watchdog thread: {e}")))?;
-    tracing::info!(mountpoint = %cfg.mountpoint.display(), "mounted");
-    report(Ok(()));
-    let r = session.run();
+    let mut served = false;
+    let r = session.run_when_ready(|| {
+        served = true;
+        tracing::info!(mountpoint = %cfg.mountpoint.display(), "mounted");
+        report(Ok(()));
+    });
+    if let (false, Some(p)) = (served, detach) {
+        let _ = Unmounter::Syscall(p).unmount();
+    }
     drop(metrics);
     drop(control);
     let _ = std::fs::remove_file(&pid_file);

@@ -251,6 +251,18 @@ impl<FS: Filesystem> Session<FS> {
     /// # Errors
     /// Returns any final error when the session comes to an end.
     pub fn run(self) -> io::Result<()> {
+        self.run_when_ready(|| ())
+    }
+
+    /// As [`Session::run`], calling `ready` once the session serves
+    /// requests: with FUSE over io_uring, after every CPU's queue has
+    /// registered (the kernel holds all requests until then). If the
+    /// queues cannot register, returns the error without calling `ready`;
+    /// the mount then cannot answer and should be unmounted (tierfs
+    /// addition).
+    /// # Errors
+    /// Returns any final error when the session comes to an end.
+    pub fn run_when_ready(self, ready: impl FnOnce()) -> io::Result<()> {
         let Session {
             filesystem,
             ch,
@@ -308,6 +320,7 @@ impl<FS: Filesystem> Session<FS> {
             let ring_ch = channels[0].clone();
             threads.extend(spawn_rings(&filesystem, &ring_ch, setup, allowed, session_owner)?);
         }
+        ready();
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -560,8 +573,9 @@ impl SessionUnmounter {
 }
 
 /// Starts the threads of every CPU's ring queue and waits until each has
-/// registered its entry (tierfs addition). A queue that cannot register
-/// ends the process: the kernel would hold every request of the mount.
+/// registered its entry (tierfs addition): `threads_per_queue` for the
+/// queues of online CPUs, one for the others (the kernel wants an entry on
+/// every possible CPU's queue, but no request comes from an offline CPU).
 #[cfg(target_os = "linux")]
 fn spawn_rings<FS: Filesystem>(
     filesystem: &Arc<FilesystemHolder<FS>>,
@@ -574,7 +588,8 @@ fn spawn_rings<FS: Filesystem>(
     let (tx, rx) = std::sync::mpsc::channel();
     let mut threads = Vec::new();
     for qid in 0..queues {
-        for k in 0..setup.threads_per_queue {
+        let n = if crate::uring::online(qid) { setup.threads_per_queue } else { 1 };
+        for k in 0..n {
             let thread_name = format!("fuser-ring-{qid}-{k}");
             let event_loop = SessionEventLoop {
                 thread_name: thread_name.clone(),
@@ -592,13 +607,16 @@ fn spawn_rings<FS: Filesystem>(
         }
     }
     drop(tx);
-    for r in rx.iter().take(threads.len()) {
-        if let Err(e) = r {
-            error!("FUSE over io_uring was granted but a queue failed: {e}; the mount cannot answer requests, ending");
-            std::process::exit(1);
-        }
+    // Each thread sends once and drops its sender: one that dies first
+    // shows as a missing answer.
+    let answers: Vec<io::Result<()>> = rx.iter().collect();
+    if answers.len() < threads.len() {
+        return Err(io::Error::other("a FUSE ring thread ended before it registered"));
     }
-    debug!("FUSE over io_uring: {queues} queues, {} threads each", setup.threads_per_queue);
+    for r in answers {
+        r.map_err(|e| io::Error::new(e.kind(), format!("FUSE over io_uring was granted but a queue failed: {e}")))?;
+    }
+    debug!("FUSE over io_uring: {queues} queues, {} threads", threads.len());
     Ok(threads)
 }
 

@@ -121,6 +121,28 @@ fn highest_cpu(list: &str) -> Option<usize> {
         .max()
 }
 
+/// The CPUs of a list such as `0-3,8,10-11`.
+fn cpu_list(list: &str) -> Vec<usize> {
+    let mut cpus = Vec::new();
+    for r in list.trim().split(',').filter(|r| !r.is_empty()) {
+        let mut ends = r.splitn(2, '-').map(|n| n.trim().parse::<usize>());
+        match (ends.next(), ends.next()) {
+            (Some(Ok(a)), None) => cpus.push(a),
+            (Some(Ok(a)), Some(Ok(b))) if a <= b => cpus.extend(a..=b),
+            _ => {}
+        }
+    }
+    cpus
+}
+
+/// Whether `cpu` is online (all are, when the kernel does not say).
+pub(crate) fn online(cpu: usize) -> bool {
+    match std::fs::read_to_string("/sys/devices/system/cpu/online") {
+        Ok(s) => cpu_list(&s).contains(&cpu),
+        Err(_) => true,
+    }
+}
+
 /// The reply of the request a ring thread is serving: the bytes the
 /// dispatch sent, until the thread copies them into the entry.
 #[derive(Debug, Default)]
@@ -260,26 +282,48 @@ fn command(commit_id: u64, qid: u16) -> [u8; 80] {
 struct Queue {
     ring: Option<IoUring<squeue::Entry128, cqueue::Entry>>,
     entries: Vec<Entry>,
+    /// Whether the kernel is done with the entries: their registration
+    /// failed, or the connection ended and tore them down. Otherwise the
+    /// buffers are leaked at drop: closing a ring cancels its commands
+    /// asynchronously, and a request handed to an entry meanwhile would
+    /// be copied into freed memory.
+    released: bool,
 }
 
 impl Drop for Queue {
     fn drop(&mut self) {
         drop(self.ring.take());
+        if !self.released {
+            std::mem::forget(std::mem::take(&mut self.entries));
+        }
     }
 }
 
-/// Whether a command's error means the connection ended.
+/// Whether a command's error means the connection ended (an unknown
+/// commit id, ENOENT, does not: the kernel checks the connection first).
 fn ended(errno: i32) -> bool {
     matches!(
         errno,
-        libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED | libc::ENODEV | libc::ENOENT
+        libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED | libc::ENODEV
+    )
+}
+
+/// Whether a submission failed for the moment only.
+fn transient(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY | libc::ENOMEM)
     )
 }
 
 /// Pins the calling thread to `cpu` (best effort: a CPU that is offline
 /// keeps its queue, served from anywhere).
 fn pin(cpu: usize) {
-    // SAFETY: the set is initialised by CPU_ZERO before use.
+    if cpu >= 8 * size_of::<libc::cpu_set_t>() {
+        return;
+    }
+    // SAFETY: the set is initialised by CPU_ZERO before use, and `cpu`
+    // is within it.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_ZERO(&mut set);
@@ -318,17 +362,15 @@ pub(crate) fn serve<FS: Filesystem>(
 ) -> io::Result<()> {
     pin(qid as usize);
     // Requests may come as soon as the last queue registers: the first
-    // completions can arrive with the registration.
-    let (mut q, mut done) = match register(ch, qid, setup) {
-        Ok(x) => {
-            let _ = ready.send(Ok(()));
-            x
-        }
-        Err(e) => {
-            let _ = ready.send(Err(io::Error::new(e.kind(), e.to_string())));
-            return Err(e);
-        }
-    };
+    // completions can arrive with the registration. `ready` is dropped at
+    // once, so that the session sees a thread that dies before it says.
+    let registered = register(ch, qid, setup);
+    let _ = ready.send(match &registered {
+        Ok(_) => Ok(()),
+        Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+    });
+    drop(ready);
+    let (mut q, mut done) = registered?;
     let sender = ch.sender();
     let out = Arc::new(Mutex::new(Out::default()));
     let mut buf = FuseReadBuf::new();
@@ -345,9 +387,12 @@ pub(crate) fn serve<FS: Filesystem>(
             if res < 0 {
                 if ended(-res) {
                     debug!("ring queue {qid}: connection ended ({})", io::Error::from_raw_os_error(-res));
+                    q.released = true;
                     return Ok(());
                 }
-                return Err(io::Error::from_raw_os_error(-res));
+                let e = io::Error::from_raw_os_error(-res);
+                error!("ring queue {qid}: a ring command failed, this thread stops serving: {e}");
+                return Err(e);
             }
             let Some(e) = q.entries.get_mut(i) else {
                 return Err(io::Error::other(format!("ring completion for unknown entry {i}")));
@@ -363,20 +408,13 @@ pub(crate) fn serve<FS: Filesystem>(
         }
         let answered = !done.is_empty();
         done.clear();
-        if answered {
-            window = adapt(window, longest, gave_up.map(|t| t.elapsed()));
-            gave_up = None;
-        }
         if answered && window.is_zero() {
             // No watch: the next request's wait still tells whether one
             // would have caught it.
             gave_up = Some(Instant::now());
         } else if answered {
-            match ring.submit() {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) => return Err(e),
-            }
+            // A failed submission is tried again below.
+            let _ = ring.submit();
             let start = Instant::now();
             while ring.completion().is_empty() {
                 if start.elapsed() >= window {
@@ -388,14 +426,22 @@ pub(crate) fn serve<FS: Filesystem>(
                 unsafe { libc::sched_yield() };
             }
         }
+        // Never sleeps with an answer not submitted, and never leaves
+        // with one: the entry's request would wait for ever.
         while ring.completion().is_empty() {
             match ring.submit_and_wait(1) {
                 Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) => return Err(e),
+                Err(e) if transient(&e) => std::thread::sleep(Duration::from_millis(1)),
+                Err(e) => {
+                    error!("ring queue {qid}: cannot submit to the ring, this thread stops serving: {e}");
+                    return Err(e);
+                }
             }
         }
         done.extend(ring.completion().map(|c| (c.user_data() as usize, c.result())));
+        // How long the thread slept counts to the request's arrival, not
+        // to the end of its handling.
+        window = adapt(window, longest, gave_up.take().map(|t| t.elapsed()));
     }
 }
 
@@ -434,7 +480,14 @@ fn answer<FS: Filesystem>(
             if let Ok(Operation::Destroy(_)) = req.request.operation() {
                 req.reply::<crate::ReplyEmpty>().ok();
             } else {
-                req.dispatch(se);
+                // A handler that panics must not take the thread with it:
+                // its entry holds the request, whose client and the
+                // unmount would wait for ever. The dropped reply answered
+                // EIO, as over /dev/fuse.
+                let run = std::panic::AssertUnwindSafe(|| req.dispatch(se));
+                if std::panic::catch_unwind(run).is_err() {
+                    error!("ring queue {qid}: the handler of request {unique} panicked");
+                }
             }
         }
         None => error!("ring queue {qid}: a request that does not parse"),
@@ -458,6 +511,7 @@ fn register(ch: &Channel, qid: u16, setup: UringSetup) -> io::Result<(Queue, Vec
     let mut q = Queue {
         ring: Some(ring),
         entries: vec![Entry::new(setup.payload)],
+        released: false,
     };
     let fd = types::Fd(ch.as_fd_raw());
     // The kernel accepts registrations once the INIT reply is processed;
@@ -487,6 +541,8 @@ fn register(ch: &Channel, qid: u16, setup: UringSetup) -> io::Result<(Queue, Vec
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
             Some(r) => {
+                // The kernel refused the entry: it holds none of it.
+                q.released = true;
                 let e = io::Error::from_raw_os_error(-r);
                 return Err(io::Error::new(
                     e.kind(),
@@ -535,6 +591,8 @@ mod tests {
         assert_eq!(highest_cpu("0"), Some(0));
         assert_eq!(highest_cpu("0-3,8,10-11"), Some(11));
         assert_eq!(highest_cpu(""), None);
+        assert_eq!(cpu_list("0-2,5,7-8\n"), [0, 1, 2, 5, 7, 8]);
+        assert_eq!(cpu_list(""), Vec::<usize>::new());
     }
 
     #[test]
