@@ -397,6 +397,15 @@ fn init_logging(verbose: u8, file: Option<&Path>) -> Result<()> {
         }
         None => b.with_writer(std::io::stderr).init(),
     }
+    // The libraries' own records (fjall's "Opening keyspace", fuser's)
+    // one step less detailed than tierfs's: only their warnings and errors
+    // by default, so a refused mount still says one line.
+    log::set_max_level(match verbose {
+        0 => log::LevelFilter::Warn,
+        1 => log::LevelFilter::Info,
+        2 => log::LevelFilter::Debug,
+        _ => log::LevelFilter::Trace,
+    });
     Ok(())
 }
 
