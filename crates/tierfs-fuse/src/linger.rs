@@ -56,19 +56,9 @@ thread_local! {
     static WATCH: Cell<Watch> = const { Cell::new(Watch { window: None, gave_up: None }) };
 }
 
-/// The next watch (pure): `window` now, `longest` at most, and `slept`, how
-/// long the thread slept between the last watch giving up and this request
-/// (`None` when the last watch found it). A wait within `longest` doubles
-/// the watch, at least to an eighth of `longest`; a longer one halves it,
-/// and below a sixteenth of `longest` there is no watch.
-pub fn adapt(window: Duration, longest: Duration, slept: Option<Duration>) -> Duration {
-    match slept {
-        None => window,
-        Some(s) if s <= longest => (window * 2).clamp(longest / 8, longest),
-        Some(_) if window / 2 < longest / 16 => Duration::ZERO,
-        Some(_) => window / 2,
-    }
-}
+/// The next watch (pure): the rule the ring threads of the patched fuser
+/// use too, kept there once (`vendor/fuser/src/uring.rs`).
+pub use fuser::adapt_watch as adapt;
 
 impl Linger {
     /// Lingers up to `longest` (zero: never) once [`Linger::attach`]ed.
@@ -87,7 +77,9 @@ impl Linger {
     /// come, and lingers when dropped, after the answer was sent.
     #[must_use = "the guard lingers when dropped: hold it for the whole handler"]
     pub fn guard(&self) -> Guard<'_> {
-        if !self.longest.is_zero() {
+        // Unattached (the mount's requests come over io_uring rings, which
+        // watch on their own) there is nothing to adapt.
+        if !self.longest.is_zero() && self.dev.get().is_some() {
             WATCH.with(|w| {
                 let mut v = w.get();
                 let slept = v.gave_up.map(|t| t.elapsed());

@@ -585,10 +585,15 @@ fn spawn_rings<FS: Filesystem>(
     session_owner: Uid,
 ) -> io::Result<Vec<JoinHandle<io::Result<()>>>> {
     let queues = crate::uring::queues();
+    let online = crate::uring::online_cpus();
     let (tx, rx) = std::sync::mpsc::channel();
     let mut threads = Vec::new();
     for qid in 0..queues {
-        let n = if crate::uring::online(qid) { setup.threads_per_queue } else { 1 };
+        let n = if online.as_ref().is_none_or(|o| o.contains(&qid)) {
+            setup.threads_per_queue
+        } else {
+            1
+        };
         for k in 0..n {
             let thread_name = format!("fuser-ring-{qid}-{k}");
             let event_loop = SessionEventLoop {

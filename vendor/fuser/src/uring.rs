@@ -116,9 +116,7 @@ pub(crate) fn queues() -> usize {
 
 /// The highest CPU of a list such as `0-3,8,10-11`.
 fn highest_cpu(list: &str) -> Option<usize> {
-    list.split(',')
-        .filter_map(|r| r.rsplit('-').next()?.trim().parse::<usize>().ok())
-        .max()
+    cpu_list(list).into_iter().max()
 }
 
 /// The CPUs of a list such as `0-3,8,10-11`.
@@ -135,12 +133,11 @@ fn cpu_list(list: &str) -> Vec<usize> {
     cpus
 }
 
-/// Whether `cpu` is online (all are, when the kernel does not say).
-pub(crate) fn online(cpu: usize) -> bool {
-    match std::fs::read_to_string("/sys/devices/system/cpu/online") {
-        Ok(s) => cpu_list(&s).contains(&cpu),
-        Err(_) => true,
-    }
+/// The online CPUs (`None` when the kernel does not say: take all).
+pub(crate) fn online_cpus() -> Option<Vec<usize>> {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .map(|s| cpu_list(&s))
 }
 
 /// The reply of the request a ring thread is serving: the bytes the
@@ -334,12 +331,13 @@ fn pin(cpu: usize) {
     }
 }
 
-/// The next watch after an answer (as `tierfs-fuse`'s `linger::adapt`):
-/// `slept` is how long the thread slept between its last watch giving up
-/// and its next request (`None`: the watch caught it). A wait within
+/// The next watch after an answer (pure; also what tierfs's `/dev/fuse`
+/// threads use, `tierfs-fuse::linger`): `window` now, `longest` at most,
+/// and `slept`, how long the thread slept between its last watch giving
+/// up and its next request (`None`: the watch caught it). A wait within
 /// `longest` doubles the watch, at least to an eighth of `longest`; a
 /// longer one halves it, and below a sixteenth of `longest` there is none.
-fn adapt(window: Duration, longest: Duration, slept: Option<Duration>) -> Duration {
+pub fn adapt_watch(window: Duration, longest: Duration, slept: Option<Duration>) -> Duration {
     match slept {
         None => window,
         Some(s) if s <= longest => (window * 2).clamp(longest / 8, longest),
@@ -350,7 +348,7 @@ fn adapt(window: Duration, longest: Duration, slept: Option<Duration>) -> Durati
 
 /// Serves queue `qid` with one entry until the connection ends. `ready`
 /// gets the registration's outcome. After an answer the thread watches its
-/// ring for up to `spin` (adapted as [`adapt`]) before it sleeps, yielding
+/// ring for up to `spin` (adapted as [`adapt_watch`]) before it sleeps, yielding
 /// the CPU between looks: a client that sends one request after another
 /// finds the thread awake.
 pub(crate) fn serve<FS: Filesystem>(
@@ -441,7 +439,7 @@ pub(crate) fn serve<FS: Filesystem>(
         done.extend(ring.completion().map(|c| (c.user_data() as usize, c.result())));
         // How long the thread slept counts to the request's arrival, not
         // to the end of its handling.
-        window = adapt(window, longest, gave_up.take().map(|t| t.elapsed()));
+        window = adapt_watch(window, longest, gave_up.take().map(|t| t.elapsed()));
     }
 }
 
@@ -650,12 +648,12 @@ mod tests {
     fn the_watch_grows_on_a_near_miss_and_fades_when_requests_come_seldom() {
         let l = Duration::from_micros(200);
         let us = Duration::from_micros;
-        assert_eq!(adapt(us(50), l, None), us(50));
-        assert_eq!(adapt(us(50), l, Some(us(100))), us(100));
-        assert_eq!(adapt(us(150), l, Some(us(10))), l);
-        assert_eq!(adapt(Duration::ZERO, l, Some(us(10))), l / 8);
-        assert_eq!(adapt(us(100), l, Some(us(5000))), us(50));
-        assert_eq!(adapt(us(20), l, Some(us(5000))), Duration::ZERO);
+        assert_eq!(adapt_watch(us(50), l, None), us(50));
+        assert_eq!(adapt_watch(us(50), l, Some(us(100))), us(100));
+        assert_eq!(adapt_watch(us(150), l, Some(us(10))), l);
+        assert_eq!(adapt_watch(Duration::ZERO, l, Some(us(10))), l / 8);
+        assert_eq!(adapt_watch(us(100), l, Some(us(5000))), us(50));
+        assert_eq!(adapt_watch(us(20), l, Some(us(5000))), Duration::ZERO);
     }
 
     #[test]
