@@ -220,7 +220,12 @@ measure() { # label dir
         # Right after a clone every index entry is "racily clean" (as new
         # as the index), so the first status reads the files' contents and
         # took 0.07 to 0.7 s natively; the one timed is the next, what a
-        # user runs again and again (it stats every file).
+        # user runs again and again (it stats every file). The first comes
+        # a second after the clone, so that the index it writes is newer
+        # than every file: else the files of the index's last second stay
+        # racy, and how many there are (how much the timed status reads)
+        # depended on how fast the clone was (0.016 to 0.2 s natively).
+        sleep 1.1
         git -C "$dir/repo" status --porcelain >/dev/null
         put git-status-s "$(seconds git -C "$dir/repo" status --porcelain)"
         rm -rf "$dir/repo"
