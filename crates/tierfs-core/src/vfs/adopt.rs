@@ -770,4 +770,68 @@ mod tests {
         hold.store(false, Ordering::SeqCst);
         assert!(v.stop_adopter(Duration::from_secs(10)));
     }
+
+    /// Regression ("a hard link adopted in two directories at once became
+    /// two files"): two reconciliations running together, each adopting one
+    /// name of a file, gave the names two inodes when the second saw the
+    /// first's claim before the first had committed it (it took the claim
+    /// for a file gone since). Then a write through one name no longer
+    /// showed through the other once the file moved.
+    #[test]
+    fn two_names_of_a_file_adopted_in_two_directories_at_once_are_one_file() {
+        let rig = Rig::new();
+        let root = rig.hdd.root().unwrap();
+        for d in ["a", "b"] {
+            rig.hdd.mkdir(&root, OsStr::new(d), 0o755).unwrap();
+        }
+        let (a, b) =
+            (rig.hdd.open_dir(&root, OsStr::new("a")).unwrap(), rig.hdd.open_dir(&root, OsStr::new("b")).unwrap());
+        for n in ["x", "z"] {
+            rig.hdd.open(&a, OsStr::new(n), libc::O_CREAT | libc::O_WRONLY, 0o644).unwrap();
+        }
+        rig.hdd.link(&a, OsStr::new("x"), &b, OsStr::new("y")).unwrap();
+        let v = Arc::new(rig.mount());
+        v.reconcile(ROOT_INO, false).unwrap();
+        let ia = v.lookup(ROOT_INO, OsStr::new("a")).unwrap().ino;
+        let ib = v.lookup(ROOT_INO, OsStr::new("b")).unwrap().ino;
+        // The reconciliation of `a` is held in its stat of `z`, after it
+        // took `x` and before it commits.
+        let hold = Arc::new(AtomicBool::new(true));
+        let held = Arc::new(AtomicUsize::new(0));
+        let (h, n) = (hold.clone(), held.clone());
+        rig.hdd.set_gate(Some(Arc::new(move |op, name| {
+            if op == "stat" && name == "z" {
+                n.fetch_add(1, Ordering::SeqCst);
+                let t0 = std::time::Instant::now();
+                while h.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_secs(20) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        })));
+        let first = std::thread::spawn({
+            let v = v.clone();
+            move || v.reconcile(ia, false)
+        });
+        within(10, "the reconciliation of `a` to reach `z`", {
+            let held = held.clone();
+            move || {
+                while held.load(Ordering::SeqCst) == 0 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        });
+        let second = std::thread::spawn({
+            let v = v.clone();
+            move || v.reconcile(ib, false)
+        });
+        // The second may wait for the first (it must not finish wrong).
+        std::thread::sleep(Duration::from_millis(200));
+        hold.store(false, Ordering::SeqCst);
+        first.join().unwrap().unwrap();
+        second.join().unwrap().unwrap();
+        let x = v.lookup(ia, OsStr::new("x")).unwrap();
+        let y = v.lookup(ib, OsStr::new("y")).unwrap();
+        assert_eq!(x.ino, y.ino, "the two names of one file");
+        assert_eq!(x.nlink, 2);
+    }
 }

@@ -346,7 +346,11 @@ pub struct Volume<S: Store> {
     /// What each tier's file system can do (SSD, HDD): everything until
     /// [`Volume::set_features`] says otherwise.
     features: RwLock<[Features; 2]>,
-    adopted_links: Mutex<HashMap<(Tier, u64, u64), Ino>>,
+    /// Hard-linked backing files (tier, device, inode) adopted during this
+    /// mount, and the inode their names join.
+    adopted_links: Mutex<HashMap<(Tier, u64, u64), reconcile::LinkClaim>>,
+    /// Directories whose reconciliation is running (a leaf lock).
+    reconciling: Mutex<HashSet<Ino>>,
     changes: Box<[AtomicU64]>,
     /// Files a migration is running for (at most one at a time per file).
     pub(crate) migrating: Mutex<HashSet<Ino>>,
@@ -427,6 +431,7 @@ impl<S: Store> Volume<S> {
             conflicts: Mutex::new(Vec::new()),
             features: RwLock::new([Features::ALL; 2]),
             adopted_links: Mutex::new(HashMap::new()),
+            reconciling: Mutex::new(HashSet::new()),
             changes: (0..CHANGE_STRIPES).map(|_| AtomicU64::new(0)).collect(),
             migrating: Mutex::new(HashSet::new()),
             staging_seq: AtomicU64::new(0),

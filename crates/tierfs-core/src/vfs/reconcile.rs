@@ -66,6 +66,30 @@ struct Listing<S: Store> {
     kept: Vec<Ino>,
 }
 
+/// The inode number the first name adopted of a hard-linked backing file
+/// (tier, device, inode) took, which the file's other names join.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LinkClaim {
+    ino: Ino,
+    /// The directory whose reconciliation claimed it.
+    by: Ino,
+    /// Not committed yet (for the moment between the claim and its commit,
+    /// made at once): the claim holds while that reconciliation runs,
+    /// though the database has no record yet. A second reconciliation that
+    /// took it for a file gone since made a second inode (regression test
+    /// `two_names_of_a_file_adopted_in_two_directories_at_once_are_one_file`).
+    pending: bool,
+}
+
+/// Marks a directory's reconciliation as running while it lives.
+struct Running<'a, S: Store>(&'a Volume<S>, Ino);
+
+impl<S: Store> Drop for Running<'_, S> {
+    fn drop(&mut self) {
+        self.0.reconciling.lock().remove(&self.1);
+    }
+}
+
 impl<S: Store> Volume<S> {
     /// The backing copy of directory `dir` on tier `t`, if it has one.
     pub(crate) fn backing_dir(&self, dir: Ino, t: Tier) -> Result<Option<Arc<S::Dir>>> {
@@ -167,6 +191,8 @@ impl<S: Store> Volume<S> {
         if !force && self.is_verified(dir) {
             return Ok(());
         }
+        self.reconciling.lock().insert(dir);
+        let _running = Running(self, dir);
         self.check_tiers()?;
         let mut drec = self.record(dir)?;
         if drec.kind != FileKind::Dir {
@@ -433,57 +459,79 @@ impl<S: Store> Volume<S> {
     ) -> Result<()> {
         let Some(st) = st else { return Ok(()) };
         let Some(kind) = st.kind() else { return Ok(()) };
-        // Hard links among adopted files share one inode number.
+        // Hard links among adopted files share one inode number: the first
+        // name adopted claims one, the others join it (see `LinkClaim`).
         let key = (t, st.dev, st.ino);
-        let existing = if kind != FileKind::Dir && st.nlink > 1 {
+        let hard = kind != FileKind::Dir && st.nlink > 1;
+        // A claim on a file whose names were all unlinked since (those the
+        // namespace knew; more may wait in directories not adopted yet):
+        // the file is gone, and a name joined to it would have no record,
+        // ENOENT for every lookup of it for the rest of the mount (review
+        // finding). Its backing file is adopted anew.
+        let mut gone = None;
+        let existing = if hard {
             let seen = self.adopted_links.lock().get(&key).copied();
             let seen = match seen {
-                Some(i) => Some(i),
-                None => self.known_link(l, t, key)?,
-            };
-            // Only a file that still has its record: one whose names were
-            // all unlinked since (those the namespace knew; more may wait
-            // in directories not adopted yet) is gone, and a name joined to
-            // it had no record: ENOENT for every lookup of it for the rest
-            // of the mount (review finding). Its backing file is adopted
-            // anew.
-            let live = |i: Ino| -> Result<bool> {
-                Ok(match b.record_op(i) {
-                    Some(put) => put,
-                    None => self.ns.record(i)?.is_some(),
-                })
+                Some(c) => Some(c),
+                None => self.known_link(l, t, key, dir)?,
             };
             match seen {
-                Some(i) if !live(i)? => {
-                    let mut m = self.adopted_links.lock();
-                    if m.get(&key) == Some(&i) {
-                        m.remove(&key);
-                    }
+                Some(c) if self.claim_holds(c, b)? => Some(c.ino),
+                Some(c) => {
+                    gone = Some(c.ino);
                     None
                 }
-                x => x,
+                None => None,
             }
         } else {
             None
         };
+        let placement = if kind == FileKind::Dir { Placement::On(self.tiers.meta) } else { Placement::On(t) };
         let ino = match existing {
-            Some(i) => i,
+            Some(i) => {
+                b.link(dir, name, i, kind);
+                return Ok(());
+            }
             // The number a preview showed for the name, if one did.
             None => match self.adopter.reserved(dir, name) {
                 Some(i) => i,
                 None => self.ns.alloc_ino()?,
             },
         };
-        let placement = if kind == FileKind::Dir { Placement::On(self.tiers.meta) } else { Placement::On(t) };
-        b.link(dir, name, ino, kind);
-        if existing.is_none() {
-            b.put_record(ino, &InodeRecord::new(kind, placement));
-            if kind != FileKind::Dir && st.nlink > 1 {
-                self.adopted_links.lock().insert(key, ino);
+        if hard {
+            let mut m = self.adopted_links.lock();
+            match m.get(&key).copied() {
+                // Claimed by another reconciliation meanwhile: joined.
+                Some(c) if Some(c.ino) != gone => {
+                    drop(m);
+                    b.link(dir, name, c.ino, kind);
+                    return Ok(());
+                }
+                _ => {
+                    m.insert(key, LinkClaim { ino, by: dir, pending: true });
+                }
             }
-            if kind == FileKind::File {
-                events.push((ino, EventKind::Create { placement, parent: dir, size: st.size }));
+            drop(m);
+            // Committed at once, as a part of its own: other directories'
+            // reconciliations join the file's other names to it from now
+            // on, and a name joined to an inode with no record is ENOENT.
+            let mut nb = self.ns.batch();
+            nb.link(dir, name, ino, kind).put_record(ino, &InodeRecord::new(kind, placement));
+            let created = match kind {
+                FileKind::File => vec![(ino, EventKind::Create { placement, parent: dir, size: st.size })],
+                _ => Vec::new(),
+            };
+            self.commit_adopted(nb, created, Vec::new())?;
+            if let Some(c) = self.adopted_links.lock().get_mut(&key) {
+                if c.ino == ino {
+                    c.pending = false;
+                }
             }
+            return Ok(());
+        }
+        b.link(dir, name, ino, kind).put_record(ino, &InodeRecord::new(kind, placement));
+        if kind == FileKind::File {
+            events.push((ino, EventKind::Create { placement, parent: dir, size: st.size }));
         }
         if kind == FileKind::Dir {
             // Keep the invariant: every directory has a meta-tier copy.
@@ -510,7 +558,7 @@ impl<S: Store> Volume<S> {
     /// name of it committed by an earlier part of a reconciliation that a
     /// crash cut short. The known hard-linked files of the directory are
     /// stat'ed once, on the first adoption of a hard-linked file.
-    fn known_link(&self, l: &mut Listing<S>, t: Tier, key: (Tier, u64, u64)) -> Result<Option<Ino>> {
+    fn known_link(&self, l: &mut Listing<S>, t: Tier, key: (Tier, u64, u64), dir: Ino) -> Result<Option<LinkClaim>> {
         if !l.links_learned {
             l.links_learned = true;
             let files: Vec<(OsString, Ino)> =
@@ -518,12 +566,26 @@ impl<S: Store> Volume<S> {
             for (name, ino) in files {
                 if let Some(st) = self.full_stats(l, &name)?[t.idx()] {
                     if st.nlink > 1 {
-                        self.adopted_links.lock().entry((t, st.dev, st.ino)).or_insert(ino);
+                        let known = LinkClaim { ino, by: dir, pending: false };
+                        self.adopted_links.lock().entry((t, st.dev, st.ino)).or_insert(known);
                     }
                 }
             }
         }
         Ok(self.adopted_links.lock().get(&key).copied())
+    }
+
+    /// Whether the file a claim names lives: the batch being made writes
+    /// its record, or its claimer's reconciliation runs and has not
+    /// committed it yet, or the database has its record.
+    fn claim_holds(&self, c: LinkClaim, b: &Batch) -> Result<bool> {
+        if let Some(put) = b.record_op(c.ino) {
+            return Ok(put);
+        }
+        if c.pending && self.reconciling.lock().contains(&c.by) {
+            return Ok(true);
+        }
+        Ok(self.ns.record(c.ino)?.is_some())
     }
 
     /// Renames the copy of `name` on tier `t` aside, adopts it under the
