@@ -157,9 +157,29 @@ impl tierfs_core::vfs::KernelCache for Invalidator {
             tracing::debug!(ino, error = %e, "the kernel did not take an invalidation");
         }
     }
+
+    fn listing_changed(&self, dir: u64) {
+        // Offset 0, length 0: the whole page cache of the directory, which
+        // is where the kernel keeps the listing (FOPEN_CACHE_DIR).
+        if let Err(e) = self.0.inval_inode(INodeNo(dir), 0, 0) {
+            tracing::debug!(dir, error = %e, "the kernel did not take an invalidation");
+        }
+    }
 }
 
 impl<S: Store> TierFs<S> {
+    /// `r`, the answer of a request that changes names in `dirs` (which
+    /// the kernel then drops its copies of listings of, once it has the
+    /// answer): the volume is told first, for the listings in progress.
+    fn touched<T>(&self, r: tierfs_core::error::Result<T>, dirs: &[INodeNo]) -> tierfs_core::error::Result<T> {
+        if r.is_ok() {
+            for d in dirs {
+                self.vol.listing_touched(d.0);
+            }
+        }
+        r
+    }
+
     /// The kernel's backing id for a new handle and the open flags to go
     /// with it, or `None` (the handle then counts as userspace) if the
     /// handle has no backing file or the kernel refused it.
@@ -321,27 +341,35 @@ impl<S: Store> Filesystem for TierFs<S> {
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let _linger = self.linger.guard();
-        entry(self, reply, self.vol.mknod(&ctx(req), parent.0, name, mode, umask, rdev as u64));
+        entry(
+            self,
+            reply,
+            self.touched(self.vol.mknod(&ctx(req), parent.0, name, mode, umask, rdev as u64), &[parent]),
+        );
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let _linger = self.linger.guard();
-        entry(self, reply, self.vol.mkdir(&ctx(req), parent.0, name, mode, umask));
+        entry(self, reply, self.touched(self.vol.mkdir(&ctx(req), parent.0, name, mode, umask), &[parent]));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _linger = self.linger.guard();
-        empty(self, reply, self.vol.unlink(parent.0, name));
+        empty(self, reply, self.touched(self.vol.unlink(parent.0, name), &[parent]));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _linger = self.linger.guard();
-        empty(self, reply, self.vol.rmdir(parent.0, name));
+        empty(self, reply, self.touched(self.vol.rmdir(parent.0, name), &[parent]));
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let _linger = self.linger.guard();
-        entry(self, reply, self.vol.symlink(&ctx(req), parent.0, link_name, target.as_os_str()));
+        entry(
+            self,
+            reply,
+            self.touched(self.vol.symlink(&ctx(req), parent.0, link_name, target.as_os_str()), &[parent]),
+        );
     }
 
     fn rename(
@@ -355,12 +383,13 @@ impl<S: Store> Filesystem for TierFs<S> {
         reply: ReplyEmpty,
     ) {
         let _linger = self.linger.guard();
-        empty(self, reply, self.vol.rename(parent.0, name, newparent.0, newname, flags.bits()));
+        let r = self.vol.rename(parent.0, name, newparent.0, newname, flags.bits());
+        empty(self, reply, self.touched(r, &[parent, newparent]));
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let _linger = self.linger.guard();
-        entry(self, reply, self.vol.link(ino.0, newparent.0, newname));
+        entry(self, reply, self.touched(self.vol.link(ino.0, newparent.0, newname), &[newparent]));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -448,7 +477,19 @@ impl<S: Store> Filesystem for TierFs<S> {
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let _linger = self.linger.guard();
         match self.vol.opendir(ino.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok(fh) => {
+                // The kernel keeps the listing in the directory's page
+                // cache and answers the next opendir-readdir from it until
+                // the directory changes (its mtime, or a change through the
+                // mount), or tierfs says its listing changed.
+                let cache = !self.ttl.is_zero() && self.vol.listing_is_keyed(fh);
+                let flags = if cache {
+                    FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+                } else {
+                    FopenFlags::empty()
+                };
+                reply.opened(FileHandle(fh), flags)
+            }
             Err(e) => reply.error(self.fail(e)),
         }
     }
@@ -473,8 +514,14 @@ impl<S: Store> Filesystem for TierFs<S> {
         match self.vol.readdirplus(fh.0, offset) {
             Ok(entries) => {
                 for e in entries {
-                    let Ok(a) = self.vol.getattr(e.ino) else { continue };
-                    if reply.add(INodeNo(e.ino), e.next, &e.name, &self.ttl, &fuse_attr(&a), Generation(0)) {
+                    // A name whose attributes cannot be had now is listed
+                    // without them (the kernel looks it up when it is
+                    // used), not left out: the kernel may keep the listing.
+                    let full = match self.vol.getattr(e.ino) {
+                        Ok(a) => reply.add(INodeNo(e.ino), e.next, &e.name, &self.ttl, &fuse_attr(&a), Generation(0)),
+                        Err(_) => reply.add_without_attr(INodeNo(e.ino), e.next, file_type(e.kind), &e.name),
+                    };
+                    if full {
                         break;
                     }
                 }
@@ -566,10 +613,11 @@ impl<S: Store> Filesystem for TierFs<S> {
         reply: ReplyCreate,
     ) {
         let _linger = self.linger.guard();
-        let (attr, opened) = match self.vol.create(&ctx(req), parent.0, name, mode, umask, flags) {
-            Ok(x) => x,
-            Err(e) => return reply.error(self.fail(e)),
-        };
+        let (attr, opened) =
+            match self.touched(self.vol.create(&ctx(req), parent.0, name, mode, umask, flags), &[parent]) {
+                Ok(x) => x,
+                Err(e) => return reply.error(self.fail(e)),
+            };
         let fa = fuse_attr(&attr);
         if let Some((flags, id)) = self.backing_id(attr.ino, &opened, |fd| reply.open_backing(fd)) {
             return reply.created_passthrough(&self.ttl, &fa, Generation(0), FileHandle(opened.fh), flags, &id);

@@ -255,6 +255,8 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
         io_mode: cfg.io_mode,
         default_tier: cfg.placement.unwrap_or_else(|| cfg.policy.policy().initial_tier()),
         meta_tier,
+        // Without caching the kernel keeps no listing: no keyed snapshots.
+        keyed_listing_max: if cfg.cache_timeout.is_zero() { 0 } else { tierfs_core::vfs::KEYED_LISTING_MAX },
         ..VolumeConfig::default()
     };
     let clock: Arc<dyn tierfs_core::clock::Clock> = Arc::new(SystemClock);

@@ -20,6 +20,7 @@ use crate::store::{FileKind, TimeSpec};
 use crate::tier::{Placement, Tier};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A tierfs inode number. Stable across remounts, renames and migrations.
@@ -343,7 +344,25 @@ pub struct Dentry {
 #[derive(Clone)]
 pub struct Namespace {
     kv: Arc<dyn Kv>,
+    /// Per stripe of inodes, how many commits added, and removed, names in
+    /// or of a directory of the stripe (see [`Namespace::names_changed`]).
+    names_added: Arc<[AtomicU64; NAME_STRIPES]>,
+    names_removed: Arc<[AtomicU64; NAME_STRIPES]>,
 }
+
+/// How many commits added and removed names in or of a directory (see
+/// [`Namespace::names_changed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NameChanges {
+    /// Commits that added a name.
+    pub added: u64,
+    /// Commits that removed a name.
+    pub removed: u64,
+}
+
+/// Stripes of [`Namespace::names_changed`]: two directories share one
+/// rarely, and then only read their listings again more often.
+const NAME_STRIPES: usize = 1024;
 
 impl std::fmt::Debug for Namespace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -354,7 +373,20 @@ impl std::fmt::Debug for Namespace {
 impl Namespace {
     /// Wraps a key-value store.
     pub fn new(kv: Arc<dyn Kv>) -> Self {
-        Namespace { kv }
+        let counters = || Arc::new(std::array::from_fn(|_| AtomicU64::new(0)));
+        Namespace { kv, names_added: counters(), names_removed: counters() }
+    }
+
+    /// Counters that move (after the commit) with every commit that adds,
+    /// or removes, a name in directory `dir` or a name of `dir` itself (its
+    /// `..` may be another then). Read before the names, an unchanged
+    /// counter says no name was added (removed) since.
+    pub fn names_changed(&self, dir: Ino) -> NameChanges {
+        let i = dir as usize % NAME_STRIPES;
+        NameChanges {
+            added: self.names_added[i].load(Ordering::SeqCst),
+            removed: self.names_removed[i].load(Ordering::SeqCst),
+        }
     }
 
     /// The underlying store.
@@ -493,13 +525,21 @@ impl Namespace {
 
     /// Starts an atomic batch.
     pub fn batch(&self) -> Batch {
-        Batch { ops: Vec::new() }
+        Batch::default()
     }
 
     /// Applies a batch atomically; with `durable`, also flushes.
     pub fn commit(&self, b: Batch, durable: bool) -> Result<()> {
         if !b.ops.is_empty() {
-            self.kv.apply(TreeId::Ns, b.ops)?;
+            // Moved even if the apply fails: it may have applied in part.
+            let r = self.kv.apply(TreeId::Ns, b.ops);
+            for ino in b.added_to {
+                self.names_added[ino as usize % NAME_STRIPES].fetch_add(1, Ordering::SeqCst);
+            }
+            for ino in b.removed_from {
+                self.names_removed[ino as usize % NAME_STRIPES].fetch_add(1, Ordering::SeqCst);
+            }
+            r?;
         }
         if durable {
             self.kv.flush()?;
@@ -512,6 +552,10 @@ impl Namespace {
 #[derive(Debug, Default)]
 pub struct Batch {
     ops: Vec<Op>,
+    /// The parents and children of the names added.
+    added_to: Vec<Ino>,
+    /// The parents and children of the names removed.
+    removed_from: Vec<Ino>,
 }
 
 impl Batch {
@@ -521,12 +565,14 @@ impl Batch {
         v.push(kind.encode());
         self.ops.push(Op::Put(dentry_key(parent, name), v));
         self.ops.push(Op::Put(backref_key(child, parent, name), Vec::new()));
+        self.added_to.extend([parent, child]);
         self
     }
     /// Removes a directory entry and its back reference.
     pub fn unlink(&mut self, parent: Ino, name: &OsStr, child: Ino) -> &mut Self {
         self.ops.push(Op::Del(dentry_key(parent, name)));
         self.ops.push(Op::Del(backref_key(child, parent, name)));
+        self.removed_from.extend([parent, child]);
         self
     }
     /// Writes an inode record (and keeps the cached-copy index in step).

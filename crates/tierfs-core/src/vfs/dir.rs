@@ -14,14 +14,43 @@
 //! of its backing directories while the adopter reconciles it (see
 //! `vfs::adopt`); the handle reads the database again, from the same
 //! name on, once the reconciliation is over.
+//!
+//! A handle on a reconciled directory of at most [`KEYED_LISTING_MAX`]
+//! entries (`VolumeConfig::keyed_listing_max`) is *keyed* instead: the kernel may keep its listing (see
+//! [`Volume::listing_is_keyed`]), and it mixes in the listing it keeps the
+//! answers of every handle that reads the directory meanwhile and goes on
+//! from any of their offsets, in another handle or after the directory
+//! changed. So a keyed listing is a snapshot of the directory in the
+//! order of a hash of each name, and an entry's offset is that hash: the
+//! same in every handle and every state of the directory, and "after
+//! offset c" means the same thing to all of them. The snapshot is read at
+//! opendir and again by the first readdir after a name was added to the
+//! directory (or its own name changed, for `..`; `Namespace::names_changed`),
+//! at whatever offset; after names were only removed, each entry answered
+//! is looked up instead (a loop that removes the names it lists costs a
+//! lookup per name, not a reading of the directory per answer). So a
+//! handle never answers from a state older than the one the kernel's copy
+//! was started from, and going on "after c" in a newer state lists every
+//! name present throughout exactly once.
+//!
+//! The kernel checks its copy only when a listing starts (offset 0): a
+//! listing that started after a change and goes on from the kernel's copy,
+//! completed meanwhile by a handle that started before the change, would
+//! miss what the change added. So while a keyed listing of a directory is
+//! in progress (read from, and not yet at its end), a change of its names
+//! through the mount also drops the kernel's copy
+//! ([`Volume::listing_touched`], called by the FUSE adapter).
 
 use super::Volume;
 use crate::error::{err, Error, Result};
-use crate::state::ns::{Dentry, Ino, ROOT_INO};
+use crate::state::ns::{Dentry, Ino, NameChanges, ROOT_INO};
 use crate::store::{FileKind, Store};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
+use std::hash::{BuildHasher, RandomState};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// One entry returned by readdir.
@@ -41,6 +70,48 @@ pub struct DirEntryOut {
 /// a kernel readdir buffer (4 KiB, a page) usually holds.
 pub const READDIR_BATCH: usize = 256;
 
+/// How many entries one readdir of a keyed handle answers when it looks
+/// each up (a 4 KiB readdirplus answer holds about 25).
+const READDIR_CHECKED: usize = 64;
+
+/// By default, the most entries a directory has for its listing to be
+/// keyed (see the module documentation): a keyed handle holds them all,
+/// about 1 MiB.
+pub const KEYED_LISTING_MAX: usize = 16_384;
+
+/// The offset after `name` in a keyed listing: a hash of the name with the
+/// mount's own key (names that collide cannot be made up in advance),
+/// above the offsets of `.` and `..` and below 2^63 (offsets are signed).
+fn cookie(name: &OsStr, key: &RandomState) -> u64 {
+    3 + (key.hash_one(name.as_bytes()) >> 2)
+}
+
+/// A directory's entries in keyed order, each with its offset. Of names
+/// whose hashes are equal (about once in 10^11 listings of
+/// [`KEYED_LISTING_MAX`] entries) the later in name order takes the next
+/// free offset (and so may the entries right after it), so offsets stay
+/// unique; only then may two snapshots disagree on an offset.
+fn keyed(entries: Vec<Dentry>, key: &RandomState) -> Vec<(u64, Dentry)> {
+    let mut v: Vec<(u64, Dentry)> = entries.into_iter().map(|e| (cookie(&e.name, key), e)).collect();
+    v.sort_unstable_by(|a, b| (a.0, &a.1.name).cmp(&(b.0, &b.1.name)));
+    for i in 1..v.len() {
+        if v[i].0 <= v[i - 1].0 {
+            v[i].0 = v[i - 1].0 + 1;
+        }
+    }
+    v
+}
+
+/// The snapshot a keyed handle lists.
+#[derive(Debug)]
+struct Snapshot {
+    entries: Arc<Vec<(u64, Dentry)>>,
+    /// The directory's parent (`..`) when it was read.
+    parent: Ino,
+    /// `Namespace::names_changed` of the directory, read before it.
+    changes: NameChanges,
+}
+
 /// An open directory.
 #[derive(Debug)]
 pub(crate) struct DirHandle {
@@ -52,6 +123,12 @@ pub(crate) struct DirHandle {
     /// The entries of a directory whose reconciliation is pending, in
     /// name order (see `vfs::adopt`); `None`: read from the database.
     preview: Mutex<Option<Arc<super::adopt::Preview>>>,
+    /// A keyed handle's snapshot (see the module documentation); `None`:
+    /// offsets are positions.
+    keyed: Option<Mutex<Snapshot>>,
+    /// A keyed handle's listing is in progress (counted in
+    /// `Volume::listings`).
+    reading: AtomicBool,
 }
 
 impl<S: Store> Volume<S> {
@@ -65,11 +142,68 @@ impl<S: Store> Volume<S> {
         if preview.is_none() {
             self.reconcile(ino, false)?;
         }
+        let changes = self.ns.names_changed(ino);
         let parent = if ino == ROOT_INO { ROOT_INO } else { self.link_of(ino)?.0 };
+        let keyed = match preview {
+            Some(_) => None,
+            None if self.cfg.keyed_listing_max == 0 => None,
+            None => {
+                let max = self.cfg.keyed_listing_max;
+                let all = self.ns.children_after(ino, None, max.saturating_add(1))?;
+                (all.len() <= max)
+                    .then(|| Mutex::new(Snapshot { entries: Arc::new(keyed(all, &self.listing_key)), parent, changes }))
+            }
+        };
         let fh = self.new_fh();
-        let h = DirHandle { ino, parent, marks: Mutex::new(BTreeMap::new()), preview: Mutex::new(preview) };
+        let h = DirHandle {
+            ino,
+            parent,
+            marks: Mutex::new(BTreeMap::new()),
+            preview: Mutex::new(preview),
+            keyed,
+            reading: AtomicBool::new(false),
+        };
         self.dir_handles.lock().insert(fh, Arc::new(h));
         Ok(fh)
+    }
+
+    /// Marks a keyed handle's listing as in progress or over.
+    fn set_reading(&self, d: &DirHandle, on: bool) {
+        if d.reading.swap(on, Ordering::SeqCst) == on {
+            return;
+        }
+        let mut l = self.listings.lock();
+        if on {
+            *l.entry(d.ino).or_default() += 1;
+        } else if let Some(n) = l.get_mut(&d.ino) {
+            *n -= 1;
+            if *n == 0 {
+                l.remove(&d.ino);
+            }
+        }
+    }
+
+    /// The names in directory `dir` changed through the mount: while a
+    /// keyed listing of it is in progress, the kernel drops its copy (see
+    /// the module documentation). Called holding no lock.
+    pub fn listing_touched(&self, dir: Ino) {
+        let listing = self.listings.lock().contains_key(&dir);
+        if listing {
+            self.listing_changed(dir);
+        }
+    }
+
+    /// Whether the kernel may keep what handle `fh` lists and answer later
+    /// listings from it: the handle is keyed (see the module
+    /// documentation), and it reads the state database, where every change
+    /// of a reconciled directory is made by a request on it (which the
+    /// kernel sees) or is told to the kernel (see [`KernelCache`]). A
+    /// preview is not the directory's final listing.
+    ///
+    /// [`KernelCache`]: super::KernelCache
+    pub fn listing_is_keyed(&self, fh: u64) -> bool {
+        let d = self.dir_handles.lock().get(&fh).cloned();
+        d.is_some_and(|d| d.keyed.is_some())
     }
 
     /// Up to [`READDIR_BATCH`] entries from offset `off` on (none at the
@@ -88,6 +222,9 @@ impl<S: Store> Volume<S> {
 
     fn read_dir(&self, fh: u64, off: u64, plus: bool) -> Result<Vec<DirEntryOut>> {
         let d = self.dir_handles.lock().get(&fh).cloned().ok_or_else(|| Error::errno(libc::EBADF))?;
+        if let Some(k) = &d.keyed {
+            return self.keyed_page(&d, k, off, READDIR_BATCH, plus);
+        }
         let mut out = Vec::new();
         if off == 0 {
             out.push(DirEntryOut { ino: d.ino, next: 1, kind: FileKind::Dir, name: ".".into() });
@@ -137,6 +274,78 @@ impl<S: Store> Volume<S> {
             let next = first + i as u64 + 1;
             marks.insert(next, e.name.clone());
             out.push(DirEntryOut { ino: e.ino, next, kind: e.kind, name: e.name });
+        }
+        Ok(out)
+    }
+
+    /// Up to `limit` entries of a keyed handle's listing after offset `off`
+    /// (`.` at 1, `..` at 2, then the snapshot). For an answer with
+    /// attributes, each entry has the inode the database has for its name
+    /// now, and a name gone since the snapshot is left out.
+    fn keyed_page(
+        &self,
+        d: &DirHandle,
+        k: &Mutex<Snapshot>,
+        off: u64,
+        limit: usize,
+        plus: bool,
+    ) -> Result<Vec<DirEntryOut>> {
+        // In progress again after its end: a rewind or a seek.
+        self.set_reading(d, true);
+        let changes = self.ns.names_changed(d.ino);
+        let (old, parent) = {
+            let k = k.lock();
+            (k.changes.added != changes.added, k.parent)
+        };
+        if old {
+            // Read without the handle's lock, a leaf. A directory removed
+            // while open keeps the parent it had.
+            let parent = match self.link_of(d.ino) {
+                _ if d.ino == ROOT_INO => ROOT_INO,
+                Ok((p, _)) => p,
+                Err(e) if e.is(libc::ENOENT) => parent,
+                Err(e) => return Err(e),
+            };
+            let entries = Arc::new(keyed(self.ns.children_after(d.ino, None, usize::MAX)?, &self.listing_key));
+            *k.lock() = Snapshot { entries, parent, changes };
+        }
+        let (entries, parent, removed) = {
+            let k = k.lock();
+            (k.entries.clone(), k.parent, k.changes.removed != changes.removed)
+        };
+        // Each entry looked up: a page about what a kernel buffer of them
+        // holds, not more.
+        let check = plus || removed;
+        let limit = if check { limit.min(READDIR_CHECKED) } else { limit };
+        let mut out = Vec::new();
+        if off == 0 {
+            out.push(DirEntryOut { ino: d.ino, next: 1, kind: FileKind::Dir, name: ".".into() });
+        }
+        if off <= 1 {
+            out.push(DirEntryOut { ino: parent, next: 2, kind: FileKind::Dir, name: "..".into() });
+        }
+        let limit = limit - out.len();
+        let mut start = if off <= 2 { 0 } else { entries.partition_point(|(c, _)| *c <= off) };
+        let first = out.len();
+        while start < entries.len() && out.len() == first {
+            let page = &entries[start..(start + limit).min(entries.len())];
+            start += page.len();
+            for (c, e) in page {
+                let (ino, kind) = if check {
+                    match self.ns.lookup(d.ino, &e.name)? {
+                        Some(now) => now,
+                        None => continue,
+                    }
+                } else {
+                    (e.ino, e.kind)
+                };
+                out.push(DirEntryOut { ino, next: *c, kind, name: e.name.clone() });
+            }
+            // An empty answer would end the listing: go on while every
+            // name of a page is gone.
+        }
+        if out.is_empty() {
+            self.set_reading(d, false);
         }
         Ok(out)
     }
@@ -191,7 +400,9 @@ impl<S: Store> Volume<S> {
 
     /// Closes a directory handle.
     pub fn releasedir(&self, fh: u64) -> Result<()> {
-        self.dir_handles.lock().remove(&fh).map(drop).ok_or_else(|| Error::errno(libc::EBADF))
+        let d = self.dir_handles.lock().remove(&fh).ok_or_else(|| Error::errno(libc::EBADF))?;
+        self.set_reading(&d, false);
+        Ok(())
     }
 
     /// Makes a directory's entries durable on every tier.

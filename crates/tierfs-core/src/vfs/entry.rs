@@ -162,7 +162,17 @@ impl<S: Store> Volume<S> {
             s.mknod(pd, name, kind.mode_bits() | perm, rdev)
         })?;
         drop(il);
-        self.getattr(ino)
+        self.after_naming(parent, self.getattr(ino))
+    }
+
+    /// The answer of an operation that has committed a name in `parent`.
+    /// The kernel drops its copy of the directory's listing only when the
+    /// operation succeeds, so if it fails after all the kernel is told.
+    pub(crate) fn after_naming<T>(&self, parent: Ino, r: Result<T>) -> Result<T> {
+        if r.is_err() {
+            self.listing_changed(parent);
+        }
+        r
     }
 
     /// Creates a symbolic link.
@@ -173,7 +183,7 @@ impl<S: Store> Volume<S> {
         let (ino, _, _, il) =
             self.create_node(ctx, parent, name, FileKind::Symlink, 0, |s, pd| s.symlink(target, pd, name))?;
         drop(il);
-        self.getattr(ino)
+        self.after_naming(parent, self.getattr(ino))
     }
 
     /// Creates a directory on the meta tier.
@@ -213,7 +223,9 @@ impl<S: Store> Volume<S> {
             .put_record(parent, &prec);
         self.ns.commit(b, false)?;
         self.mark_verified(ino);
-        self.getattr(ino)
+        let r = self.getattr(ino);
+        drop(_g);
+        self.after_naming(parent, r)
     }
 
     /// Adds the name `new_name` in `new_parent` for `ino`, on every tier
@@ -275,7 +287,7 @@ impl<S: Store> Volume<S> {
         drop(il);
         drop(_g);
         self.touch_dir(new_parent, rec.placement.primary());
-        self.getattr(ino)
+        self.after_naming(new_parent, self.getattr(ino))
     }
 
     /// Removes a non-directory name.

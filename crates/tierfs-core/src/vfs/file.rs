@@ -466,9 +466,9 @@ impl<S: Store> Volume<S> {
             self.create_node(ctx, parent, name, FileKind::File, perm & super::entry::ID_BITS, |s, pd| {
                 s.open(pd, name, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, perm)
             })?;
-        let oi = self.acquire(ino, true, Some((t, f, il)))?;
+        let oi = self.after_naming(parent, self.acquire(ino, true, Some((t, f, il))))?;
         let opened = self.register(ctx, ino, oi, flags);
-        match self.getattr(ino) {
+        match self.after_naming(parent, self.getattr(ino)) {
             Ok(a) => Ok((a, opened)),
             Err(e) => {
                 let _ = self.release(opened.fh);

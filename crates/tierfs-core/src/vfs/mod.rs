@@ -27,7 +27,7 @@ mod rename;
 pub mod tiers;
 mod xattr;
 
-pub use dir::{DirEntryOut, READDIR_BATCH};
+pub use dir::{DirEntryOut, KEYED_LISTING_MAX, READDIR_BATCH};
 pub(crate) use file::alloc_growth;
 pub use file::{Opened, SetAttr};
 pub use reconcile::Conflict;
@@ -120,13 +120,16 @@ pub struct VolStats {
     pub namelen: u32,
 }
 
-/// The kernel's caches of names and attributes, as far as tierfs changes
-/// what they hold without a request (a migration): the FUSE adapter tells
-/// the kernel to drop its copy. Called from background threads only,
-/// holding no lock of the hierarchy.
+/// The kernel's caches of names, attributes and directory listings, as
+/// far as tierfs changes what they hold without the kernel seeing it (a
+/// migration, a reconciliation that found a backing copy gone, a moved
+/// directory's `..`): the FUSE adapter tells the kernel to drop its copy.
+/// Called holding no lock of the hierarchy.
 pub trait KernelCache: Send + Sync {
     /// `ino`'s attributes changed.
     fn attrs_changed(&self, ino: Ino);
+    /// The listing of directory `dir` changed (and its attributes).
+    fn listing_changed(&self, dir: Ino);
 }
 
 /// What the tiering engine tells the file system, and what it is told.
@@ -231,6 +234,9 @@ pub struct VolumeConfig {
     pub meta_tier: Tier,
     /// The daemon may give files away (runs as root).
     pub can_chown: bool,
+    /// The most entries a directory has for its listings to be keyed, so
+    /// that the kernel may keep them (`vfs::dir`).
+    pub keyed_listing_max: usize,
 }
 
 impl Default for VolumeConfig {
@@ -241,6 +247,7 @@ impl Default for VolumeConfig {
             meta_tier: Tier::Ssd,
             // SAFETY: geteuid has no preconditions.
             can_chown: unsafe { libc::geteuid() } == 0,
+            keyed_listing_max: dir::KEYED_LISTING_MAX,
         }
     }
 }
@@ -336,6 +343,11 @@ pub struct Volume<S: Store> {
     open: Mutex<HashMap<Ino, Arc<OpenInode<S>>>>,
     handles: RwLock<HashMap<u64, Arc<file::Handle<S>>>>,
     dir_handles: Mutex<HashMap<u64, Arc<dir::DirHandle>>>,
+    /// Per directory, how many keyed handles are in the middle of a
+    /// listing (`vfs::dir`). A leaf lock.
+    listings: Mutex<HashMap<Ino, usize>>,
+    /// The key of this mount's listing offsets (`vfs::dir`).
+    listing_key: std::hash::RandomState,
     next_fh: AtomicU64,
     io_mode: std::sync::atomic::AtomicBool,
     events: Arc<dyn EventSink>,
@@ -423,6 +435,8 @@ impl<S: Store> Volume<S> {
             open: Mutex::new(HashMap::new()),
             handles: RwLock::new(HashMap::new()),
             dir_handles: Mutex::new(HashMap::new()),
+            listings: Mutex::new(HashMap::new()),
+            listing_key: std::hash::RandomState::new(),
             next_fh: AtomicU64::new(1),
             events,
             hooks: RwLock::new(Arc::new(NoHooks)),
@@ -494,6 +508,15 @@ impl<S: Store> Volume<S> {
         let k = self.kernel.read().clone();
         if let Some(k) = k {
             k.attrs_changed(ino);
+        }
+    }
+
+    /// The listing of directory `dir` changed other than through a request
+    /// on it (the kernel may hold the old one).
+    pub(crate) fn listing_changed(&self, dir: Ino) {
+        let k = self.kernel.read().clone();
+        if let Some(k) = k {
+            k.listing_changed(dir);
         }
     }
 

@@ -179,7 +179,15 @@ impl<S: Store> Volume<S> {
             return Ok(());
         }
         self.adopter.claim(dir);
-        self.reconcile_now(dir, force)
+        let r = self.reconcile_now(dir, force);
+        if force {
+            // A forced reconciliation is of a directory the kernel may hold
+            // the listing of (only reconciled directories' listings are
+            // kept), and it changes that listing without a request, maybe
+            // in part before it fails.
+            self.listing_changed(dir);
+        }
+        r
     }
 
     /// [`Volume::reconcile`] in the thread that has the job.

@@ -47,6 +47,27 @@ impl<S: Store> Volume<S> {
 
     /// Renames `name` in `parent` to `new_name` in `new_parent`.
     pub fn rename(&self, parent: Ino, name: &OsStr, new_parent: Ino, new_name: &OsStr, flags: u32) -> Result<()> {
+        // A directory moved to another parent has a new `..`, which the
+        // kernel may hold in its copy of the directory's listing. (The
+        // kernel runs renames between two directories one at a time, so
+        // what these names are now is what is moved.)
+        let mut moved = Vec::new();
+        if parent != new_parent {
+            let exchanged = if flags & RENAME_EXCHANGE != 0 { Some((new_parent, new_name)) } else { None };
+            for (p, n) in std::iter::once((parent, name)).chain(exchanged) {
+                if let Ok(Some((ino, FileKind::Dir))) = self.ns.lookup(p, n) {
+                    moved.push(ino);
+                }
+            }
+        }
+        self.rename_names(parent, name, new_parent, new_name, flags)?;
+        for d in moved {
+            self.listing_changed(d);
+        }
+        Ok(())
+    }
+
+    fn rename_names(&self, parent: Ino, name: &OsStr, new_parent: Ino, new_name: &OsStr, flags: u32) -> Result<()> {
         check_name(name)?;
         check_name(new_name)?;
         if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0

@@ -10,6 +10,7 @@ use crate::migrate::{Move, NoCrash};
 use crate::state::MemKv;
 use crate::store::emulated::{Emulated, Emulation};
 use crate::store::mem::MemStore;
+use std::collections::BTreeSet;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
@@ -499,12 +500,22 @@ fn a_promotion_from_a_tier_whose_seek_data_misses_writes_keeps_every_byte() {
     assert!(got == data, "{} of {} bytes came back as zeros", zeros, data.len());
 }
 
-/// Readdir continues from any offset of its last answer (where the kernel
-/// resumes after a full buffer) and from an older offset (seekdir), and
-/// each offset names the same entry either way.
+/// Readdir of a handle that is not keyed (a directory of more entries than
+/// `keyed_listing_max`) continues from any offset of its last answer
+/// (where the kernel resumes after a full buffer) and from an older offset
+/// (seekdir), and each offset names the same entry either way.
 #[test]
 fn readdir_resumes_from_any_offset_in_batches() {
-    let v = volume();
+    crate::lockcheck::watch();
+    let v = Volume::new(
+        MemStore::new(),
+        MemStore::new(),
+        Namespace::new(Arc::new(MemKv::new())),
+        VolumeConfig { keyed_listing_max: 0, ..VolumeConfig::default() },
+        Arc::new(NoEvents),
+        Arc::new(ManualClock::new(Timestamp::from_secs(1))),
+    )
+    .unwrap();
     let n = READDIR_BATCH * 3 + 7;
     for i in 0..n {
         v.create(&CTX, ROOT_INO, OsStr::new(&format!("f{i:05}")), 0o644, 0, libc::O_RDWR)
@@ -543,6 +554,115 @@ fn readdir_resumes_from_any_offset_in_batches() {
     }
     v.releasedir(fh).unwrap();
     v.releasedir(fh2).unwrap();
+}
+
+/// A whole listing of handle `fh` from offset `off` on, page by page.
+fn listing_from(v: &Volume<impl Store>, fh: u64, mut off: u64, plus: bool) -> Vec<DirEntryOut> {
+    let mut all = Vec::new();
+    loop {
+        let page = if plus { v.readdirplus(fh, off) } else { v.readdir(fh, off) }.unwrap();
+        let Some(last) = page.last() else { return all };
+        assert!(page.len() <= READDIR_BATCH);
+        off = last.next;
+        all.extend(page);
+    }
+}
+
+/// A keyed listing (the kernel may keep it, and mixes in it the answers of
+/// several handles): an offset means the same in every handle and in every
+/// state of the directory, so a listing that goes on in another handle,
+/// after names were removed and added, from any offset (even one of a
+/// removed name), still gives every name present throughout exactly once.
+#[test]
+fn a_keyed_listing_goes_on_in_another_handle_after_changes() {
+    let v = volume();
+    let n = READDIR_BATCH * 3 + 7;
+    let name = |i: usize| OsString::from(format!("f{i:05}"));
+    let create = |i: usize| {
+        v.create(&CTX, ROOT_INO, &name(i), 0o644, 0, libc::O_RDWR).map(|(_, o)| v.release(o.fh).unwrap()).unwrap()
+    };
+    (0..n).for_each(create);
+    let fh1 = v.opendir(ROOT_INO).unwrap();
+    assert!(v.listing_is_keyed(fh1));
+    let all = listing_from(&v, fh1, 0, false);
+    assert_eq!(all.len(), n + 2);
+    assert_eq!((all[0].name.as_os_str(), all[0].next), (OsStr::new("."), 1));
+    assert_eq!((all[1].name.as_os_str(), all[1].next), (OsStr::new(".."), 2));
+    assert!(all.windows(2).all(|w| w[0].next < w[1].next), "offsets grow");
+    let names: BTreeSet<OsString> = all[2..].iter().map(|e| e.name.clone()).collect();
+    assert_eq!(names, (0..n).map(name).collect());
+    // Resuming in the middle of an answer (the kernel's buffer was full).
+    assert_eq!(v.readdir(fh1, all[100].next).unwrap()[0], all[101]);
+
+    // Every third name goes, as many come.
+    let gone: BTreeSet<OsString> = (0..n).step_by(3).map(name).collect();
+    for g in &gone {
+        v.unlink(ROOT_INO, g).unwrap();
+    }
+    (n..n + gone.len()).for_each(create);
+    let fh2 = v.opendir(ROOT_INO).unwrap();
+    let kept: BTreeSet<OsString> = names.difference(&gone).cloned().collect();
+    let now: BTreeSet<OsString> = kept.iter().cloned().chain((n..n + gone.len()).map(name)).collect();
+    for cut in [2, 3, 100, 257, 600, n + 1] {
+        // The first `cut` entries from before the changes, the rest from
+        // the other handle, which goes on after the last of them (gone or
+        // not).
+        let mixed: Vec<_> =
+            all[..cut].iter().chain(listing_from(&v, fh2, all[cut - 1].next, false).iter()).cloned().collect();
+        let mut seen = BTreeSet::new();
+        for e in &mixed[2..] {
+            assert!(seen.insert(e.name.clone()), "cut at {cut}: {:?} listed twice", e.name);
+        }
+        assert!(seen.is_superset(&kept), "cut at {cut}: a name present throughout is missing");
+        assert!(seen.is_subset(&names.union(&now).cloned().collect()), "cut at {cut}: a name never there");
+    }
+    // A rewind reads the directory again.
+    let again: BTreeSet<OsString> = listing_from(&v, fh1, 0, false)[2..].iter().map(|e| e.name.clone()).collect();
+    assert_eq!(again, now);
+    // With attributes, a name gone since the snapshot is left out, and
+    // a name's inode is the database's now.
+    let fh3 = v.opendir(ROOT_INO).unwrap();
+    let victim = all.iter().find(|e| e.name == name(1)).unwrap().clone();
+    v.unlink(ROOT_INO, &victim.name).unwrap();
+    create(1);
+    v.unlink(ROOT_INO, &name(2)).unwrap();
+    let now: BTreeSet<OsString> = now.into_iter().filter(|n| *n != name(2)).collect();
+    // A handle opened before a change lists what is there at its first
+    // readdir (the kernel's copy may have been started since).
+    let fh4 = v.opendir(ROOT_INO).unwrap();
+    v.unlink(ROOT_INO, &name(4)).unwrap();
+    let after: BTreeSet<OsString> = listing_from(&v, fh4, 0, false)[2..].iter().map(|e| e.name.clone()).collect();
+    assert_eq!(after, now.iter().filter(|n| **n != name(4)).cloned().collect());
+    create(4);
+    let plus = listing_from(&v, fh3, 0, true);
+    assert_eq!(plus.len(), 2 + now.len(), "every name but the one gone since");
+    assert!(plus.iter().all(|e| e.name != name(2)));
+    let e = plus.iter().find(|e| e.name == name(1)).unwrap();
+    assert_eq!(e.ino, v.lookup(ROOT_INO, &name(1)).unwrap().ino);
+    assert_ne!(e.ino, victim.ino);
+    for fh in [fh1, fh2, fh3, fh4] {
+        v.releasedir(fh).unwrap();
+    }
+}
+
+/// A keyed handle lists the parent a directory has at the readdir as
+/// `..`, after the directory moved, and keeps the last one after the
+/// directory is removed.
+#[test]
+fn a_keyed_listing_shows_the_parent_the_directory_has_now() {
+    let v = volume();
+    let a = v.mkdir(&CTX, ROOT_INO, OsStr::new("a"), 0o755, 0).unwrap().ino;
+    let b = v.mkdir(&CTX, ROOT_INO, OsStr::new("b"), 0o755, 0).unwrap().ino;
+    let d = v.mkdir(&CTX, a, OsStr::new("d"), 0o755, 0).unwrap().ino;
+    let fh = v.opendir(d).unwrap();
+    assert!(v.listing_is_keyed(fh));
+    let dotdot = |fh| v.readdir(fh, 1).unwrap()[0].clone();
+    assert_eq!(dotdot(fh).ino, a);
+    v.rename(a, OsStr::new("d"), b, OsStr::new("d"), 0).unwrap();
+    assert_eq!(dotdot(fh).ino, b, "`..` after the move");
+    v.rmdir(b, OsStr::new("d")).unwrap();
+    assert_eq!(dotdot(fh).ino, b, "`..` after the removal");
+    v.releasedir(fh).unwrap();
 }
 
 #[test]
