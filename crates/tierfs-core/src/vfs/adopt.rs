@@ -424,16 +424,22 @@ mod tests {
     /// preview's: a listing gives the kinds) while `hold` is set, counting
     /// the held calls.
     fn hold_stats(rig: &Rig) -> (Arc<AtomicBool>, Arc<AtomicUsize>) {
+        hold_stats_of(rig, None, Duration::from_secs(20))
+    }
+
+    /// As [`hold_stats`], for the stats of the entries named `only` (all if
+    /// `None`), each held at most `at_most`.
+    fn hold_stats_of(rig: &Rig, only: Option<&'static str>, at_most: Duration) -> (Arc<AtomicBool>, Arc<AtomicUsize>) {
         let hold = Arc::new(AtomicBool::new(true));
         let held = Arc::new(AtomicUsize::new(0));
         let (h, n) = (hold.clone(), held.clone());
-        rig.hdd.set_gate(Some(Arc::new(move |op, _name| {
-            if op != "stat" {
+        rig.hdd.set_gate(Some(Arc::new(move |op, name| {
+            if op != "stat" || only.is_some_and(|o| name != o) {
                 return;
             }
             n.fetch_add(1, Ordering::SeqCst);
             let t0 = std::time::Instant::now();
-            while h.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_secs(20) {
+            while h.load(Ordering::SeqCst) && t0.elapsed() < at_most {
                 std::thread::sleep(Duration::from_millis(1));
             }
         })));
@@ -441,7 +447,7 @@ mod tests {
     }
 
     fn wait_held(held: &Arc<AtomicUsize>) {
-        within(10, "the adopter to reach its first stat", {
+        within(10, "a reconciliation to reach its first held stat", {
             let held = held.clone();
             move || {
                 while held.load(Ordering::SeqCst) == 0 {
@@ -747,18 +753,7 @@ mod tests {
         let queued_ino = v.lookup(ROOT_INO, OsStr::new("queued")).unwrap().ino;
         v.start_adopter().unwrap();
         // The adopter is held in the stat of `busy/held`.
-        let hold = Arc::new(AtomicBool::new(true));
-        let held = Arc::new(AtomicUsize::new(0));
-        let (h, n) = (hold.clone(), held.clone());
-        rig.hdd.set_gate(Some(Arc::new(move |op, name| {
-            if op == "stat" && name == "held" {
-                n.fetch_add(1, Ordering::SeqCst);
-                let t0 = std::time::Instant::now();
-                while h.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_secs(30) {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }
-        })));
+        let (hold, held) = hold_stats_of(&rig, Some("held"), Duration::from_secs(30));
         v.releasedir(v.opendir(busy_ino).unwrap()).unwrap();
         wait_held(&held);
         v.releasedir(v.opendir(queued_ino).unwrap()).unwrap();
@@ -801,30 +796,12 @@ mod tests {
         let ib = v.lookup(ROOT_INO, OsStr::new("b")).unwrap().ino;
         // The reconciliation of `a` is held in its stat of `z`, after it
         // took `x` and before it commits.
-        let hold = Arc::new(AtomicBool::new(true));
-        let held = Arc::new(AtomicUsize::new(0));
-        let (h, n) = (hold.clone(), held.clone());
-        rig.hdd.set_gate(Some(Arc::new(move |op, name| {
-            if op == "stat" && name == "z" {
-                n.fetch_add(1, Ordering::SeqCst);
-                let t0 = std::time::Instant::now();
-                while h.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_secs(20) {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }
-        })));
+        let (hold, held) = hold_stats_of(&rig, Some("z"), Duration::from_secs(20));
         let first = std::thread::spawn({
             let v = v.clone();
             move || v.reconcile(ia, false)
         });
-        within(10, "the reconciliation of `a` to reach `z`", {
-            let held = held.clone();
-            move || {
-                while held.load(Ordering::SeqCst) == 0 {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }
-        });
+        wait_held(&held);
         let second = std::thread::spawn({
             let v = v.clone();
             move || v.reconcile(ib, false)

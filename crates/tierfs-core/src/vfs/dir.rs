@@ -102,6 +102,19 @@ fn keyed(entries: Vec<Dentry>, key: &RandomState) -> Vec<(u64, Dentry)> {
     v
 }
 
+/// The entries `.` and `..` of directory `ino` a listing from offset `off`
+/// starts with.
+fn dots(ino: Ino, parent: Ino, off: u64) -> Vec<DirEntryOut> {
+    let mut out = Vec::new();
+    if off == 0 {
+        out.push(DirEntryOut { ino, next: 1, kind: FileKind::Dir, name: ".".into() });
+    }
+    if off <= 1 {
+        out.push(DirEntryOut { ino: parent, next: 2, kind: FileKind::Dir, name: "..".into() });
+    }
+    out
+}
+
 /// The snapshot a keyed handle lists.
 #[derive(Debug)]
 struct Snapshot {
@@ -143,7 +156,7 @@ impl<S: Store> Volume<S> {
             self.reconcile(ino, false)?;
         }
         let changes = self.ns.names_changed(ino);
-        let parent = if ino == ROOT_INO { ROOT_INO } else { self.link_of(ino)?.0 };
+        let parent = self.dir_parent(ino)?;
         let keyed = match preview {
             Some(_) => None,
             None if self.cfg.keyed_listing_max == 0 => None,
@@ -165,6 +178,14 @@ impl<S: Store> Volume<S> {
         };
         self.dir_handles.lock().insert(fh, Arc::new(h));
         Ok(fh)
+    }
+
+    /// The parent of directory `ino` (the root is its own).
+    fn dir_parent(&self, ino: Ino) -> Result<Ino> {
+        if ino == ROOT_INO {
+            return Ok(ROOT_INO);
+        }
+        Ok(self.link_of(ino)?.0)
     }
 
     /// Marks a keyed handle's listing as in progress or over.
@@ -225,13 +246,7 @@ impl<S: Store> Volume<S> {
         if let Some(k) = &d.keyed {
             return self.keyed_page(&d, k, off, READDIR_BATCH, plus);
         }
-        let mut out = Vec::new();
-        if off == 0 {
-            out.push(DirEntryOut { ino: d.ino, next: 1, kind: FileKind::Dir, name: ".".into() });
-        }
-        if off <= 1 {
-            out.push(DirEntryOut { ino: d.parent, next: 2, kind: FileKind::Dir, name: "..".into() });
-        }
+        let mut out = dots(d.ino, d.parent, off);
         if plus && !out.is_empty() && self.live_preview(&d).is_some() {
             // The first readdirplus of a directory being adopted answers
             // `.` and `..` alone: the kernel asks for the rest by plain
@@ -300,9 +315,8 @@ impl<S: Store> Volume<S> {
         if old {
             // Read without the handle's lock, a leaf. A directory removed
             // while open keeps the parent it had.
-            let parent = match self.link_of(d.ino) {
-                _ if d.ino == ROOT_INO => ROOT_INO,
-                Ok((p, _)) => p,
+            let parent = match self.dir_parent(d.ino) {
+                Ok(p) => p,
                 Err(e) if e.is(libc::ENOENT) => parent,
                 Err(e) => return Err(e),
             };
@@ -317,13 +331,7 @@ impl<S: Store> Volume<S> {
         // holds, not more.
         let check = plus || removed;
         let limit = if check { limit.min(READDIR_CHECKED) } else { limit };
-        let mut out = Vec::new();
-        if off == 0 {
-            out.push(DirEntryOut { ino: d.ino, next: 1, kind: FileKind::Dir, name: ".".into() });
-        }
-        if off <= 1 {
-            out.push(DirEntryOut { ino: parent, next: 2, kind: FileKind::Dir, name: "..".into() });
-        }
+        let mut out = dots(d.ino, parent, off);
         let limit = limit - out.len();
         let mut start = if off <= 2 { 0 } else { entries.partition_point(|(c, _)| *c <= off) };
         let first = out.len();

@@ -48,26 +48,23 @@ impl<S: Store> Volume<S> {
     /// Renames `name` in `parent` to `new_name` in `new_parent`.
     pub fn rename(&self, parent: Ino, name: &OsStr, new_parent: Ino, new_name: &OsStr, flags: u32) -> Result<()> {
         // A directory moved to another parent has a new `..`, which the
-        // kernel may hold in its copy of the directory's listing. (The
-        // kernel runs renames between two directories one at a time, so
-        // what these names are now is what is moved.)
-        let mut moved = Vec::new();
-        if parent != new_parent {
-            let exchanged = if flags & RENAME_EXCHANGE != 0 { Some((new_parent, new_name)) } else { None };
-            for (p, n) in std::iter::once((parent, name)).chain(exchanged) {
-                if let Ok(Some((ino, FileKind::Dir))) = self.ns.lookup(p, n) {
-                    moved.push(ino);
-                }
-            }
-        }
-        self.rename_names(parent, name, new_parent, new_name, flags)?;
-        for d in moved {
+        // kernel may hold in its copy of the directory's listing.
+        for d in self.rename_names(parent, name, new_parent, new_name, flags)? {
             self.listing_changed(d);
         }
         Ok(())
     }
 
-    fn rename_names(&self, parent: Ino, name: &OsStr, new_parent: Ino, new_name: &OsStr, flags: u32) -> Result<()> {
+    /// [`Volume::rename`]; returns the directories it moved to another
+    /// parent.
+    fn rename_names(
+        &self,
+        parent: Ino,
+        name: &OsStr,
+        new_parent: Ino,
+        new_name: &OsStr,
+        flags: u32,
+    ) -> Result<Vec<Ino>> {
         check_name(name)?;
         check_name(new_name)?;
         if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
@@ -95,8 +92,14 @@ impl<S: Store> Volume<S> {
         if let Some((bi, _)) = b {
             if bi == a {
                 // Two names of one file: POSIX says do nothing.
-                return Ok(());
+                return Ok(Vec::new());
             }
+        }
+        let mut moved = Vec::new();
+        if parent != new_parent {
+            let exchanged = if exchange { b } else { None };
+            moved
+                .extend([Some((a, ka)), exchanged].into_iter().flatten().filter(|x| x.1 == FileKind::Dir).map(|x| x.0));
         }
         if !exchange {
             if let Some((bi, kb)) = b {
@@ -106,13 +109,17 @@ impl<S: Store> Volume<S> {
                     (true, true) => {
                         drop(_g);
                         self.reconcile(bi, false)?;
-                        return self.rename_checked_dir_target(parent, name, new_parent, new_name, flags, a, bi);
+                        // (One that starts over tells the kernel itself,
+                        // and this again: harmless.)
+                        return self
+                            .rename_checked_dir_target(parent, name, new_parent, new_name, flags, a, bi)
+                            .map(|()| moved);
                     }
                     _ => {}
                 }
             }
         }
-        self.rename_locked(parent, name, new_parent, new_name, exchange, (a, ka), b)
+        self.rename_locked(parent, name, new_parent, new_name, exchange, (a, ka), b).map(|()| moved)
     }
 
     /// Renaming a directory over a directory: the target must be empty,
