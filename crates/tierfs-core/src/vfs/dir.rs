@@ -24,9 +24,10 @@
 //! order of a hash of each name, and an entry's offset is that hash: the
 //! same in every handle and every state of the directory, and "after
 //! offset c" means the same thing to all of them. The snapshot is read at
-//! opendir and again by the first readdir after a name was added to the
-//! directory (or its own name changed, for `..`; `Namespace::names_changed`),
-//! at whatever offset; after names were only removed, each entry answered
+//! opendir (or is the last one read, if no name came or went since:
+//! [`KeptSnapshots`]) and again by the first readdir after a name was
+//! added to the directory (or its own name changed, for `..`;
+//! `Namespace::names_changed`), at whatever offset; after names were only removed, each entry answered
 //! is looked up instead (a loop that removes the names it lists costs a
 //! lookup per name, not a reading of the directory per answer). So a
 //! handle never answers from a state older than the one the kernel's copy
@@ -116,13 +117,61 @@ fn dots(ino: Ino, parent: Ino, off: u64) -> Vec<DirEntryOut> {
 }
 
 /// The snapshot a keyed handle lists.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Snapshot {
     entries: Arc<Vec<(u64, Dentry)>>,
     /// The directory's parent (`..`) when it was read.
     parent: Ino,
     /// `Namespace::names_changed` of the directory, read before it.
     changes: NameChanges,
+}
+
+/// How many entries the snapshots kept between handles hold at most
+/// (about 6 MiB): those of a tree of some 60 000 names listed again and
+/// again, as `git status` does.
+const KEPT_SNAPSHOT_ENTRIES: usize = 65_536;
+
+/// The last snapshot read of each directory, for the next handle on it
+/// while no name was added to or removed from it since: a listing the
+/// kernel keeps is then opened without reading the directory again (its
+/// handle is not read from at all). `None`: the directory had more than
+/// `keyed_listing_max` entries then. A leaf lock (`Volume::snapshots`).
+#[derive(Debug, Default)]
+pub(crate) struct KeptSnapshots {
+    dirs: std::collections::HashMap<Ino, (NameChanges, Option<Snapshot>)>,
+    /// Entries held, each `None` counted as one.
+    entries: usize,
+}
+
+impl KeptSnapshots {
+    /// Directory `dir`'s snapshot if it was read when the directory's
+    /// names were at `changes`.
+    fn get(&self, dir: Ino, changes: NameChanges) -> Option<Option<Snapshot>> {
+        self.dirs.get(&dir).filter(|(c, _)| *c == changes).map(|(_, s)| s.clone())
+    }
+
+    /// Keeps `snap` (read at `changes`) for directory `dir`, dropping
+    /// others (any) while they hold too many entries together.
+    fn put(&mut self, dir: Ino, changes: NameChanges, snap: Option<Snapshot>) {
+        fn size(s: &Option<Snapshot>) -> usize {
+            s.as_ref().map_or(1, |s| s.entries.len().max(1))
+        }
+        let n = size(&snap);
+        if n > KEPT_SNAPSHOT_ENTRIES {
+            return;
+        }
+        if let Some((_, old)) = self.dirs.remove(&dir) {
+            self.entries -= size(&old);
+        }
+        while self.entries + n > KEPT_SNAPSHOT_ENTRIES {
+            let Some(&other) = self.dirs.keys().next() else { break };
+            if let Some((_, old)) = self.dirs.remove(&other) {
+                self.entries -= size(&old);
+            }
+        }
+        self.entries += n;
+        self.dirs.insert(dir, (changes, snap));
+    }
 }
 
 /// An open directory.
@@ -156,17 +205,34 @@ impl<S: Store> Volume<S> {
             self.reconcile(ino, false)?;
         }
         let changes = self.ns.names_changed(ino);
-        let parent = self.dir_parent(ino)?;
-        let keyed = match preview {
+        let kept = match preview {
             Some(_) => None,
             None if self.cfg.keyed_listing_max == 0 => None,
+            None => self.snapshots.lock().get(ino, changes),
+        };
+        // Kept, the parent is that of the snapshot: a new one (a rename
+        // of the directory) would have moved `changes`.
+        let (parent, keyed) = match kept {
+            Some(Some(s)) => (s.parent, Some(s)),
+            Some(None) => (self.dir_parent(ino)?, None),
             None => {
+                let parent = self.dir_parent(ino)?;
                 let max = self.cfg.keyed_listing_max;
-                let all = self.ns.children_after(ino, None, max.saturating_add(1))?;
-                (all.len() <= max)
-                    .then(|| Mutex::new(Snapshot { entries: Arc::new(keyed(all, &self.listing_key)), parent, changes }))
+                if preview.is_some() || max == 0 {
+                    (parent, None)
+                } else {
+                    let all = self.ns.children_after(ino, None, max.saturating_add(1))?;
+                    let snap = (all.len() <= max).then(|| Snapshot {
+                        entries: Arc::new(keyed(all, &self.listing_key)),
+                        parent,
+                        changes,
+                    });
+                    self.snapshots.lock().put(ino, changes, snap.clone());
+                    (parent, snap)
+                }
             }
         };
+        let keyed = keyed.map(Mutex::new);
         let fh = self.new_fh();
         let h = DirHandle {
             ino,
@@ -321,7 +387,11 @@ impl<S: Store> Volume<S> {
                 Err(e) => return Err(e),
             };
             let entries = Arc::new(keyed(self.ns.children_after(d.ino, None, usize::MAX)?, &self.listing_key));
-            *k.lock() = Snapshot { entries, parent, changes };
+            let snap = Snapshot { entries, parent, changes };
+            if snap.entries.len() <= self.cfg.keyed_listing_max {
+                self.snapshots.lock().put(d.ino, changes, Some(snap.clone()));
+            }
+            *k.lock() = snap;
         }
         let (entries, parent, removed) = {
             let k = k.lock();
@@ -423,5 +493,35 @@ impl<S: Store> Volume<S> {
             }
         }
         self.ns.kv().flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(n: usize) -> Option<Snapshot> {
+        let entries = (0..n)
+            .map(|i| (i as u64 + 3, Dentry { name: format!("f{i}").into(), ino: i as Ino + 2, kind: FileKind::File }))
+            .collect();
+        Some(Snapshot { entries: Arc::new(entries), parent: ROOT_INO, changes: NameChanges { added: 0, removed: 0 } })
+    }
+
+    #[test]
+    fn kept_snapshots_stay_within_their_bound_and_match_only_their_changes() {
+        let mut k = KeptSnapshots::default();
+        let at = |added| NameChanges { added, removed: 0 };
+        for dir in 0..100 {
+            k.put(dir, at(dir), snapshot(KEPT_SNAPSHOT_ENTRIES / 10));
+            let held: usize = k.dirs.values().map(|(_, s)| s.as_ref().map_or(1, |s| s.entries.len())).sum();
+            assert_eq!(held, k.entries);
+            assert!(k.entries <= KEPT_SNAPSHOT_ENTRIES, "{} entries held", k.entries);
+            assert!(k.get(dir, at(dir)).is_some(), "the one just kept");
+        }
+        assert!(k.get(99, at(98)).is_none(), "other changes");
+        k.put(99, at(100), None);
+        assert!(matches!(k.get(99, at(100)), Some(None)), "too big is kept too");
+        k.put(7, at(0), snapshot(KEPT_SNAPSHOT_ENTRIES + 1));
+        assert!(k.get(7, at(0)).is_none(), "a snapshot bigger than the bound is not kept");
     }
 }

@@ -346,6 +346,9 @@ pub struct Volume<S: Store> {
     /// Per directory, how many keyed handles are in the middle of a
     /// listing (`vfs::dir`). A leaf lock.
     listings: Mutex<HashMap<Ino, usize>>,
+    /// The last keyed snapshot of each directory (`vfs::dir`). A leaf
+    /// lock.
+    snapshots: Mutex<dir::KeptSnapshots>,
     /// The key of this mount's listing offsets (`vfs::dir`).
     listing_key: std::hash::RandomState,
     next_fh: AtomicU64,
@@ -436,6 +439,7 @@ impl<S: Store> Volume<S> {
             handles: RwLock::new(HashMap::new()),
             dir_handles: Mutex::new(HashMap::new()),
             listings: Mutex::new(HashMap::new()),
+            snapshots: Mutex::new(dir::KeptSnapshots::default()),
             listing_key: std::hash::RandomState::new(),
             next_fh: AtomicU64::new(1),
             events,

@@ -17,12 +17,16 @@ use std::time::Duration;
 const CTX: Ctx = Ctx { uid: 0, gid: 0, pid: 1 };
 
 fn volume() -> Volume<MemStore> {
+    volume_with(VolumeConfig::default())
+}
+
+fn volume_with(cfg: VolumeConfig) -> Volume<MemStore> {
     crate::lockcheck::watch();
     Volume::new(
         MemStore::new(),
         MemStore::new(),
         Namespace::new(Arc::new(MemKv::new())),
-        VolumeConfig::default(),
+        cfg,
         Arc::new(NoEvents),
         Arc::new(ManualClock::new(Timestamp::from_secs(1))),
     )
@@ -506,16 +510,7 @@ fn a_promotion_from_a_tier_whose_seek_data_misses_writes_keeps_every_byte() {
 /// (seekdir), and each offset names the same entry either way.
 #[test]
 fn readdir_resumes_from_any_offset_in_batches() {
-    crate::lockcheck::watch();
-    let v = Volume::new(
-        MemStore::new(),
-        MemStore::new(),
-        Namespace::new(Arc::new(MemKv::new())),
-        VolumeConfig { keyed_listing_max: 0, ..VolumeConfig::default() },
-        Arc::new(NoEvents),
-        Arc::new(ManualClock::new(Timestamp::from_secs(1))),
-    )
-    .unwrap();
+    let v = volume_with(VolumeConfig { keyed_listing_max: 0, ..VolumeConfig::default() });
     let n = READDIR_BATCH * 3 + 7;
     for i in 0..n {
         v.create(&CTX, ROOT_INO, OsStr::new(&format!("f{i:05}")), 0o644, 0, libc::O_RDWR)
@@ -643,6 +638,51 @@ fn a_keyed_listing_goes_on_in_another_handle_after_changes() {
     for fh in [fh1, fh2, fh3, fh4] {
         v.releasedir(fh).unwrap();
     }
+}
+
+/// A new handle starts from the snapshot the last one read while no name
+/// came or went (the kernel then answers from its own copy and never reads
+/// the handle), and from the directory itself after any change: of a name
+/// in it, or of its own name. (Of at most 3 entries here, to see it
+/// keyed or not as its size changes.)
+#[test]
+fn a_new_handle_lists_every_change_since_the_kept_snapshot() {
+    let v = volume_with(VolumeConfig { keyed_listing_max: 3, ..VolumeConfig::default() });
+    let a = v.mkdir(&CTX, ROOT_INO, OsStr::new("a"), 0o755, 0).unwrap().ino;
+    let b = v.mkdir(&CTX, ROOT_INO, OsStr::new("b"), 0o755, 0).unwrap().ino;
+    let d = v.mkdir(&CTX, a, OsStr::new("d"), 0o755, 0).unwrap().ino;
+    let create = |name: &str| {
+        let (_, o) = v.create(&CTX, d, OsStr::new(name), 0o644, 0, libc::O_RDWR).unwrap();
+        v.release(o.fh).unwrap();
+    };
+    create("x");
+    create("y");
+    let listed = |plus: bool| {
+        let fh = v.opendir(d).unwrap();
+        let all = listing_from(&v, fh, 0, plus);
+        let names: BTreeSet<String> = all[2..].iter().map(|e| e.name.to_string_lossy().into_owned()).collect();
+        assert_eq!(v.listing_is_keyed(fh), names.len() <= 3, "keyed by its size now: {names:?}");
+        v.releasedir(fh).unwrap();
+        (all[1].ino, names)
+    };
+    let set = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(listed(false), (a, set(&["x", "y"])));
+    assert_eq!(listed(true), (a, set(&["x", "y"])), "again, from the kept snapshot");
+    create("z");
+    assert_eq!(listed(false), (a, set(&["x", "y", "z"])), "after a create");
+    v.unlink(d, OsStr::new("x")).unwrap();
+    assert_eq!(listed(false), (a, set(&["y", "z"])), "after an unlink");
+    v.rename(d, OsStr::new("y"), d, OsStr::new("w"), 0).unwrap();
+    assert_eq!(listed(true), (a, set(&["w", "z"])), "after a rename in it");
+    v.rename(a, OsStr::new("d"), b, OsStr::new("d"), 0).unwrap();
+    assert_eq!(listed(false), (b, set(&["w", "z"])), "after it moved");
+    v.link(v.lookup(d, OsStr::new("z")).unwrap().ino, d, OsStr::new("z2")).unwrap();
+    assert_eq!(listed(true), (b, set(&["w", "z", "z2"])), "after a link");
+    create("v");
+    assert_eq!(listed(false), (b, set(&["v", "w", "z", "z2"])), "too big for a keyed listing");
+    assert_eq!(listed(true), (b, set(&["v", "w", "z", "z2"])), "still");
+    v.unlink(d, OsStr::new("v")).unwrap();
+    assert_eq!(listed(false), (b, set(&["w", "z", "z2"])), "keyed again");
 }
 
 /// A keyed handle lists the parent a directory has at the readdir as
