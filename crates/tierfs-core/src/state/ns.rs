@@ -362,7 +362,7 @@ pub struct NameChanges {
 
 /// Stripes of [`Namespace::names_changed`]: two directories share one
 /// rarely, and then only read their listings again more often.
-const NAME_STRIPES: usize = 1024;
+pub(crate) const NAME_STRIPES: usize = 1024;
 
 impl std::fmt::Debug for Namespace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

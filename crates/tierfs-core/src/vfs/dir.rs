@@ -27,8 +27,9 @@
 //! opendir (or is the last one read, if no name came or went since:
 //! [`KeptSnapshots`]) and again by the first readdir after a name was
 //! added to the directory (or its own name changed, for `..`;
-//! `Namespace::names_changed`), at whatever offset; after names were only removed, each entry answered
-//! is looked up instead (a loop that removes the names it lists costs a
+//! `Namespace::names_changed`), at whatever offset; after names were
+//! only removed, each entry answered is looked up instead (a loop that
+//! removes the names it lists costs a
 //! lookup per name, not a reading of the directory per answer). So a
 //! handle never answers from a state older than the one the kernel's copy
 //! was started from, and going on "after c" in a newer state lists every
@@ -118,7 +119,7 @@ fn dots(ino: Ino, parent: Ino, off: u64) -> Vec<DirEntryOut> {
 
 /// The snapshot a keyed handle lists.
 #[derive(Clone, Debug)]
-struct Snapshot {
+pub(crate) struct Snapshot {
     entries: Arc<Vec<(u64, Dentry)>>,
     /// The directory's parent (`..`) when it was read.
     parent: Ino,
@@ -127,19 +128,30 @@ struct Snapshot {
 }
 
 /// How many entries the snapshots kept between handles hold at most
-/// (about 6 MiB): those of a tree of some 60 000 names listed again and
-/// again, as `git status` does.
+/// (about 8 MiB, each directory's own cost counted as [`KEPT_DIR_COST`]
+/// entries): those of a tree of some 60 000 names listed again and again,
+/// as `git status` does.
 const KEPT_SNAPSHOT_ENTRIES: usize = 65_536;
+
+/// What keeping a directory costs besides its entries (its slot in the
+/// map, the snapshot's own allocation), counted in entries.
+const KEPT_DIR_COST: usize = 2;
+
+/// What a kept snapshot counts against [`KEPT_SNAPSHOT_ENTRIES`].
+fn kept_cost(s: &Option<Snapshot>) -> usize {
+    KEPT_DIR_COST + s.as_ref().map_or(0, |s| s.entries.len())
+}
 
 /// The last snapshot read of each directory, for the next handle on it
 /// while no name was added to or removed from it since: a listing the
 /// kernel keeps is then opened without reading the directory again (its
 /// handle is not read from at all). `None`: the directory had more than
-/// `keyed_listing_max` entries then. A leaf lock (`Volume::snapshots`).
+/// `keyed_listing_max` entries then. A leaf lock (`Volume::snapshots`);
+/// what it drops is returned, to be freed after the lock is released.
 #[derive(Debug, Default)]
 pub(crate) struct KeptSnapshots {
     dirs: std::collections::HashMap<Ino, (NameChanges, Option<Snapshot>)>,
-    /// Entries held, each `None` counted as one.
+    /// What they hold, in entries ([`kept_cost`]).
     entries: usize,
 }
 
@@ -150,27 +162,53 @@ impl KeptSnapshots {
         self.dirs.get(&dir).filter(|(c, _)| *c == changes).map(|(_, s)| s.clone())
     }
 
-    /// Keeps `snap` (read at `changes`) for directory `dir`, dropping
-    /// others (any) while they hold too many entries together.
-    fn put(&mut self, dir: Ino, changes: NameChanges, snap: Option<Snapshot>) {
-        fn size(s: &Option<Snapshot>) -> usize {
-            s.as_ref().map_or(1, |s| s.entries.len().max(1))
-        }
-        let n = size(&snap);
-        if n > KEPT_SNAPSHOT_ENTRIES {
-            return;
-        }
-        if let Some((_, old)) = self.dirs.remove(&dir) {
-            self.entries -= size(&old);
-        }
-        while self.entries + n > KEPT_SNAPSHOT_ENTRIES {
-            let Some(&other) = self.dirs.keys().next() else { break };
-            if let Some((_, old)) = self.dirs.remove(&other) {
-                self.entries -= size(&old);
+    /// Keeps `snap` (read at `changes`) for directory `dir` instead of the
+    /// one kept, unless that one was read after more changes (a slower
+    /// reader), and drops others (any) while they hold too many entries
+    /// together.
+    #[must_use = "what is dropped is freed after the lock"]
+    fn put(&mut self, dir: Ino, changes: NameChanges, snap: Option<Snapshot>) -> Vec<Option<Snapshot>> {
+        let mut dropped = Vec::new();
+        if let Some((c, _)) = self.dirs.get(&dir) {
+            if *c != changes && c.added >= changes.added && c.removed >= changes.removed {
+                dropped.push(snap);
+                return dropped;
             }
+        }
+        dropped.extend(self.forget(dir));
+        let n = kept_cost(&snap);
+        if n > KEPT_SNAPSHOT_ENTRIES {
+            dropped.push(snap);
+            return dropped;
+        }
+        if self.entries + n > KEPT_SNAPSHOT_ENTRIES {
+            // One pass over the map, in its order, down to three quarters
+            // of the bound: a pass every so many entries kept, not one
+            // each while the bound is reached.
+            let mut excess = (self.entries + n).saturating_sub(KEPT_SNAPSHOT_ENTRIES / 4 * 3);
+            let entries = &mut self.entries;
+            self.dirs.retain(|_, (_, s)| {
+                if excess == 0 {
+                    return true;
+                }
+                let c = kept_cost(s);
+                excess = excess.saturating_sub(c);
+                *entries -= c;
+                dropped.push(s.take());
+                false
+            });
         }
         self.entries += n;
         self.dirs.insert(dir, (changes, snap));
+        dropped
+    }
+
+    /// Forgets directory `dir` (removed), returning what it kept.
+    #[must_use = "what is dropped is freed after the lock"]
+    pub(super) fn forget(&mut self, dir: Ino) -> Option<Option<Snapshot>> {
+        let (_, old) = self.dirs.remove(&dir)?;
+        self.entries -= kept_cost(&old);
+        Some(old)
     }
 }
 
@@ -227,7 +265,7 @@ impl<S: Store> Volume<S> {
                         parent,
                         changes,
                     });
-                    self.snapshots.lock().put(ino, changes, snap.clone());
+                    let _dropped = self.snapshots.lock().put(ino, changes, snap.clone());
                     (parent, snap)
                 }
             }
@@ -381,15 +419,16 @@ impl<S: Store> Volume<S> {
         if old {
             // Read without the handle's lock, a leaf. A directory removed
             // while open keeps the parent it had.
-            let parent = match self.dir_parent(d.ino) {
-                Ok(p) => p,
-                Err(e) if e.is(libc::ENOENT) => parent,
+            let (parent, removed) = match self.dir_parent(d.ino) {
+                Ok(p) => (p, false),
+                Err(e) if e.is(libc::ENOENT) => (parent, true),
                 Err(e) => return Err(e),
             };
             let entries = Arc::new(keyed(self.ns.children_after(d.ino, None, usize::MAX)?, &self.listing_key));
             let snap = Snapshot { entries, parent, changes };
-            if snap.entries.len() <= self.cfg.keyed_listing_max {
-                self.snapshots.lock().put(d.ino, changes, Some(snap.clone()));
+            if !removed {
+                let kept = (snap.entries.len() <= self.cfg.keyed_listing_max).then(|| snap.clone());
+                let _dropped = self.snapshots.lock().put(d.ino, changes, kept);
             }
             *k.lock() = snap;
         }
@@ -476,6 +515,16 @@ impl<S: Store> Volume<S> {
         Some(p)
     }
 
+    /// Which snapshot handle `fh` lists (its address), if keyed: two
+    /// handles list the same one when the second took the kept one.
+    #[cfg(test)]
+    pub(crate) fn listing_snapshot(&self, fh: u64) -> Option<usize> {
+        let d = self.dir_handles.lock().get(&fh).cloned()?;
+        let k = d.keyed.as_ref()?;
+        let at = Arc::as_ptr(&k.lock().entries) as usize;
+        Some(at)
+    }
+
     /// Closes a directory handle.
     pub fn releasedir(&self, fh: u64) -> Result<()> {
         let d = self.dir_handles.lock().remove(&fh).ok_or_else(|| Error::errno(libc::EBADF))?;
@@ -511,17 +560,32 @@ mod tests {
     fn kept_snapshots_stay_within_their_bound_and_match_only_their_changes() {
         let mut k = KeptSnapshots::default();
         let at = |added| NameChanges { added, removed: 0 };
+        let held = |k: &KeptSnapshots| k.dirs.values().map(|(_, s)| kept_cost(s)).sum::<usize>();
         for dir in 0..100 {
-            k.put(dir, at(dir), snapshot(KEPT_SNAPSHOT_ENTRIES / 10));
-            let held: usize = k.dirs.values().map(|(_, s)| s.as_ref().map_or(1, |s| s.entries.len())).sum();
-            assert_eq!(held, k.entries);
+            let _dropped = k.put(dir, at(dir), snapshot(KEPT_SNAPSHOT_ENTRIES / 10));
+            assert_eq!(held(&k), k.entries);
             assert!(k.entries <= KEPT_SNAPSHOT_ENTRIES, "{} entries held", k.entries);
             assert!(k.get(dir, at(dir)).is_some(), "the one just kept");
         }
         assert!(k.get(99, at(98)).is_none(), "other changes");
-        k.put(99, at(100), None);
+        let _dropped = k.put(99, at(100), None);
         assert!(matches!(k.get(99, at(100)), Some(None)), "too big is kept too");
-        k.put(7, at(0), snapshot(KEPT_SNAPSHOT_ENTRIES + 1));
+        let _dropped = k.put(99, at(90), snapshot(3));
+        assert!(matches!(k.get(99, at(100)), Some(None)), "not replaced by an older reading");
+        let _dropped = k.put(7, at(0), snapshot(KEPT_SNAPSHOT_ENTRIES));
         assert!(k.get(7, at(0)).is_none(), "a snapshot bigger than the bound is not kept");
+        // Many small ones, then a big one: one pass makes room.
+        const BIG: Ino = 1 << 40;
+        for dir in 1000..1000 + KEPT_SNAPSHOT_ENTRIES as Ino {
+            let _dropped = k.put(dir, at(0), None);
+        }
+        assert!(k.entries <= KEPT_SNAPSHOT_ENTRIES);
+        let dropped = k.put(BIG, at(0), snapshot(KEPT_SNAPSHOT_ENTRIES / 2));
+        assert!(!dropped.is_empty());
+        assert!(k.entries <= KEPT_SNAPSHOT_ENTRIES);
+        assert_eq!(held(&k), k.entries);
+        assert!(k.get(BIG, at(0)).is_some());
+        assert!(k.forget(BIG).is_some() && k.forget(BIG).is_none());
+        assert_eq!(held(&k), k.entries);
     }
 }

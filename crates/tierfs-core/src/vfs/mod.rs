@@ -653,6 +653,7 @@ impl<S: Store> Volume<S> {
     pub(crate) fn forget_dir(&self, ino: Ino) {
         self.tiers.forget_dir(ino);
         self.verified.lock().remove(&ino);
+        let _dropped = self.snapshots.lock().forget(ino);
         self.adopter.forget(ino);
     }
 

@@ -643,46 +643,68 @@ fn a_keyed_listing_goes_on_in_another_handle_after_changes() {
 /// A new handle starts from the snapshot the last one read while no name
 /// came or went (the kernel then answers from its own copy and never reads
 /// the handle), and from the directory itself after any change: of a name
-/// in it, or of its own name. (Of at most 3 entries here, to see it
-/// keyed or not as its size changes.)
+/// in it, or of its own name, or of a directory sharing its counters. (Of
+/// at most 3 entries here, to see it keyed or not as its size changes.)
 #[test]
 fn a_new_handle_lists_every_change_since_the_kept_snapshot() {
     let v = volume_with(VolumeConfig { keyed_listing_max: 3, ..VolumeConfig::default() });
     let a = v.mkdir(&CTX, ROOT_INO, OsStr::new("a"), 0o755, 0).unwrap().ino;
     let b = v.mkdir(&CTX, ROOT_INO, OsStr::new("b"), 0o755, 0).unwrap().ino;
     let d = v.mkdir(&CTX, a, OsStr::new("d"), 0o755, 0).unwrap().ino;
-    let create = |name: &str| {
-        let (_, o) = v.create(&CTX, d, OsStr::new(name), 0o644, 0, libc::O_RDWR).unwrap();
+    let create = |dir: Ino, name: &str| {
+        let (_, o) = v.create(&CTX, dir, OsStr::new(name), 0o644, 0, libc::O_RDWR).unwrap();
         v.release(o.fh).unwrap();
     };
-    create("x");
-    create("y");
+    create(d, "x");
+    create(d, "y");
+    // The parent, the names, and which snapshot the handle took.
     let listed = |plus: bool| {
         let fh = v.opendir(d).unwrap();
+        let snapshot = v.listing_snapshot(fh);
         let all = listing_from(&v, fh, 0, plus);
         let names: BTreeSet<String> = all[2..].iter().map(|e| e.name.to_string_lossy().into_owned()).collect();
         assert_eq!(v.listing_is_keyed(fh), names.len() <= 3, "keyed by its size now: {names:?}");
         v.releasedir(fh).unwrap();
-        (all[1].ino, names)
+        (all[1].ino, names, snapshot)
     };
     let set = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>();
-    assert_eq!(listed(false), (a, set(&["x", "y"])));
-    assert_eq!(listed(true), (a, set(&["x", "y"])), "again, from the kept snapshot");
-    create("z");
-    assert_eq!(listed(false), (a, set(&["x", "y", "z"])), "after a create");
+    let mut last = None;
+    let mut check = |plus: bool, parent: Ino, names: &[&str], kept: bool, what: &str| {
+        let (p, n, snapshot) = listed(plus);
+        assert_eq!((p, n), (parent, set(names)), "{what}");
+        if snapshot.is_some() {
+            assert_eq!(snapshot == last, kept, "{what}: the kept snapshot taken or not");
+        }
+        last = snapshot;
+    };
+    check(false, a, &["x", "y"], false, "first");
+    check(true, a, &["x", "y"], true, "again, from the kept snapshot");
+    create(d, "z");
+    check(false, a, &["x", "y", "z"], false, "after a create");
+    check(false, a, &["x", "y", "z"], true, "again");
     v.unlink(d, OsStr::new("x")).unwrap();
-    assert_eq!(listed(false), (a, set(&["y", "z"])), "after an unlink");
+    check(false, a, &["y", "z"], false, "after an unlink");
     v.rename(d, OsStr::new("y"), d, OsStr::new("w"), 0).unwrap();
-    assert_eq!(listed(true), (a, set(&["w", "z"])), "after a rename in it");
+    check(true, a, &["w", "z"], false, "after a rename in it");
     v.rename(a, OsStr::new("d"), b, OsStr::new("d"), 0).unwrap();
-    assert_eq!(listed(false), (b, set(&["w", "z"])), "after it moved");
+    check(false, b, &["w", "z"], false, "after it moved");
     v.link(v.lookup(d, OsStr::new("z")).unwrap().ino, d, OsStr::new("z2")).unwrap();
-    assert_eq!(listed(true), (b, set(&["w", "z", "z2"])), "after a link");
-    create("v");
-    assert_eq!(listed(false), (b, set(&["v", "w", "z", "z2"])), "too big for a keyed listing");
-    assert_eq!(listed(true), (b, set(&["v", "w", "z", "z2"])), "still");
+    check(true, b, &["w", "z", "z2"], false, "after a link");
+    check(true, b, &["w", "z", "z2"], true, "again");
+    // A directory whose changes move the same counters.
+    let twin = (0..)
+        .map(|i| v.mkdir(&CTX, b, OsStr::new(&format!("t{i}")), 0o755, 0).unwrap().ino)
+        .find(|t| t % crate::state::ns::NAME_STRIPES as Ino == d % crate::state::ns::NAME_STRIPES as Ino)
+        .unwrap();
+    check(true, b, &["w", "z", "z2"], false, "after mkdirs in its parent");
+    create(twin, "q");
+    check(true, b, &["w", "z", "z2"], false, "after a create in another directory of its stripe");
+    create(d, "v");
+    check(false, b, &["v", "w", "z", "z2"], false, "too big for a keyed listing");
+    check(true, b, &["v", "w", "z", "z2"], false, "still");
     v.unlink(d, OsStr::new("v")).unwrap();
-    assert_eq!(listed(false), (b, set(&["w", "z", "z2"])), "keyed again");
+    check(false, b, &["w", "z", "z2"], false, "keyed again");
+    check(false, b, &["w", "z", "z2"], true, "and kept");
 }
 
 /// A keyed handle lists the parent a directory has at the readdir as
