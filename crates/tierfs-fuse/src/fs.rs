@@ -511,7 +511,7 @@ impl<S: Store> Filesystem for TierFs<S> {
 
     fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         let _linger = self.linger.guard();
-        match self.vol.readdirplus(fh.0, offset) {
+        match self.vol.readdirplus(fh.0, offset, reply.capacity() / ReplyDirectoryPlus::MIN_ENTRY) {
             Ok(entries) => {
                 for e in entries {
                     // A name whose attributes cannot be had now is listed

@@ -767,6 +767,16 @@ impl ReplyDirectoryPlus {
         }
     }
 
+    /// The size of the reply the kernel asked for, in bytes (each entry
+    /// takes at least [`ReplyDirectoryPlus::MIN_ENTRY`] of it).
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// The fewest bytes an entry takes in a reply: its attributes, its
+    /// header and a name of up to 8 bytes.
+    pub const MIN_ENTRY: usize = 160;
+
     /// Add an entry to the directory reply buffer. Returns true if the buffer is full.
     /// A transparent offset value can be provided for each entry. The kernel uses these
     /// value to request the next entries in further readdir calls
@@ -1276,6 +1286,38 @@ mod test {
         let mut reply = ReplyDirectoryPlus::new(ll::RequestId(0xdeadbeef), sender, 4096);
         assert!(!reply.add_without_attr(INodeNo(0xaabb), 7, FileType::Directory, "hello"));
         reply.ok();
+    }
+
+    /// tierfs addition: a reply holds `capacity() / MIN_ENTRY` entries of
+    /// one-byte names, no more.
+    #[test]
+    fn reply_directory_plus_capacity_in_entries() {
+        let (tx, _rx) = sync_channel::<()>(1);
+        let cap = 3 * ReplyDirectoryPlus::MIN_ENTRY + 7;
+        let mut reply = ReplyDirectoryPlus::new(ll::RequestId(1), ReplySender::Sync(tx), cap);
+        assert_eq!(reply.capacity(), cap);
+        let attr = FileAttr {
+            ino: INodeNo(2),
+            size: 0,
+            blocks: 0,
+            atime: UNIX_EPOCH,
+            mtime: UNIX_EPOCH,
+            ctime: UNIX_EPOCH,
+            crtime: UNIX_EPOCH,
+            kind: FileType::RegularFile,
+            perm: 0o644,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        };
+        let ttl = Duration::from_secs(1);
+        for i in 0..3 {
+            assert!(!reply.add(INodeNo(2), i + 1, "a", &ttl, &attr, Generation(0)), "entry {i} fits");
+        }
+        assert!(reply.add(INodeNo(2), 4, "a", &ttl, &attr, Generation(0)), "the fourth does not");
     }
 
     #[test]

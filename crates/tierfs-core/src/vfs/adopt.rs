@@ -468,7 +468,8 @@ mod tests {
         let mut all = Vec::new();
         let mut off = 0;
         loop {
-            let page = if plus { v.readdirplus(fh, off) } else { v.readdir(fh, off) }.unwrap();
+            let page =
+                if plus { v.readdirplus(fh, off, crate::vfs::READDIR_BATCH) } else { v.readdir(fh, off) }.unwrap();
             let Some(last) = page.last() else { break };
             off = last.next;
             all.extend(page);

@@ -72,8 +72,8 @@ pub struct DirEntryOut {
 /// a kernel readdir buffer (4 KiB, a page) usually holds.
 pub const READDIR_BATCH: usize = 256;
 
-/// How many entries one readdir of a keyed handle answers when it looks
-/// each up (a 4 KiB readdirplus answer holds about 25).
+/// How many entries one plain readdir of a keyed handle answers when it
+/// looks each up (after names were removed).
 const READDIR_CHECKED: usize = 64;
 
 /// By default, the most entries a directory has for its listing to be
@@ -334,21 +334,28 @@ impl<S: Store> Volume<S> {
     /// Up to [`READDIR_BATCH`] entries from offset `off` on (none at the
     /// end).
     pub fn readdir(&self, fh: u64, off: u64) -> Result<Vec<DirEntryOut>> {
-        self.read_dir(fh, off, false)
+        self.read_dir(fh, off, false, READDIR_BATCH)
     }
 
-    /// As [`Volume::readdir`], for an answer that carries attributes:
-    /// every entry returned is in the database (a pending adoption is
-    /// waited for up to the last of them), with the inode the database
-    /// has for its name.
-    pub fn readdirplus(&self, fh: u64, off: u64) -> Result<Vec<DirEntryOut>> {
-        self.read_dir(fh, off, true)
+    /// As [`Volume::readdir`], up to `max` entries (as many as the
+    /// kernel's buffer may hold: each is looked up, and its attributes
+    /// read by the caller), for an answer that carries attributes: every
+    /// entry returned is in the database (a pending adoption is waited for
+    /// up to the last of them), with the inode the database has for its
+    /// name. An answer that holds the whole directory refreshes the
+    /// attributes the kernel keeps of every entry: after a read through
+    /// passthrough, the kernel asks for a file's attributes again at its
+    /// next stat, unless a listing with attributes came between (`git
+    /// status` reads the files it is unsure of, then lists each
+    /// directory, and the next status stats every file).
+    pub fn readdirplus(&self, fh: u64, off: u64, max: usize) -> Result<Vec<DirEntryOut>> {
+        self.read_dir(fh, off, true, max.clamp(1, READDIR_BATCH))
     }
 
-    fn read_dir(&self, fh: u64, off: u64, plus: bool) -> Result<Vec<DirEntryOut>> {
+    fn read_dir(&self, fh: u64, off: u64, plus: bool, limit: usize) -> Result<Vec<DirEntryOut>> {
         let d = self.dir_handles.lock().get(&fh).cloned().ok_or_else(|| Error::errno(libc::EBADF))?;
         if let Some(k) = &d.keyed {
-            return self.keyed_page(&d, k, off, READDIR_BATCH, plus);
+            return self.keyed_page(&d, k, off, limit, plus);
         }
         let mut out = dots(d.ino, d.parent, off);
         if plus && !out.is_empty() && self.live_preview(&d).is_some() {
@@ -358,7 +365,7 @@ impl<S: Store> Volume<S> {
             // after lookups), which does not wait for the adopter.
             return Ok(out);
         }
-        let want = READDIR_BATCH - out.len();
+        let want = limit.saturating_sub(out.len());
         // Not held while a page is read: that may wait for the adopter.
         let mark = if off <= 2 { None } else { d.marks.lock().get(&off).cloned() };
         let entries = if off <= 2 {
@@ -379,6 +386,7 @@ impl<S: Store> Volume<S> {
                 }
                 let mut rest = page;
                 rest.drain(..skip as usize);
+                rest.truncate(want);
                 break rest;
             }
         };
@@ -437,11 +445,14 @@ impl<S: Store> Volume<S> {
             (k.entries.clone(), k.parent, k.changes.removed != changes.removed)
         };
         // Each entry looked up: a page about what a kernel buffer of them
-        // holds, not more.
+        // holds, not more (an answer with attributes is already sized so).
         let check = plus || removed;
-        let limit = if check { limit.min(READDIR_CHECKED) } else { limit };
+        let limit = if removed && !plus { limit.min(READDIR_CHECKED) } else { limit };
         let mut out = dots(d.ino, parent, off);
-        let limit = limit - out.len();
+        let limit = limit.saturating_sub(out.len());
+        if limit == 0 {
+            return Ok(out);
+        }
         let mut start = if off <= 2 { 0 } else { entries.partition_point(|(c, _)| *c <= off) };
         let first = out.len();
         while start < entries.len() && out.len() == first {

@@ -555,7 +555,7 @@ fn readdir_resumes_from_any_offset_in_batches() {
 fn listing_from(v: &Volume<impl Store>, fh: u64, mut off: u64, plus: bool) -> Vec<DirEntryOut> {
     let mut all = Vec::new();
     loop {
-        let page = if plus { v.readdirplus(fh, off) } else { v.readdir(fh, off) }.unwrap();
+        let page = if plus { v.readdirplus(fh, off, READDIR_BATCH) } else { v.readdir(fh, off) }.unwrap();
         let Some(last) = page.last() else { return all };
         assert!(page.len() <= READDIR_BATCH);
         off = last.next;
@@ -637,6 +637,40 @@ fn a_keyed_listing_goes_on_in_another_handle_after_changes() {
     assert_ne!(e.ino, victim.ino);
     for fh in [fh1, fh2, fh3, fh4] {
         v.releasedir(fh).unwrap();
+    }
+}
+
+/// A readdirplus answers at most what the kernel's buffer holds (`max`),
+/// as little as one entry, and the listing goes on from there: keyed or
+/// not, every name once.
+#[test]
+fn readdirplus_answers_what_the_kernel_buffer_holds() {
+    for keyed_max in [0, KEYED_LISTING_MAX] {
+        let v = volume_with(VolumeConfig { keyed_listing_max: keyed_max, ..VolumeConfig::default() });
+        let n = 300;
+        for i in 0..n {
+            let (_, o) = v.create(&CTX, ROOT_INO, OsStr::new(&format!("f{i}")), 0o644, 0, libc::O_RDWR).unwrap();
+            v.release(o.fh).unwrap();
+        }
+        for max in [0, 1, 2, 3, 25, 204, 1000] {
+            let fh = v.opendir(ROOT_INO).unwrap();
+            assert_eq!(v.listing_is_keyed(fh), keyed_max > 0);
+            let (mut off, mut names, mut answers) = (0, BTreeSet::new(), 0);
+            loop {
+                let page = v.readdirplus(fh, off, max).unwrap();
+                let Some(last) = page.last() else { break };
+                // `.` and `..` come together.
+                assert!(page.len() <= max.clamp(2, READDIR_BATCH), "{} entries for {max}", page.len());
+                off = last.next;
+                answers += 1;
+                for e in page {
+                    assert!(names.insert(e.name.clone()), "{:?} twice (max {max})", e.name);
+                }
+            }
+            v.releasedir(fh).unwrap();
+            assert_eq!(names.len(), n + 2, "every name once (max {max}, keyed {keyed_max})");
+            assert!(answers >= (n + 2).div_ceil(max.clamp(2, READDIR_BATCH)));
+        }
     }
 }
 
