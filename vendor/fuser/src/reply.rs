@@ -754,6 +754,14 @@ pub struct ReplyDirectoryPlus {
     buf: DirEntPlusList,
 }
 
+// An entry with a name of one byte, padded to 8 (`EntListBuf::push`),
+// takes no more than `MIN_ENTRY`: so capacity / MIN_ENTRY entries is at
+// least what a reply holds.
+const _: () = assert!(
+    ReplyDirectoryPlus::MIN_ENTRY
+        <= (std::mem::size_of::<crate::ll::fuse_abi::fuse_direntplus>() + 1).next_multiple_of(8)
+);
+
 impl ReplyDirectoryPlus {
     /// Creates a new `ReplyDirectory` with a specified buffer size.
     pub(crate) fn new(
@@ -1288,14 +1296,11 @@ mod test {
         reply.ok();
     }
 
-    /// tierfs addition: a reply holds `capacity() / MIN_ENTRY` entries of
-    /// one-byte names, no more.
+    /// tierfs addition: a reply of `n * MIN_ENTRY` bytes holds `n` entries
+    /// of names of up to 8 bytes, and one byte less holds `n - 1`; a name
+    /// of 9 bytes takes more.
     #[test]
     fn reply_directory_plus_capacity_in_entries() {
-        let (tx, _rx) = sync_channel::<()>(1);
-        let cap = 3 * ReplyDirectoryPlus::MIN_ENTRY + 7;
-        let mut reply = ReplyDirectoryPlus::new(ll::RequestId(1), ReplySender::Sync(tx), cap);
-        assert_eq!(reply.capacity(), cap);
         let attr = FileAttr {
             ino: INodeNo(2),
             size: 0,
@@ -1314,10 +1319,20 @@ mod test {
             flags: 0,
         };
         let ttl = Duration::from_secs(1);
-        for i in 0..3 {
-            assert!(!reply.add(INodeNo(2), i + 1, "a", &ttl, &attr, Generation(0)), "entry {i} fits");
-        }
-        assert!(reply.add(INodeNo(2), 4, "a", &ttl, &attr, Generation(0)), "the fourth does not");
+        // How many entries named `name` a reply of `cap` bytes holds.
+        let held = |cap: usize, name: &str| {
+            let (tx, _rx) = sync_channel::<()>(1);
+            let mut reply = ReplyDirectoryPlus::new(ll::RequestId(1), ReplySender::Sync(tx), cap);
+            assert_eq!(reply.capacity(), cap);
+            (0..10)
+                .take_while(|i| !reply.add(INodeNo(2), i + 1, name, &ttl, &attr, Generation(0)))
+                .count()
+        };
+        let min = ReplyDirectoryPlus::MIN_ENTRY;
+        assert_eq!(held(3 * min, "a"), 3);
+        assert_eq!(held(3 * min, "abcdefgh"), 3);
+        assert_eq!(held(3 * min - 1, "a"), 2);
+        assert_eq!(held(3 * min, "abcdefghi"), 2);
     }
 
     #[test]

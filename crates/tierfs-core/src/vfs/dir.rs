@@ -74,7 +74,7 @@ pub const READDIR_BATCH: usize = 256;
 
 /// How many entries one plain readdir of a keyed handle answers when it
 /// looks each up (after names were removed).
-const READDIR_CHECKED: usize = 64;
+pub(crate) const READDIR_CHECKED: usize = 64;
 
 /// By default, the most entries a directory has for its listing to be
 /// keyed (see the module documentation): a keyed handle holds them all,

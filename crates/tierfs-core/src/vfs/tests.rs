@@ -640,14 +640,16 @@ fn a_keyed_listing_goes_on_in_another_handle_after_changes() {
     }
 }
 
-/// A readdirplus answers at most what the kernel's buffer holds (`max`),
-/// as little as one entry, and the listing goes on from there: keyed or
-/// not, every name once.
+/// A readdirplus answers what the kernel's buffer holds (`max`, as little
+/// as one entry) and no less, and the listing goes on from there: keyed or
+/// not, every name once. After a removal a plain readdir of a keyed handle
+/// answers fewer (each is looked up), a readdirplus still fills the buffer;
+/// from an offset of an older answer (seekdir), no more than `max` either.
 #[test]
 fn readdirplus_answers_what_the_kernel_buffer_holds() {
+    let n = 300;
     for keyed_max in [0, KEYED_LISTING_MAX] {
         let v = volume_with(VolumeConfig { keyed_listing_max: keyed_max, ..VolumeConfig::default() });
-        let n = 300;
         for i in 0..n {
             let (_, o) = v.create(&CTX, ROOT_INO, OsStr::new(&format!("f{i}")), 0o644, 0, libc::O_RDWR).unwrap();
             v.release(o.fh).unwrap();
@@ -655,23 +657,51 @@ fn readdirplus_answers_what_the_kernel_buffer_holds() {
         for max in [0, 1, 2, 3, 25, 204, 1000] {
             let fh = v.opendir(ROOT_INO).unwrap();
             assert_eq!(v.listing_is_keyed(fh), keyed_max > 0);
-            let (mut off, mut names, mut answers) = (0, BTreeSet::new(), 0);
+            let (mut off, mut pages) = (0, Vec::new());
             loop {
                 let page = v.readdirplus(fh, off, max).unwrap();
                 let Some(last) = page.last() else { break };
-                // `.` and `..` come together.
-                assert!(page.len() <= max.clamp(2, READDIR_BATCH), "{} entries for {max}", page.len());
                 off = last.next;
-                answers += 1;
-                for e in page {
-                    assert!(names.insert(e.name.clone()), "{:?} twice (max {max})", e.name);
-                }
+                pages.push(page);
             }
             v.releasedir(fh).unwrap();
+            let mut names = BTreeSet::new();
+            for e in pages.iter().flatten() {
+                assert!(names.insert(e.name.clone()), "{:?} twice (max {max})", e.name);
+            }
             assert_eq!(names.len(), n + 2, "every name once (max {max}, keyed {keyed_max})");
-            assert!(answers >= (n + 2).div_ceil(max.clamp(2, READDIR_BATCH)));
+            // `.` and `..` come together; every answer but the last is full.
+            let want = max.clamp(1, READDIR_BATCH);
+            let (last, full) = pages.split_last().unwrap();
+            assert_eq!(full[0].len(), want.max(2), "the first answer (max {max})");
+            for p in &full[1..] {
+                assert_eq!(p.len(), want, "an answer (max {max}, keyed {keyed_max})");
+            }
+            assert!(last.len() <= want.max(2));
         }
+        // From an offset no answer of this handle gave (seekdir).
+        let fh = v.opendir(ROOT_INO).unwrap();
+        let all = listing_from(&v, fh, 0, false);
+        v.releasedir(fh).unwrap();
+        let fh = v.opendir(ROOT_INO).unwrap();
+        let page = v.readdirplus(fh, all[150].next, 25).unwrap();
+        assert_eq!(page.len(), 25, "keyed {keyed_max}");
+        assert_eq!(page[0].name, all[151].name);
+        v.releasedir(fh).unwrap();
     }
+    // After a removal: each entry of a keyed handle is looked up.
+    let v = volume();
+    for i in 0..n {
+        let (_, o) = v.create(&CTX, ROOT_INO, OsStr::new(&format!("f{i}")), 0o644, 0, libc::O_RDWR).unwrap();
+        v.release(o.fh).unwrap();
+    }
+    let fh = v.opendir(ROOT_INO).unwrap();
+    v.unlink(ROOT_INO, OsStr::new("f0")).unwrap();
+    let plain = v.readdir(fh, 2).unwrap();
+    assert!(plain.len() <= dir::READDIR_CHECKED, "{} entries, each looked up", plain.len());
+    // 204 read, less the one gone if it was among them.
+    assert!(v.readdirplus(fh, 2, 204).unwrap().len() >= 203);
+    v.releasedir(fh).unwrap();
 }
 
 /// A new handle starts from the snapshot the last one read while no name
