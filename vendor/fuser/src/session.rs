@@ -636,9 +636,10 @@ fn spawn_rings<FS: Filesystem>(
 
 /// tierfs: how long the /dev/fuse thread of a session served over io_uring
 /// waits after a FORGET before it reads again, so that the FORGETs of a
-/// burst are read together (BATCH_FORGET). No client waits for a FORGET;
-/// an INTERRUPT or a notification's reply read after one waits this long
-/// at most.
+/// burst are read together (BATCH_FORGET). No client waits for a FORGET
+/// (and tierfs, whose inodes live in its database, ignores them); an
+/// INTERRUPT or a notification's reply read after one waits this long at
+/// most.
 #[cfg(target_os = "linux")]
 const FORGET_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
 
