@@ -673,12 +673,7 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());
                         }
-                        // tierfs: a FORGET has no reply and no client
-                        // waits for it; the kernel gives a reader every
-                        // FORGET queued at once (BATCH_FORGET), so a pause
-                        // after one turns a stream of them (an `rm -rf`)
-                        // into a few reads instead of a read and a wake-up
-                        // each.
+                        // tierfs: see `FORGET_PAUSE`.
                         let forget = matches!(op, Ok(Operation::Forget(_) | Operation::BatchForget(_)));
                         req.dispatch(self);
                         if forget && !self.forget_pause.is_zero() {

@@ -243,31 +243,25 @@ impl<S: Store> Volume<S> {
             self.reconcile(ino, false)?;
         }
         let changes = self.ns.names_changed(ino);
-        let kept = match preview {
-            Some(_) => None,
-            None if self.cfg.keyed_listing_max == 0 => None,
-            None => self.snapshots.lock().get(ino, changes),
-        };
+        let max = self.cfg.keyed_listing_max;
+        let keyable = preview.is_none() && max > 0;
+        let kept = if keyable { self.snapshots.lock().get(ino, changes) } else { None };
         // Kept, the parent is that of the snapshot: a new one (a rename
         // of the directory) would have moved `changes`.
         let (parent, keyed) = match kept {
             Some(Some(s)) => (s.parent, Some(s)),
             Some(None) => (self.dir_parent(ino)?, None),
+            None if !keyable => (self.dir_parent(ino)?, None),
             None => {
                 let parent = self.dir_parent(ino)?;
-                let max = self.cfg.keyed_listing_max;
-                if preview.is_some() || max == 0 {
-                    (parent, None)
-                } else {
-                    let all = self.ns.children_after(ino, None, max.saturating_add(1))?;
-                    let snap = (all.len() <= max).then(|| Snapshot {
-                        entries: Arc::new(keyed(all, &self.listing_key)),
-                        parent,
-                        changes,
-                    });
-                    let _dropped = self.snapshots.lock().put(ino, changes, snap.clone());
-                    (parent, snap)
-                }
+                let all = self.ns.children_after(ino, None, max.saturating_add(1))?;
+                let snap = (all.len() <= max).then(|| Snapshot {
+                    entries: Arc::new(keyed(all, &self.listing_key)),
+                    parent,
+                    changes,
+                });
+                self.keep_snapshot(ino, changes, snap.as_ref());
+                (parent, snap)
             }
         };
         let keyed = keyed.map(Mutex::new);
@@ -282,6 +276,15 @@ impl<S: Store> Volume<S> {
         };
         self.dir_handles.lock().insert(fh, Arc::new(h));
         Ok(fh)
+    }
+
+    /// Keeps what was read of directory `ino` at `changes` for the next
+    /// handle ([`KeptSnapshots`]): `snap` while it is small enough to be
+    /// keyed, else (or without one) the verdict that it is not.
+    fn keep_snapshot(&self, ino: Ino, changes: NameChanges, snap: Option<&Snapshot>) {
+        let kept = snap.filter(|s| s.entries.len() <= self.cfg.keyed_listing_max).cloned();
+        // Bound after the lock's guard: what is dropped is freed without it.
+        let _dropped = self.snapshots.lock().put(ino, changes, kept);
     }
 
     /// The parent of directory `ino` (the root is its own).
@@ -435,8 +438,7 @@ impl<S: Store> Volume<S> {
             let entries = Arc::new(keyed(self.ns.children_after(d.ino, None, usize::MAX)?, &self.listing_key));
             let snap = Snapshot { entries, parent, changes };
             if !removed {
-                let kept = (snap.entries.len() <= self.cfg.keyed_listing_max).then(|| snap.clone());
-                let _dropped = self.snapshots.lock().put(d.ino, changes, kept);
+                self.keep_snapshot(d.ino, changes, Some(&snap));
             }
             *k.lock() = snap;
         }
