@@ -425,8 +425,16 @@ struct Watchdog {
 impl Watchdog {
     fn run(self) {
         use std::time::{Duration, Instant};
-        let dev = std::fs::metadata(&self.mountpoint).map(|m| std::os::unix::fs::MetadataExt::dev(&m)).ok();
-        let conn = dev.map(|d| format!("{}:{}", libc::major(d), libc::minor(d)));
+        // The connection's device comes from the mount table, not from a
+        // `stat` of the mount point: that would be a request to this very
+        // session, issued before it serves, and while it waits for its
+        // answer it holds the mount, so that an unmount right after the
+        // mount could fail with EBUSY.
+        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let conn = fuse_connection_of(&text, &self.mountpoint.to_string_lossy());
+        if conn.is_none() {
+            tracing::warn!(mountpoint = %self.mountpoint.display(), "the mount is not in /proc/self/mountinfo");
+        }
         let mut since: Option<Instant> = None;
         let mut flush_since: Option<Instant> = None;
         let mut aborted = false;
@@ -449,8 +457,8 @@ impl Watchdog {
                 tracing::warn!(
                     "the session has not ended {END_GRACE:?} after the unmount; aborting the FUSE connection"
                 );
-                if let Some(d) = dev {
-                    let path = format!("/sys/fs/fuse/connections/{}/abort", libc::minor(d));
+                if let Some(minor) = conn.as_deref().and_then(|c| c.split_once(':')).map(|(_, m)| m) {
+                    let path = format!("/sys/fs/fuse/connections/{minor}/abort");
                     if let Err(e) = std::fs::write(&path, b"1") {
                         tracing::warn!(error = %e, path, "cannot abort the FUSE connection");
                     }
@@ -474,6 +482,19 @@ fn mounted(mountpoint: &Path, dev: &str) -> bool {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let want = mountpoint.to_string_lossy();
     text.lines().filter_map(mount_entry).any(|(d, point, _)| d == dev && unescape_mount_path(point) == want)
+}
+
+/// The device ("major:minor") of the topmost FUSE mount at `mountpoint`
+/// in the text of /proc/self/mountinfo (later lines are mounted later).
+fn fuse_connection_of(mountinfo: &str, mountpoint: &str) -> Option<String> {
+    mountinfo
+        .lines()
+        .rev()
+        .filter_map(mount_entry)
+        .find(|(_, point, fstype)| {
+            (*fstype == "fuse" || fstype.starts_with("fuse.")) && unescape_mount_path(point) == mountpoint
+        })
+        .map(|(dev, _, _)| dev.to_string())
 }
 
 /// A line of /proc/self/mountinfo: its device ("major:minor"), mount point
@@ -721,6 +742,23 @@ mod tests {
         assert_eq!(mount_type_of(table, "0:53"), None);
         // This machine's root is in its own table.
         assert!(file_system_type(Path::new("/")).is_some());
+    }
+
+    #[test]
+    fn the_watchdog_finds_its_connection_in_the_mount_table_without_a_request() {
+        // The watchdog's `stat` of the mount point was a request to its own
+        // session, still in flight when `tierfs umount` came right after the
+        // mount: EBUSY (`badinput::umount_command_unmounts_and_waits`, once
+        // in CI). The device now comes from the table.
+        let table = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n\
+                     40 22 0:52 / /mnt/a\\040b rw - fuse.tierfs tierfs rw,user_id=0\n\
+                     41 22 0:60 / /mnt/t rw - fuse.tierfs tierfs rw,user_id=0\n\
+                     42 41 0:61 / /mnt/t rw - fuse.tierfs tierfs rw,user_id=0\n\
+                     43 22 7:0 / /mnt/x rw - ext4 /dev/loop0 rw\n";
+        assert_eq!(fuse_connection_of(table, "/mnt/a b").as_deref(), Some("0:52"));
+        assert_eq!(fuse_connection_of(table, "/mnt/t").as_deref(), Some("0:61"));
+        assert_eq!(fuse_connection_of(table, "/mnt/x"), None);
+        assert_eq!(fuse_connection_of(table, "/mnt"), None);
     }
 
     #[test]

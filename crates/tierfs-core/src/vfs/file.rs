@@ -320,6 +320,14 @@ impl<S: Store> Volume<S> {
         let (read_tier, size, backing, direct) = {
             let mut io = oi.io.write();
             let wanted = self.passthrough_for(ino, &oi, &io, write);
+            // While other handles pass through, the kernel may have written
+            // the file without telling us, and their closes (which settle
+            // the size) reach us asynchronously, possibly after this open:
+            // the statistics take the size from the file itself.
+            let size = match io.kernel_file {
+                Some(_) => self.io_stat(&oi, &io).map_or_else(|_| oi.size.load(Ordering::Acquire), |st| st.size),
+                None => oi.size.load(Ordering::Acquire),
+            };
             let (backing, direct) = match (&io.kernel_file, wanted) {
                 (Some(k), Some(w)) if k.0 == w.0 && Arc::ptr_eq(&k.1, &w.1) => (Some(w), false),
                 (Some(k), _) => (Some(k.clone()), true),
@@ -339,7 +347,7 @@ impl<S: Store> Volume<S> {
                     self.note_change(ino);
                 }
             }
-            (io.placement.read_tier(), oi.size.load(Ordering::Acquire), backing, direct)
+            (io.placement.read_tier(), size, backing, direct)
         };
         let passthrough = backing.is_some() && !direct;
         let h = Handle {

@@ -989,3 +989,40 @@ fn a_reconciliation_forgetting_a_name_while_the_other_is_unlinked_leaves_no_reco
     assert!(v.ns.links(f).unwrap().is_empty());
     assert!(v.ns.record(f).unwrap().is_none(), "both names gone, the record stayed");
 }
+
+#[test]
+fn an_open_before_a_passthrough_writers_close_counts_the_written_size() {
+    // The kernel sends RELEASE without waiting for it: an open of a file
+    // just written through passthrough could be served before the writer's
+    // close settled the size, so the statistics took a 4-MiB file for an
+    // empty one and weighed the open as a one-page access (found flaky in
+    // `stats::passthrough_counts_opens_as_whole_file_accesses`).
+    #[derive(Default)]
+    struct Opens(Mutex<Vec<u64>>);
+    impl crate::event::EventSink for Opens {
+        fn record(&self, ev: crate::event::Event) {
+            if let crate::event::EventKind::Open { size, .. } = ev.kind {
+                self.0.lock().push(size);
+            }
+        }
+    }
+    let (ssd, hdd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let opens = Arc::new(Opens::default());
+    let v = Volume::new(
+        crate::store::dir::DirStore::new(ssd.path()).unwrap(),
+        crate::store::dir::DirStore::new(hdd.path()).unwrap(),
+        Namespace::new(Arc::new(MemKv::new())),
+        VolumeConfig { io_mode: IoMode::Passthrough, ..VolumeConfig::default() },
+        opens.clone(),
+        Arc::new(ManualClock::new(Timestamp::from_secs(1))),
+    )
+    .unwrap();
+    let (a, w) = v.create(&CTX, ROOT_INO, OsStr::new("large"), 0o644, 0, libc::O_WRONLY).unwrap();
+    let (t, f) = w.backing.clone().expect("a passthrough handle");
+    // What the kernel does for the writer: write the backing file.
+    crate::store::write_full(v.tiers.store(t), &f, &vec![2u8; 4 << 20], 0).unwrap();
+    let r = v.open(a.ino, libc::O_RDONLY).unwrap();
+    v.release(w.fh).unwrap();
+    v.release(r.fh).unwrap();
+    assert_eq!(opens.0.lock().last(), Some(&(4 << 20)));
+}
