@@ -19,7 +19,8 @@
 #                      the fuse module's enable_uring; URING=0 leaves it)
 #   tierfs-pt-dev      the same over /dev/fuse (--io-uring never)
 #   tierfs-pt-nostats  the same, statistics off
-#   tierfs-us          tierfs, userspace I/O mode
+#   tierfs-us          tierfs, userspace I/O mode (over io_uring too)
+#   tierfs-us-dev      the same over /dev/fuse (--io-uring never)
 #   tierfs-us-nostats  the same, statistics off
 #   mergerfs           mergerfs, cache.files=off (direct I/O, like tierfs-us)
 #   mergerfs-default   mergerfs with its defaults (page cache, cache.files=libfuse)
@@ -305,6 +306,7 @@ for rep in $(seq 1 "$REPS"); do
     if want tierfs-pt-nostats; then fresh_backing; with_tierfs tierfs-pt-nostats --io-mode passthrough --no-stats; fi
     if named tierfs-pt-nolinger; then fresh_backing; with_tierfs tierfs-pt-nolinger --io-mode passthrough --linger 0; fi
     if want tierfs-us; then fresh_backing; with_tierfs tierfs-us --io-mode userspace; fi
+    if want tierfs-us-dev; then fresh_backing; with_tierfs tierfs-us-dev --io-mode userspace --io-uring never; fi
     if want tierfs-us-nostats; then fresh_backing; with_tierfs tierfs-us-nostats --io-mode userspace --no-stats; fi
     if named tierfs-us-nolinger; then fresh_backing; with_tierfs tierfs-us-nolinger --io-mode userspace --linger 0; fi
     if want mergerfs; then fresh_backing; with_mergerfs mergerfs cache.files=off,allow_other,category.create=ff; fi
@@ -347,8 +349,9 @@ for base in ("mergerfs", "mergerfs-default"):
 pairs = [(s, s + "-nostats") for s in tierfs if s + "-nostats" in setups]
 if pairs:
     table("Cost of the statistics: with / without (1.00: none; 0.95: 5 % slower)", [a for a, _ in pairs], lambda r, f: fmt(better(r, r + "-nostats", f)))
-if "tierfs-pt" in setups and "tierfs-pt-dev" in setups:
-    table("What FUSE-over-io_uring brings tierfs: tierfs-pt / tierfs-pt-dev (above 1: io_uring is faster)", ["tierfs-pt"], lambda r, f: fmt(better(r, "tierfs-pt-dev", f)))
+ring_rows = [s for s in ("tierfs-pt", "tierfs-us") if s in setups and s + "-dev" in setups]
+if ring_rows:
+    table("What FUSE-over-io_uring brings tierfs: tierfs-X / tierfs-X-dev (above 1: io_uring is faster)", ring_rows, lambda r, f: fmt(better(r, r + "-dev", f)))
 if "libfuse-dev" in setups and "libfuse-uring" in setups:
     table("What FUSE-over-io_uring brings the same server: libfuse-uring / libfuse-dev (above 1: io_uring is faster)", ["libfuse-uring"], lambda r, f: fmt(better(r, "libfuse-dev", f)))
 PY

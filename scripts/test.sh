@@ -16,9 +16,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo test --manifest-path vendor/fuser/Cargo.toml --target-dir target/fuser --lib
 # FUSE over io_uring (Linux 6.14+) is offered to new mounts only while the
 # fuse module's enable_uring is set: on for the tests, so that the mounts
-# with passthrough I/O take their requests over the rings (tests/
-# integration/uring.rs checks that they do); put back afterwards. The
-# GlusterFS suite below runs over /dev/fuse.
+# take their requests over the rings (tests/integration/uring.rs checks
+# that they do); put back afterwards. The GlusterFS suite below runs over
+# /dev/fuse.
 URING=/sys/module/fuse/parameters/enable_uring
 URING_WAS=
 if [ -w "$URING" ]; then

@@ -70,7 +70,11 @@ fn with_io_uring_offered_requests_come_over_the_rings_in_either_io_mode() {
     if !offered() {
         return;
     }
-    for args in [&["--io-mode", "passthrough"][..], &["--io-mode", "userspace", "--io-uring", "always"]] {
+    for args in [
+        &["--io-mode", "passthrough"][..],
+        &["--io-mode", "userspace"],
+        &["--io-mode", "userspace", "--io-uring", "always"],
+    ] {
         let a = Area::new();
         let m = Mounted::new(&a, args);
         exercise(&m.mnt);
@@ -87,8 +91,7 @@ fn without_io_uring_requests_come_from_dev_fuse() {
     if !offered() {
         return;
     }
-    // Never; and auto with userspace I/O, where the rings measured slower.
-    for args in [&["--io-uring", "never"][..], &["--io-mode", "userspace"]] {
+    for args in [&["--io-uring", "never"][..], &["--io-mode", "userspace", "--io-uring", "never"]] {
         let a = Area::new();
         let m = Mounted::new(&a, args);
         exercise(&m.mnt);

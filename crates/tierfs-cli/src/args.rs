@@ -254,9 +254,9 @@ pub enum ShellArg {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum UringArg {
-    /// With passthrough I/O.
+    /// Whenever the kernel offers them.
     Auto,
-    /// In any I/O mode.
+    /// The same, warning when the kernel does not offer them.
     Always,
     /// Never: requests come from /dev/fuse.
     Never,
@@ -408,8 +408,8 @@ pub struct MountArgs {
     pub linger: String,
     /// Take requests over FUSE's io_uring rings where the kernel offers
     /// them (Linux 6.14+ with the fuse module's enable_uring set): auto
-    /// with passthrough I/O (the rings then carry only metadata requests),
-    /// always, or never (read /dev/fuse).
+    /// (in either I/O mode), always (the same, with a warning when the
+    /// kernel does not offer them), or never (read /dev/fuse).
     #[arg(long, value_enum, default_value_t = UringArg::Auto)]
     pub io_uring: UringArg,
     /// Halve every access counter this often, so old heat fades (e.g. 10m, 1h; 0 = never).

@@ -256,8 +256,7 @@ impl<S: Store> Filesystem for TierFs<S> {
         }
         let _ = config.set_max_write(1 << 20);
         let uring = match self.uring {
-            crate::mount::UringMode::Auto => self.vol.io_mode() == IoMode::Passthrough,
-            crate::mount::UringMode::Always => true,
+            crate::mount::UringMode::Auto | crate::mount::UringMode::Always => true,
             crate::mount::UringMode::Never => false,
         };
         if uring && config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_err() {

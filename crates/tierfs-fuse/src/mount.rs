@@ -97,11 +97,10 @@ pub struct MountConfig {
 /// the fuse module's `enable_uring` is set) instead of reading `/dev/fuse`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UringMode {
-    /// With passthrough I/O, where the rings carry only metadata requests
-    /// (`benches/results/io-2026-11-25-uring.md`: random 4-KiB I/O through
-    /// the daemon was slower over the rings on 2 cores).
+    /// Whenever the kernel offers them, in either I/O mode (measured
+    /// faster in both: `benches/results/io-2026-11-28-uring.md`).
     Auto,
-    /// Whenever the kernel offers them.
+    /// The same, with a warning when the kernel does not offer them.
     Always,
     /// Never.
     Never,

@@ -229,6 +229,8 @@ impl<S: Store> Volume<S> {
             drop(io);
             return Ok(oi);
         }
+        // A file `create_node` just made exclusively is empty.
+        let known_size = created.as_ref().map(|_| 0);
         let (placement, primary, copy) = match created {
             Some((t, f)) => (Placement::On(t), Some((Arc::new(f), true)), None),
             None => {
@@ -250,10 +252,11 @@ impl<S: Store> Volume<S> {
                 (placement, p, c)
             }
         };
-        let size = match (&primary, &copy) {
-            (Some((p, _)), _) => self.tiers.store(placement.primary()).fstat(p)?.size,
-            (None, Some(c)) => self.tiers.store(Tier::Ssd).fstat(c)?.size,
-            (None, None) => 0,
+        let size = match (known_size, &primary, &copy) {
+            (Some(size), _, _) => size,
+            (None, Some((p, _)), _) => self.tiers.store(placement.primary()).fstat(p)?.size,
+            (None, None, Some(c)) => self.tiers.store(Tier::Ssd).fstat(c)?.size,
+            (None, None, None) => 0,
         };
         let cell = std::sync::OnceLock::new();
         if let Some(p) = primary {
