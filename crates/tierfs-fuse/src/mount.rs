@@ -373,7 +373,18 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
             }
         })
         .map_err(|e| MountError(format!("cannot start signal thread: {e}")))?;
-    let watch = Watchdog { mountpoint: cfg.mountpoint.clone(), ending, engine: engine.clone(), vol: vol.clone() };
+    // The connection's device comes from the mount table, read here, while
+    // the mount surely exists (an unmount can come as soon as the mount is
+    // reported ready), and not from a `stat` of the mount point: that
+    // would be a request to this very session, which does not serve yet,
+    // and while it waited for its answer it would hold the mount, so that
+    // an unmount right after the mount failed with EBUSY.
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let conn = fuse_connection_of(&text, &cfg.mountpoint.to_string_lossy());
+    if conn.is_none() {
+        tracing::warn!(mountpoint = %cfg.mountpoint.display(), "the mount is not in /proc/self/mountinfo");
+    }
+    let watch = Watchdog { mountpoint: cfg.mountpoint.clone(), conn, ending, engine: engine.clone(), vol: vol.clone() };
     std::thread::Builder::new()
         .name("tierfs-watchdog".into())
         .spawn(move || watch.run())
@@ -416,6 +427,8 @@ const FLUSH_GRACE: std::time::Duration = std::time::Duration::from_secs(600);
 /// alive.
 struct Watchdog {
     mountpoint: PathBuf,
+    /// The FUSE connection's device ("major:minor"), if found.
+    conn: Option<String>,
     ending: Arc<std::sync::atomic::AtomicBool>,
     engine: Arc<Engine<TierStore>>,
     vol: Arc<Volume<TierStore>>,
@@ -424,22 +437,13 @@ struct Watchdog {
 impl Watchdog {
     fn run(self) {
         use std::time::{Duration, Instant};
-        // The connection's device comes from the mount table, not from a
-        // `stat` of the mount point: that would be a request to this very
-        // session, issued before it serves, and while it waits for its
-        // answer it holds the mount, so that an unmount right after the
-        // mount could fail with EBUSY.
-        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let conn = fuse_connection_of(&text, &self.mountpoint.to_string_lossy());
-        if conn.is_none() {
-            tracing::warn!(mountpoint = %self.mountpoint.display(), "the mount is not in /proc/self/mountinfo");
-        }
+        let conn = self.conn.as_deref();
         let mut since: Option<Instant> = None;
         let mut flush_since: Option<Instant> = None;
         let mut aborted = false;
         loop {
             std::thread::sleep(Duration::from_millis(200));
-            let gone = conn.as_ref().is_some_and(|c| !mounted(&self.mountpoint, c));
+            let gone = conn.is_some_and(|c| !mounted(&self.mountpoint, c));
             if since.is_none() && (gone || self.ending.load(std::sync::atomic::Ordering::Acquire)) {
                 since = Some(Instant::now());
             }
@@ -456,7 +460,7 @@ impl Watchdog {
                 tracing::warn!(
                     "the session has not ended {END_GRACE:?} after the unmount; aborting the FUSE connection"
                 );
-                if let Some(minor) = conn.as_deref().and_then(|c| c.split_once(':')).map(|(_, m)| m) {
+                if let Some(minor) = conn.and_then(|c| c.split_once(':')).map(|(_, m)| m) {
                     let path = format!("/sys/fs/fuse/connections/{minor}/abort");
                     if let Err(e) = std::fs::write(&path, b"1") {
                         tracing::warn!(error = %e, path, "cannot abort the FUSE connection");

@@ -326,10 +326,11 @@ impl<S: Store> Volume<S> {
             // While other handles pass through, the kernel may have written
             // the file without telling us, and their closes (which settle
             // the size) reach us asynchronously, possibly after this open:
-            // the statistics take the size from the file itself.
-            let size = match io.kernel_file {
-                Some(_) => self.io_stat(&oi, &io).map_or_else(|_| oi.size.load(Ordering::Acquire), |st| st.size),
-                None => oi.size.load(Ordering::Acquire),
+            // the statistics take the size from the file the kernel writes.
+            let cached = oi.size.load(Ordering::Acquire);
+            let size = match &io.kernel_file {
+                Some((t, f)) => self.tiers.store(*t).fstat(f).map_or(cached, |st| st.size),
+                None => cached,
             };
             let (backing, direct) = match (&io.kernel_file, wanted) {
                 (Some(k), Some(w)) if k.0 == w.0 && Arc::ptr_eq(&k.1, &w.1) => (Some(w), false),
