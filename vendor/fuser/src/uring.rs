@@ -140,15 +140,62 @@ pub(crate) fn online_cpus() -> Option<Vec<usize>> {
         .map(|s| cpu_list(&s))
 }
 
-/// The reply of the request a ring thread is serving: the bytes the
-/// dispatch sent, until the thread copies them into the entry.
+/// The buffers of the entry whose request a ring thread is serving, where
+/// the reply is written straight away (no copy in between).
+#[derive(Debug, Clone, Copy)]
+struct Dest {
+    /// The entry's header area (`HEADER_SZ` bytes).
+    header: *mut u8,
+    /// The entry's payload buffer, `cap` bytes.
+    payload: *mut u8,
+    cap: usize,
+}
+
+// SAFETY: the pointers are written through only by `RingSender::send`,
+// under `Out`'s mutex while the request is open, and the ring thread does
+// not touch its entry until the handler has returned and it has closed the
+// request under the same mutex; the entry's buffers outlive the ring and
+// every request it brings (`Queue`).
+unsafe impl Send for Dest {}
+
+/// The reply of the request a ring thread is serving.
 #[derive(Debug, Default)]
 struct Out {
     /// Whether the request still waits for its reply.
     open: bool,
     /// The request's id (a late reply to an earlier request is refused).
     unique: u64,
-    bytes: Vec<u8>,
+    /// Where its reply goes (`None` outside the handler).
+    dest: Option<Dest>,
+    /// Why the reply sent could not be put into the entry.
+    failed: Option<String>,
+}
+
+/// Puts a reply (out header, then its arguments, in pieces) into an entry's
+/// header and payload buffers and sets the payload's size.
+fn put_reply(header: &mut [u8], payload: &mut [u8], reply: &[IoSlice<'_>]) -> Result<(), String> {
+    let len: usize = reply.iter().map(|r| r.len()).sum();
+    let Some(rest) = len.checked_sub(OUT_HEADER).filter(|&r| r <= payload.len()) else {
+        return Err(format!("a reply of {len} bytes does not fit a ring entry"));
+    };
+    let mut at = 0;
+    for piece in reply {
+        let mut piece: &[u8] = piece;
+        if at < OUT_HEADER {
+            let n = piece.len().min(OUT_HEADER - at);
+            header[at..at + n].copy_from_slice(&piece[..n]);
+            at += n;
+            piece = &piece[n..];
+            if piece.is_empty() {
+                continue;
+            }
+        }
+        let p = at - OUT_HEADER;
+        payload[p..p + piece.len()].copy_from_slice(piece);
+        at += piece.len();
+    }
+    header[ENT + 16..ENT + 20].copy_from_slice(&(rest as u32).to_ne_bytes());
+    Ok(())
 }
 
 /// Sends a reply into the ring entry of its request. The entry is answered
@@ -170,9 +217,20 @@ impl RingSender {
             ));
         }
         out.open = false;
-        out.bytes.clear();
-        for d in data {
-            out.bytes.extend_from_slice(d);
+        let Some(d) = out.dest else {
+            return Err(io::Error::other("a ring reply without an entry"));
+        };
+        // SAFETY: see `Dest`: the request is open, so the entry's buffers
+        // (`HEADER_SZ` and `cap` bytes) are the handler's to fill, and the
+        // mutex held keeps every other sender out.
+        let (header, payload) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(d.header, HEADER_SZ),
+                std::slice::from_raw_parts_mut(d.payload, d.cap),
+            )
+        };
+        if let Err(why) = put_reply(header, payload, data) {
+            out.failed = Some(why);
         }
         Ok(())
     }
@@ -239,19 +297,13 @@ impl Entry {
         Ok(len)
     }
 
-    /// Puts a reply (out header, then its arguments) into the entry.
-    fn set_reply(&mut self, reply: &[u8]) -> io::Result<()> {
-        let rest = reply.len().checked_sub(OUT_HEADER).filter(|&r| r <= self.payload.len());
-        let Some(rest) = rest else {
-            return Err(io::Error::other(format!(
-                "a reply of {} bytes does not fit a ring entry",
-                reply.len()
-            )));
-        };
-        self.header[..OUT_HEADER].copy_from_slice(&reply[..OUT_HEADER]);
-        self.payload[..rest].copy_from_slice(&reply[OUT_HEADER..]);
-        self.header[ENT + 16..ENT + 20].copy_from_slice(&(rest as u32).to_ne_bytes());
-        Ok(())
+    /// Where a reply to the entry's request goes.
+    fn dest(&mut self) -> Dest {
+        Dest {
+            header: self.header.as_mut_ptr(),
+            payload: self.payload.as_mut_ptr(),
+            cap: self.payload.len(),
+        }
     }
 
     /// An error reply to request `unique` (`errno` positive).
@@ -466,7 +518,8 @@ fn answer<FS: Filesystem>(
         let mut o = out.lock();
         o.open = true;
         o.unique = unique;
-        o.bytes.clear();
+        o.dest = Some(e.dest());
+        o.failed = None;
     }
     let rs = ReplySender::Ring(RingSender {
         out: out.clone(),
@@ -491,11 +544,12 @@ fn answer<FS: Filesystem>(
         None => error!("ring queue {qid}: a request that does not parse"),
     }
     let mut o = out.lock();
+    o.dest = None;
     if o.open {
         o.open = false;
         warn!("ring queue {qid}: request {unique} had no reply when its handler returned: EIO");
         e.set_error(unique, libc::EIO);
-    } else if let Err(err) = e.set_reply(&o.bytes) {
+    } else if let Some(err) = o.failed.take() {
         error!("ring queue {qid}: {err}");
         e.set_error(unique, libc::EIO);
     }
@@ -616,10 +670,14 @@ mod tests {
     #[test]
     fn a_reply_goes_to_the_header_and_the_payload() {
         let mut e = Entry::new(MIN_PAYLOAD);
-        let mut reply = vec![0u8; OUT_HEADER];
-        reply[8..16].copy_from_slice(&9u64.to_ne_bytes());
-        reply.extend_from_slice(b"attributes");
-        e.set_reply(&reply).unwrap();
+        let mut head = [0u8; OUT_HEADER];
+        head[8..16].copy_from_slice(&9u64.to_ne_bytes());
+        // In pieces that straddle the header's end, as replies come.
+        let (a, b) = head.split_at(10);
+        let mut b = b.to_vec();
+        b.extend_from_slice(b"attr");
+        let reply = [IoSlice::new(a), IoSlice::new(&b), IoSlice::new(b"ibutes")];
+        put_reply(&mut e.header[..], &mut e.payload, &reply).unwrap();
         assert_eq!(&e.header[8..16], &9u64.to_ne_bytes());
         assert_eq!(e.payload_size(), 10);
         assert_eq!(&e.payload[..10], b"attributes");
@@ -627,21 +685,50 @@ mod tests {
         assert_eq!(e.payload_size(), 0);
         assert_eq!(&e.header[4..8], &(-libc::ENOENT).to_ne_bytes());
         // Too big for the payload buffer.
-        assert!(e.set_reply(&vec![0u8; OUT_HEADER + MIN_PAYLOAD + 1]).is_err());
+        let big = vec![0u8; OUT_HEADER + MIN_PAYLOAD + 1];
+        assert!(put_reply(&mut e.header[..], &mut e.payload, &[IoSlice::new(&big)]).is_err());
     }
 
     #[test]
     fn a_reply_is_taken_once_and_only_for_its_own_request() {
         let dev = Arc::new(crate::dev_fuse::DevFuse(std::fs::File::open("/dev/null").unwrap()));
         let ch = Channel::new(dev).sender();
-        let out = Arc::new(Mutex::new(Out { open: true, unique: 2, bytes: Vec::new() }));
+        let mut e = Entry::new(MIN_PAYLOAD);
+        let out = Arc::new(Mutex::new(Out {
+            open: true,
+            unique: 2,
+            dest: Some(e.dest()),
+            failed: None,
+        }));
         let late = RingSender { out: out.clone(), unique: 1, ch: ch.clone() };
         let own = RingSender { out: out.clone(), unique: 2, ch };
-        assert!(late.send(&[IoSlice::new(b"late")]).is_err(), "a reply to request 1 taken for request 2");
-        own.send(&[IoSlice::new(b"ab"), IoSlice::new(b"cd")]).unwrap();
-        assert_eq!(out.lock().bytes, b"abcd");
-        assert!(own.send(&[IoSlice::new(b"again")]).is_err(), "a second reply taken");
-        assert_eq!(out.lock().bytes, b"abcd");
+        let head = [7u8; OUT_HEADER];
+        assert!(late.send(&[IoSlice::new(&head), IoSlice::new(b"late")]).is_err(), "a reply to request 1 taken for request 2");
+        own.send(&[IoSlice::new(&head), IoSlice::new(b"ab"), IoSlice::new(b"cd")]).unwrap();
+        assert!(own.send(&[IoSlice::new(&head), IoSlice::new(b"again")]).is_err(), "a second reply taken");
+        out.lock().dest = None;
+        assert!(out.lock().failed.is_none());
+        assert_eq!(e.payload_size(), 4);
+        assert_eq!(&e.payload[..4], b"abcd");
+        assert_eq!(&e.header[..OUT_HEADER], &head);
+    }
+
+    #[test]
+    fn a_reply_too_big_for_the_entry_is_refused_not_cut() {
+        let dev = Arc::new(crate::dev_fuse::DevFuse(std::fs::File::open("/dev/null").unwrap()));
+        let ch = Channel::new(dev).sender();
+        let mut e = Entry::new(MIN_PAYLOAD);
+        let out = Arc::new(Mutex::new(Out {
+            open: true,
+            unique: 3,
+            dest: Some(e.dest()),
+            failed: None,
+        }));
+        let own = RingSender { out: out.clone(), unique: 3, ch };
+        let big = vec![1u8; OUT_HEADER + MIN_PAYLOAD + 1];
+        own.send(&[IoSlice::new(&big)]).unwrap();
+        assert!(out.lock().failed.is_some());
+        assert_eq!(e.payload_size(), 0);
     }
 
     #[test]
