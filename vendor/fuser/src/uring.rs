@@ -151,11 +151,12 @@ struct Dest {
     cap: usize,
 }
 
-// SAFETY: the pointers are written through only by `RingSender::send`,
-// under `Out`'s mutex while the request is open, and the ring thread does
-// not touch its entry until the handler has returned and it has closed the
-// request under the same mutex; the entry's buffers outlive the ring and
-// every request it brings (`Queue`).
+// SAFETY: a `Dest` is in `Out` only while `answer` serves the entry's
+// request (set before the dispatch, taken out when `answer` leaves, by
+// return or unwinding, under `Out`'s mutex): the entry and its buffers are
+// alive then, the kernel does not touch them until the commit that follows,
+// and the ring thread does not touch them until the handler has returned.
+// `RingSender::send` writes through it only under the mutex, once.
 unsafe impl Send for Dest {}
 
 /// The reply of the request a ring thread is serving.
@@ -216,10 +217,10 @@ impl RingSender {
                 "the request was answered already: over io_uring a reply must be sent before the handler returns",
             ));
         }
-        out.open = false;
         let Some(d) = out.dest else {
             return Err(io::Error::other("a ring reply without an entry"));
         };
+        out.open = false;
         // SAFETY: see `Dest`: the request is open, so the entry's buffers
         // (`HEADER_SZ` and `cap` bytes) are the handler's to fill, and the
         // mutex held keeps every other sender out.
@@ -297,12 +298,13 @@ impl Entry {
         Ok(len)
     }
 
-    /// Where a reply to the entry's request goes.
-    fn dest(&mut self) -> Dest {
+    /// Where a reply to the entry's request goes: the buffers as the kernel
+    /// was given them (the entry's own fields are not borrowed for it).
+    fn dest(&self) -> Dest {
         Dest {
-            header: self.header.as_mut_ptr(),
-            payload: self.payload.as_mut_ptr(),
-            cap: self.payload.len(),
+            header: self.iov[0].iov_base.cast(),
+            payload: self.iov[1].iov_base.cast(),
+            cap: self.iov[1].iov_len,
         }
     }
 
@@ -521,6 +523,9 @@ fn answer<FS: Filesystem>(
         o.dest = Some(e.dest());
         o.failed = None;
     }
+    // The entry's buffers are the handler's until this returns or unwinds;
+    // `e`'s buffers are not touched meanwhile.
+    let _lent = Lent(out);
     let rs = ReplySender::Ring(RingSender {
         out: out.clone(),
         unique,
@@ -544,7 +549,6 @@ fn answer<FS: Filesystem>(
         None => error!("ring queue {qid}: a request that does not parse"),
     }
     let mut o = out.lock();
-    o.dest = None;
     if o.open {
         o.open = false;
         warn!("ring queue {qid}: request {unique} had no reply when its handler returned: EIO");
@@ -552,6 +556,18 @@ fn answer<FS: Filesystem>(
     } else if let Some(err) = o.failed.take() {
         error!("ring queue {qid}: {err}");
         e.set_error(unique, libc::EIO);
+    }
+}
+
+/// Takes an entry's buffers back from the senders when `answer` leaves, by
+/// return or by unwinding: nothing writes them once the reply is committed.
+struct Lent<'a>(&'a Mutex<Out>);
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        let mut o = self.0.lock();
+        o.dest = None;
+        o.open = false;
     }
 }
 
@@ -684,6 +700,12 @@ mod tests {
         e.set_error(9, libc::ENOENT);
         assert_eq!(e.payload_size(), 0);
         assert_eq!(&e.header[4..8], &(-libc::ENOENT).to_ne_bytes());
+        // Empty pieces, and a reply that fills the payload exactly.
+        let full = vec![3u8; MIN_PAYLOAD];
+        let reply = [IoSlice::new(&[]), IoSlice::new(&head), IoSlice::new(&[]), IoSlice::new(&full)];
+        put_reply(&mut e.header[..], &mut e.payload, &reply).unwrap();
+        assert_eq!(e.payload_size(), MIN_PAYLOAD);
+        assert!(e.payload.iter().all(|&b| b == 3));
         // Too big for the payload buffer.
         let big = vec![0u8; OUT_HEADER + MIN_PAYLOAD + 1];
         assert!(put_reply(&mut e.header[..], &mut e.payload, &[IoSlice::new(&big)]).is_err());
@@ -693,7 +715,7 @@ mod tests {
     fn a_reply_is_taken_once_and_only_for_its_own_request() {
         let dev = Arc::new(crate::dev_fuse::DevFuse(std::fs::File::open("/dev/null").unwrap()));
         let ch = Channel::new(dev).sender();
-        let mut e = Entry::new(MIN_PAYLOAD);
+        let e = Entry::new(MIN_PAYLOAD);
         let out = Arc::new(Mutex::new(Out {
             open: true,
             unique: 2,
@@ -714,10 +736,28 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_is_taken_back_from_the_senders_when_its_answer_unwinds() {
+        let e = Entry::new(MIN_PAYLOAD);
+        let out = Mutex::new(Out {
+            open: true,
+            unique: 4,
+            dest: Some(e.dest()),
+            failed: None,
+        });
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _lent = Lent(&out);
+            panic!("a panic outside the handler's own catch");
+        }));
+        assert!(r.is_err());
+        let o = out.lock();
+        assert!(o.dest.is_none() && !o.open);
+    }
+
+    #[test]
     fn a_reply_too_big_for_the_entry_is_refused_not_cut() {
         let dev = Arc::new(crate::dev_fuse::DevFuse(std::fs::File::open("/dev/null").unwrap()));
         let ch = Channel::new(dev).sender();
-        let mut e = Entry::new(MIN_PAYLOAD);
+        let e = Entry::new(MIN_PAYLOAD);
         let out = Arc::new(Mutex::new(Out {
             open: true,
             unique: 3,
