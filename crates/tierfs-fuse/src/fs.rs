@@ -255,10 +255,7 @@ impl<S: Store> Filesystem for TierFs<S> {
             }
         }
         let _ = config.set_max_write(1 << 20);
-        let uring = match self.uring {
-            crate::mount::UringMode::Auto | crate::mount::UringMode::Always => true,
-            crate::mount::UringMode::Never => false,
-        };
+        let uring = self.uring != crate::mount::UringMode::Never;
         if uring && config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_err() {
             let why = "the kernel offers no FUSE over io_uring (Linux 6.14+, with the fuse module's enable_uring set)";
             if self.uring == crate::mount::UringMode::Always {

@@ -516,16 +516,9 @@ fn answer<FS: Filesystem>(
             return;
         }
     };
-    {
-        let mut o = out.lock();
-        o.open = true;
-        o.unique = unique;
-        o.dest = Some(e.dest());
-        o.failed = None;
-    }
     // The entry's buffers are the handler's until this returns or unwinds;
     // `e`'s buffers are not touched meanwhile.
-    let _lent = Lent(out);
+    let _lent = Lent::new(out, unique, e.dest());
     let rs = ReplySender::Ring(RingSender {
         out: out.clone(),
         unique,
@@ -559,9 +552,23 @@ fn answer<FS: Filesystem>(
     }
 }
 
-/// Takes an entry's buffers back from the senders when `answer` leaves, by
-/// return or by unwinding: nothing writes them once the reply is committed.
+/// An entry's buffers lent to the senders of its request: taken back when
+/// `answer` leaves, by return or by unwinding, so that nothing writes them
+/// once the reply is committed.
 struct Lent<'a>(&'a Mutex<Out>);
+
+impl<'a> Lent<'a> {
+    /// Opens request `unique`, whose reply goes to `dest`.
+    fn new(out: &'a Mutex<Out>, unique: u64, dest: Dest) -> Self {
+        let mut o = out.lock();
+        o.open = true;
+        o.unique = unique;
+        o.dest = Some(dest);
+        o.failed = None;
+        drop(o);
+        Lent(out)
+    }
+}
 
 impl Drop for Lent<'_> {
     fn drop(&mut self) {
@@ -711,25 +718,27 @@ mod tests {
         assert!(put_reply(&mut e.header[..], &mut e.payload, &[IoSlice::new(&big)]).is_err());
     }
 
+    /// A sender on a channel that goes nowhere (the ring tests send no
+    /// reply over it).
+    fn null_sender() -> ChannelSender {
+        let dev = Arc::new(crate::dev_fuse::DevFuse(std::fs::File::open("/dev/null").unwrap()));
+        Channel::new(dev).sender()
+    }
+
     #[test]
     fn a_reply_is_taken_once_and_only_for_its_own_request() {
-        let dev = Arc::new(crate::dev_fuse::DevFuse(std::fs::File::open("/dev/null").unwrap()));
-        let ch = Channel::new(dev).sender();
+        let ch = null_sender();
         let e = Entry::new(MIN_PAYLOAD);
-        let out = Arc::new(Mutex::new(Out {
-            open: true,
-            unique: 2,
-            dest: Some(e.dest()),
-            failed: None,
-        }));
+        let out = Arc::new(Mutex::new(Out::default()));
+        let lent = Lent::new(&out, 2, e.dest());
         let late = RingSender { out: out.clone(), unique: 1, ch: ch.clone() };
         let own = RingSender { out: out.clone(), unique: 2, ch };
         let head = [7u8; OUT_HEADER];
         assert!(late.send(&[IoSlice::new(&head), IoSlice::new(b"late")]).is_err(), "a reply to request 1 taken for request 2");
         own.send(&[IoSlice::new(&head), IoSlice::new(b"ab"), IoSlice::new(b"cd")]).unwrap();
         assert!(own.send(&[IoSlice::new(&head), IoSlice::new(b"again")]).is_err(), "a second reply taken");
-        out.lock().dest = None;
         assert!(out.lock().failed.is_none());
+        drop(lent);
         assert_eq!(e.payload_size(), 4);
         assert_eq!(&e.payload[..4], b"abcd");
         assert_eq!(&e.header[..OUT_HEADER], &head);
@@ -738,14 +747,13 @@ mod tests {
     #[test]
     fn an_entry_is_taken_back_from_the_senders_when_its_answer_unwinds() {
         let e = Entry::new(MIN_PAYLOAD);
-        let out = Mutex::new(Out {
-            open: true,
-            unique: 4,
-            dest: Some(e.dest()),
-            failed: None,
-        });
+        let out = Mutex::new(Out::default());
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let _lent = Lent(&out);
+            let _lent = Lent::new(&out, 4, e.dest());
+            {
+                let o = out.lock();
+                assert!(o.dest.is_some() && o.open);
+            }
             panic!("a panic outside the handler's own catch");
         }));
         assert!(r.is_err());
@@ -755,16 +763,10 @@ mod tests {
 
     #[test]
     fn a_reply_too_big_for_the_entry_is_refused_not_cut() {
-        let dev = Arc::new(crate::dev_fuse::DevFuse(std::fs::File::open("/dev/null").unwrap()));
-        let ch = Channel::new(dev).sender();
         let e = Entry::new(MIN_PAYLOAD);
-        let out = Arc::new(Mutex::new(Out {
-            open: true,
-            unique: 3,
-            dest: Some(e.dest()),
-            failed: None,
-        }));
-        let own = RingSender { out: out.clone(), unique: 3, ch };
+        let out = Arc::new(Mutex::new(Out::default()));
+        let _lent = Lent::new(&out, 3, e.dest());
+        let own = RingSender { out: out.clone(), unique: 3, ch: null_sender() };
         let big = vec![1u8; OUT_HEADER + MIN_PAYLOAD + 1];
         own.send(&[IoSlice::new(&big)]).unwrap();
         assert!(out.lock().failed.is_some());

@@ -229,10 +229,9 @@ impl<S: Store> Volume<S> {
             drop(io);
             return Ok(oi);
         }
-        // A file `create_node` just made exclusively is empty.
-        let known_size = created.as_ref().map(|_| 0);
-        let (placement, primary, copy) = match created {
-            Some((t, f)) => (Placement::On(t), Some((Arc::new(f), true)), None),
+        let (placement, primary, copy, size) = match created {
+            // A file `create_node` just made exclusively is empty.
+            Some((t, f)) => (Placement::On(t), Some((Arc::new(f), true)), None, 0),
             None => {
                 let rec = self.record(ino)?;
                 if rec.kind != FileKind::File {
@@ -249,14 +248,13 @@ impl<S: Store> Volume<S> {
                     None if c.is_none() => Some(self.open_primary(ino, placement, want_write)?),
                     None => None,
                 };
-                (placement, p, c)
+                let size = match (&p, &c) {
+                    (Some((p, _)), _) => self.tiers.store(placement.primary()).fstat(p)?.size,
+                    (None, Some(c)) => self.tiers.store(Tier::Ssd).fstat(c)?.size,
+                    (None, None) => 0,
+                };
+                (placement, p, c, size)
             }
-        };
-        let size = match (known_size, &primary, &copy) {
-            (Some(size), _, _) => size,
-            (None, Some((p, _)), _) => self.tiers.store(placement.primary()).fstat(p)?.size,
-            (None, None, Some(c)) => self.tiers.store(Tier::Ssd).fstat(c)?.size,
-            (None, None, None) => 0,
         };
         let cell = std::sync::OnceLock::new();
         if let Some(p) = primary {

@@ -33,6 +33,26 @@ fn volume_with(cfg: VolumeConfig) -> Volume<MemStore> {
     .unwrap()
 }
 
+/// A volume in passthrough I/O mode over two temporary directories (the
+/// kernel's part, writing the backing file, is the test's), with `events`
+/// taking its events; the directories (bound first, so dropped after the
+/// volume) go when the first value is dropped.
+fn passthrough_volume(
+    events: Arc<dyn crate::event::EventSink>,
+) -> ([tempfile::TempDir; 2], Volume<crate::store::dir::DirStore>) {
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let v = Volume::new(
+        crate::store::dir::DirStore::new(dirs[0].path()).unwrap(),
+        crate::store::dir::DirStore::new(dirs[1].path()).unwrap(),
+        Namespace::new(Arc::new(MemKv::new())),
+        VolumeConfig { io_mode: IoMode::Passthrough, ..VolumeConfig::default() },
+        events,
+        Arc::new(ManualClock::new(Timestamp::from_secs(1))),
+    )
+    .unwrap();
+    (dirs, v)
+}
+
 fn file(v: &Volume<impl Store>, parent: Ino, name: &str, data: &[u8]) -> Ino {
     let (a, o) = v.create(&CTX, parent, OsStr::new(name), 0o644, 0, libc::O_RDWR).unwrap();
     v.write(o.fh, 0, data).unwrap();
@@ -258,18 +278,8 @@ fn a_kernel_write_through_passthrough_during_a_migration_is_not_lost() {
             Ok(())
         }
     }
-    let (ssd, hdd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let v = Arc::new(
-        Volume::new(
-            crate::store::dir::DirStore::new(ssd.path()).unwrap(),
-            crate::store::dir::DirStore::new(hdd.path()).unwrap(),
-            Namespace::new(Arc::new(MemKv::new())),
-            VolumeConfig { io_mode: IoMode::Passthrough, ..VolumeConfig::default() },
-            Arc::new(NoEvents),
-            Arc::new(ManualClock::new(Timestamp::from_secs(1))),
-        )
-        .unwrap(),
-    );
+    let (_dirs, v) = passthrough_volume(Arc::new(NoEvents));
+    let v = Arc::new(v);
     let ino = file(&v, ROOT_INO, "f", &[1u8; 70_500]);
     let (paused_tx, paused) = std::sync::mpsc::sync_channel(1);
     let (resume, resume_rx) = std::sync::mpsc::sync_channel(1);
@@ -1006,17 +1016,8 @@ fn an_open_before_a_passthrough_writers_close_counts_the_written_size() {
             }
         }
     }
-    let (ssd, hdd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let opens = Arc::new(Opens::default());
-    let v = Volume::new(
-        crate::store::dir::DirStore::new(ssd.path()).unwrap(),
-        crate::store::dir::DirStore::new(hdd.path()).unwrap(),
-        Namespace::new(Arc::new(MemKv::new())),
-        VolumeConfig { io_mode: IoMode::Passthrough, ..VolumeConfig::default() },
-        opens.clone(),
-        Arc::new(ManualClock::new(Timestamp::from_secs(1))),
-    )
-    .unwrap();
+    let (_dirs, v) = passthrough_volume(opens.clone());
     let (a, w) = v.create(&CTX, ROOT_INO, OsStr::new("large"), 0o644, 0, libc::O_WRONLY).unwrap();
     let (t, f) = w.backing.clone().expect("a passthrough handle");
     // What the kernel does for the writer: write the backing file.
