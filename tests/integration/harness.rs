@@ -114,6 +114,21 @@ impl Mounted {
             assert!(Instant::now() < deadline, "tierfs did not mount in time:\n{}", m.log_text());
             std::thread::sleep(Duration::from_millis(10));
         }
+        // In the mount table is not yet serving: the daemon starts its
+        // request threads (over io_uring, after the kernel's INIT) only
+        // then. A stat of the root waits until a request was answered, so
+        // that a test that looks at the daemon first does not race its
+        // start.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let root = mnt.to_path_buf();
+        std::thread::spawn(move || {
+            let _ = tx.send(fs::metadata(&root).map(|_| ()));
+        });
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => panic!("the new mount {} does not answer: {e}\n{}", mnt.display(), m.log_text()),
+            Err(_) => panic!("the new mount {} did not answer a stat in time:\n{}", mnt.display(), m.log_text()),
+        }
         m
     }
 
