@@ -53,6 +53,38 @@ fn differential_new_files_on_ssd() {
 }
 
 #[test]
+fn isatty_and_poll_of_a_file_answer_as_locally_and_leave_no_warning_in_the_log() {
+    // Every `isatty` (Python's `open` calls it) sent an ioctl the daemon
+    // did not implement, and fuser's default logged a warning for each;
+    // the first poll of a file logged one too.
+    let area = Area::new();
+    for mode in ["passthrough", "userspace"] {
+        let m = Mounted::new(&area, &["--io-mode", mode]);
+        std::fs::write(m.p("f"), b"x").unwrap();
+        std::fs::create_dir(m.p("d")).unwrap();
+        for p in ["f", "d"] {
+            let f = std::fs::File::open(m.p(p)).unwrap();
+            let mut t = std::mem::MaybeUninit::<libc::termios>::uninit();
+            // SAFETY: a valid descriptor and a termios to fill.
+            let r = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&f), libc::TCGETS, t.as_mut_ptr()) };
+            let e = std::io::Error::last_os_error();
+            assert_eq!((r, e.raw_os_error()), (-1, Some(libc::ENOTTY)), "{mode}: TCGETS on {p}");
+        }
+        // poll(2) of a file: ready at once, as on a local file system.
+        let f = std::fs::File::open(m.p("f")).unwrap();
+        let mut pfd = libc::pollfd { fd: std::os::fd::AsRawFd::as_raw_fd(&f), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 1, "{mode}: poll");
+        assert_ne!(pfd.revents & libc::POLLIN, 0, "{mode}: poll");
+        drop(f);
+        std::fs::remove_file(m.p("f")).unwrap();
+        std::fs::remove_dir(m.p("d")).unwrap();
+        let log = m.unmount_with_log();
+        assert!(!log.contains("Not Implemented"), "{mode}: {log}");
+    }
+}
+
+#[test]
 fn names_longer_than_255_bytes_are_refused() {
     let area = Area::new();
     let m = Mounted::new(&area, &[]);

@@ -5,9 +5,10 @@ use crate::errno::errno;
 use crate::passthrough::Backings;
 use fuser::{
     AccessFlags, BackingId, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, PollEvents, PollFlags,
+    PollNotifier, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyPoll, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 use std::ffi::OsStr;
 use std::path::Path;
@@ -661,5 +662,42 @@ impl<S: Store> Filesystem for TierFs<S> {
             Ok(n) => reply.written(n.min(u32::MAX as u64) as u32),
             Err(e) => reply.error(self.fail(e)),
         }
+    }
+
+    /// tierfs has no ioctls and passes none to the backing files: ENOTTY,
+    /// as from a file that knows none of them. The kernel asks again every
+    /// time (nothing like ENOSYS makes it stop), and `isatty` asks of every
+    /// file it is given (Python's `open` calls it): fuser's default logged
+    /// a warning for each.
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        let _linger = self.linger.guard();
+        reply.error(Errno::ENOTTY);
+    }
+
+    /// Files and directories are always ready, as on a local file system:
+    /// ENOSYS tells the kernel so once for the whole mount (it stops
+    /// asking), without the warning fuser's default logs.
+    fn poll(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _ph: PollNotifier,
+        _events: PollEvents,
+        _flags: PollFlags,
+        reply: ReplyPoll,
+    ) {
+        let _linger = self.linger.guard();
+        reply.error(Errno::ENOSYS);
     }
 }
