@@ -239,6 +239,13 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
             );
         }
     }
+    if cfg.emulate.is_none() && on_one_file_system(&cfg.ssd, &cfg.hdd) {
+        tracing::warn!(
+            "the SSD and HDD directories are on one file system: files moved from one to the other get no \
+             faster, and the fsyncs of every move slow down what runs there (README, \"Measured\"); give the \
+             SSD directory a file system on the faster device"
+        );
+    }
     let models: [Option<Emulation>; 2] = match &cfg.emulate {
         Some((ps, ph, cache)) => {
             let c: Arc<dyn tierfs_core::clock::Clock> = Arc::new(SystemClock);
@@ -511,6 +518,16 @@ fn mount_entry(line: &str) -> Option<(&str, &str, &str)> {
 
 /// The type of the file system `dir` is on ("ext4", "fuse.glusterfs"), from
 /// the mount table's entry of its device; `None` if it is not found.
+/// Whether both directories are on one file system (one device number).
+/// With emulated devices that is how the tiers are meant to be.
+fn on_one_file_system(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev(),
+        _ => false,
+    }
+}
+
 fn file_system_type(dir: &Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let dev = std::fs::metadata(dir).ok()?.dev();
@@ -735,6 +752,18 @@ fn raise_fd_limit() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn directories_on_one_file_system_are_told_from_directories_on_two() {
+        let a = tempfile::tempdir().unwrap();
+        let (x, y) = (a.path().join("x"), a.path().join("y"));
+        std::fs::create_dir(&x).unwrap();
+        std::fs::create_dir(&y).unwrap();
+        assert!(on_one_file_system(&x, &y));
+        // /proc is a file system of its own wherever tests run.
+        assert!(!on_one_file_system(&x, Path::new("/proc")));
+        assert!(!on_one_file_system(&x, &a.path().join("missing")));
+    }
 
     #[test]
     fn a_file_systems_type_is_read_from_its_devices_mount() {
