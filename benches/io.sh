@@ -110,6 +110,7 @@ cleanup() {
     if mounted "$MNT"; then fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT"; fi
     if [ -n "${HP_PID:-}" ]; then kill "$HP_PID" 2>/dev/null; wait "$HP_PID" 2>/dev/null; HP_PID=; fi
     # A daemon that was just unmounted may still hold the backing directories.
+    local fs
     for fs in "$FS" "$SSDFS"; do
         if mounted "$fs"; then
             for _ in $(seq 50); do umount "$fs" 2>/dev/null && break; sleep 0.1; done

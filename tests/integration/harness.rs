@@ -91,6 +91,14 @@ impl Mounted {
     }
 
     pub fn with(ssd: &Path, hdd: &Path, mnt: &Path, extra: &[&str]) -> Self {
+        let m = Self::in_table(ssd, hdd, mnt, extra);
+        m.wait_served();
+        m
+    }
+
+    /// Mounts and returns as soon as the mount is in the mount table,
+    /// maybe before the daemon serves (for tests of what comes first).
+    pub fn in_table(ssd: &Path, hdd: &Path, mnt: &Path, extra: &[&str]) -> Self {
         let log = mnt.with_extension(format!("log.{}", std::process::id()));
         let logf = fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
         let child = Command::new(BIN)
@@ -114,22 +122,31 @@ impl Mounted {
             assert!(Instant::now() < deadline, "tierfs did not mount in time:\n{}", m.log_text());
             std::thread::sleep(Duration::from_millis(10));
         }
-        // In the mount table is not yet serving: the daemon starts its
-        // request threads (over io_uring, after the kernel's INIT) only
-        // then. A stat of the root waits until a request was answered, so
-        // that a test that looks at the daemon first does not race its
-        // start.
+        m
+    }
+
+    /// Waits until the daemon answers a stat of the mount's root. In the
+    /// mount table is not yet serving: the daemon starts its request
+    /// threads (over io_uring, after the kernel's INIT) only then, and a
+    /// test that looks at the daemon first would race its start. A daemon
+    /// that does not answer within 20 s is killed (its death answers the
+    /// held stat) and the test fails with its log.
+    fn wait_served(&self) {
         let (tx, rx) = std::sync::mpsc::channel();
-        let root = mnt.to_path_buf();
+        let root = self.mnt.clone();
         std::thread::spawn(move || {
             let _ = tx.send(fs::metadata(&root).map(|_| ()));
         });
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => panic!("the new mount {} does not answer: {e}\n{}", mnt.display(), m.log_text()),
-            Err(_) => panic!("the new mount {} did not answer a stat in time:\n{}", mnt.display(), m.log_text()),
+        let failed = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => format!("does not answer: {e}"),
+            Err(_) => "did not answer a stat in 20 s".to_string(),
+        };
+        if let Some(pid) = self.child.as_ref().map(|c| c.id()) {
+            // SAFETY: signals our own child, by its pid.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         }
-        m
+        panic!("the new mount {} {failed}:\n{}", self.mnt.display(), self.log_text());
     }
 
     pub fn log_text(&self) -> String {

@@ -33,9 +33,10 @@ fn ring_threads(pid: u32) -> usize {
         .count()
 }
 
-/// The daemon's ring threads once it has started them (it does after the
-/// kernel's INIT, which may come after the mount shows in the mount table,
-/// where `Mounted::new` stops waiting), or after 10 s.
+/// The daemon's ring threads once it has started them (after the kernel's
+/// INIT; `Mounted::new` returns once a request was answered, which over
+/// the rings is after they registered, so this waits only as a safeguard),
+/// or after 10 s.
 fn ring_threads_started(pid: u32) -> usize {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
@@ -203,7 +204,7 @@ fn a_request_that_comes_with_the_registration_of_the_rings_is_answered() {
     for round in 0..ROUNDS {
         let a = Area::new();
         fs::write(a.hdd().join("f"), b"x").unwrap();
-        let m = Mounted::new(&a, &["--io-mode", "passthrough"]);
+        let m = Mounted::in_table(&a.ssd(), &a.hdd(), &a.mnt(), &["--io-mode", "passthrough"]);
         // Clients start as soon as the mount exists, before the rings do.
         let done = Arc::new(AtomicBool::new(false));
         let clients: Vec<_> = (0..8)

@@ -239,13 +239,6 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
             );
         }
     }
-    if cfg.emulate.is_none() && on_one_file_system(&cfg.ssd, &cfg.hdd) {
-        tracing::warn!(
-            "the SSD and HDD directories are on one file system: files moved from one to the other get no \
-             faster, and the fsyncs of every move slow down what runs there (README, \"Measured\"); give the \
-             SSD directory a file system on the faster device"
-        );
-    }
     let models: [Option<Emulation>; 2] = match &cfg.emulate {
         Some((ps, ph, cache)) => {
             let c: Arc<dyn tierfs_core::clock::Clock> = Arc::new(SystemClock);
@@ -400,6 +393,14 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     let r = session.run_when_ready(|| {
         served = true;
         tracing::info!(mountpoint = %cfg.mountpoint.display(), "mounted");
+        // Once mounted: a refused mount says one line.
+        if cfg.emulate.is_none() && on_one_file_system(&cfg.ssd, &cfg.hdd) {
+            tracing::warn!(
+                "the SSD and HDD directories are on one file system: files moved from one to the other get no \
+                 faster, and the fsyncs of every move slow down what runs there (README, \"Measured\"); give \
+                 the SSD directory a file system on the faster device"
+            );
+        }
         report(Ok(()));
     });
     if let (false, Some(p)) = (served, detach) {
@@ -516,10 +517,9 @@ fn mount_entry(line: &str) -> Option<(&str, &str, &str)> {
     Some((dev, f.nth(1)?, tail.split(' ').next()?))
 }
 
-/// The type of the file system `dir` is on ("ext4", "fuse.glusterfs"), from
-/// the mount table's entry of its device; `None` if it is not found.
-/// Whether both directories are on one file system (one device number).
-/// With emulated devices that is how the tiers are meant to be.
+/// Whether both directories are on one file system (one device number;
+/// btrfs subvolumes, ZFS datasets and two partitions of one disk are not
+/// told). With emulated devices that is how the tiers are meant to be.
 fn on_one_file_system(a: &Path, b: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     match (std::fs::metadata(a), std::fs::metadata(b)) {
@@ -528,6 +528,8 @@ fn on_one_file_system(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// The type of the file system `dir` is on ("ext4", "fuse.glusterfs"), from
+/// the mount table's entry of its device; `None` if it is not found.
 fn file_system_type(dir: &Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let dev = std::fs::metadata(dir).ok()?.dev();
