@@ -2033,8 +2033,8 @@ impl<S: Store> Hooks for EngineHooks<S> {
         self.0.upgrade().map(|e| e.evacuate(ino))
     }
 
-    fn write_back(&self, ino: Ino) -> crate::vfs::WriteBackUse {
-        self.0.upgrade().map(|e| e.write_back_use(ino)).unwrap_or_default()
+    fn write_back(&self, ino: Ino, parent: Option<Ino>) -> crate::vfs::WriteBackUse {
+        self.0.upgrade().map(|e| e.write_back_use(ino, parent)).unwrap_or_default()
     }
 
     fn wb_reserve(&self, area: u32, bytes: u64) -> bool {

@@ -65,8 +65,9 @@ impl<S: Store> Engine<S> {
     }
 
     /// The hooks' answer to "may writes to `ino` use an area?".
-    pub(super) fn write_back_use(&self, ino: Ino) -> WriteBackUse {
-        let Some(parent) = self.parent_of(ino) else { return WriteBackUse::default() };
+    /// `parent` is the directory of a file just created.
+    pub(super) fn write_back_use(&self, ino: Ino, parent: Option<Ino>) -> WriteBackUse {
+        let Some(parent) = parent.or_else(|| self.parent_of(ino)) else { return WriteBackUse::default() };
         let g = self.group_of(parent);
         let e = self.effective(g);
         if crate::policy::write_back_percent(e.policy, &e.params) == 0 || self.cfg.write_back_max == 0 {
@@ -167,7 +168,7 @@ impl<S: Store> Engine<S> {
         let mut taken = std::collections::HashSet::new();
         let now = self.clock.now();
         for (ino, _) in self.vol.split_files() {
-            let u = self.write_back_use(ino);
+            let u = self.write_back_use(ino, None);
             if u.max_write == 0 {
                 continue;
             }

@@ -2,6 +2,7 @@
 //! backend for real mounts and an in-memory backend that simulates crashes,
 //! and the typed namespace and journal records on top of it ([`ns`]).
 
+mod cache;
 mod fjall;
 pub mod ns;
 

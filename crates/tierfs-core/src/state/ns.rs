@@ -14,6 +14,7 @@
 //!
 //! Every value starts with a format version byte.
 
+use super::cache::ReadCache;
 use super::{prefix_end, Kv, Op, TreeId};
 use crate::error::{Error, Result};
 use crate::store::{FileKind, TimeSpec};
@@ -348,6 +349,55 @@ pub struct Namespace {
     /// or of a directory of the stripe (see [`Namespace::names_changed`]).
     names_added: Arc<[AtomicU64; NAME_STRIPES]>,
     names_removed: Arc<[AtomicU64; NAME_STRIPES]>,
+    /// What the hottest reads found (see [`super::cache`]); `commit` drops
+    /// what it writes.
+    cache: Arc<NsCache>,
+}
+
+/// The namespace's read caches.
+struct NsCache {
+    /// `i` keys: inode records.
+    records: ReadCache<Ino, Option<InodeRecord>>,
+    /// `d` keys (the whole key): directory entries, and absent names.
+    entries: ReadCache<Vec<u8>, Option<(Ino, FileKind)>>,
+    /// The `b` keys of an inode: its names, in key order.
+    links: ReadCache<Ino, Arc<[(Ino, OsString)]>>,
+}
+
+/// Entries each of the namespace's caches holds at most: some megabytes.
+const CACHE_ENTRIES: usize = 32 * 1024;
+/// The most names of one inode its cache entry holds (a file with more is
+/// read from the database each time: its entry would be large).
+const CACHE_NAMES_MAX: usize = 64;
+
+/// What a commit's write makes the caches drop.
+enum Written {
+    Record(Ino),
+    Entry(Vec<u8>),
+    Names(Ino),
+}
+
+impl Written {
+    /// What a write of key `k` changes in the caches, if anything.
+    fn of(k: &[u8]) -> Option<Written> {
+        match k.first() {
+            Some(b'i') => ino_at(k, 1).ok().map(Written::Record),
+            Some(b'd') => Some(Written::Entry(k.to_vec())),
+            Some(b'b') => ino_at(k, 1).ok().map(Written::Names),
+            _ => None,
+        }
+    }
+}
+
+impl NsCache {
+    /// Drops what a write changed.
+    fn drop_written(&self, w: &Written) {
+        match w {
+            Written::Record(ino) => self.records.drop_key(ino),
+            Written::Entry(k) => self.entries.drop_key(k.as_slice()),
+            Written::Names(ino) => self.links.drop_key(ino),
+        }
+    }
 }
 
 /// How many commits added and removed names in or of a directory (see
@@ -374,7 +424,12 @@ impl Namespace {
     /// Wraps a key-value store.
     pub fn new(kv: Arc<dyn Kv>) -> Self {
         let counters = || Arc::new(std::array::from_fn(|_| AtomicU64::new(0)));
-        Namespace { kv, names_added: counters(), names_removed: counters() }
+        let cache = NsCache {
+            records: ReadCache::new(CACHE_ENTRIES),
+            entries: ReadCache::new(CACHE_ENTRIES),
+            links: ReadCache::new(CACHE_ENTRIES),
+        };
+        Namespace { kv, names_added: counters(), names_removed: counters(), cache: Arc::new(cache) }
     }
 
     /// Counters that move (after the commit) with every commit that adds,
@@ -389,14 +444,17 @@ impl Namespace {
         }
     }
 
-    /// The underlying store.
+    /// The underlying store. Writers through it must leave the `i`, `d`
+    /// and `b` keys alone: only [`Namespace::commit`] keeps the caches in
+    /// step with them.
     pub fn kv(&self) -> &Arc<dyn Kv> {
         &self.kv
     }
 
     /// Looks up a directory entry.
     pub fn lookup(&self, parent: Ino, name: &OsStr) -> Result<Option<(Ino, FileKind)>> {
-        match self.kv.get(TreeId::Ns, &dentry_key(parent, name))? {
+        let k = dentry_key(parent, name);
+        self.cache.entries.get_or_read(k.as_slice(), || match self.kv.get(TreeId::Ns, &k)? {
             None => Ok(None),
             Some(v) => {
                 let ino = ino_at(&v, 0)?;
@@ -406,12 +464,14 @@ impl Namespace {
                     .ok_or_else(|| Error::Corrupt("directory entry kind".into()))?;
                 Ok(Some((ino, kind)))
             }
-        }
+        })
     }
 
     /// Reads an inode record.
     pub fn record(&self, ino: Ino) -> Result<Option<InodeRecord>> {
-        self.kv.get(TreeId::Ns, &key(b'i', ino))?.map(|v| decode_record(&v)).transpose()
+        self.cache
+            .records
+            .get_or_read(&ino, || self.kv.get(TreeId::Ns, &key(b'i', ino))?.map(|v| decode_record(&v)).transpose())
     }
 
     /// The entries of a directory, sorted by name.
@@ -446,26 +506,34 @@ impl Namespace {
 
     /// Every (parent, name) naming `ino`.
     pub fn links(&self, ino: Ino) -> Result<Vec<(Ino, OsString)>> {
-        let prefix = key(b'b', ino);
-        self.kv
-            .scan(TreeId::Ns, &prefix)?
-            .into_iter()
-            .map(|(k, _)| Ok((ino_at(&k, 9)?, OsString::from_vec(k[17..].to_vec()))))
-            .collect()
+        Ok(self.names_of(ino)?.to_vec())
+    }
+
+    /// The names of `ino` as cached: every (parent, name), in key order.
+    fn names_of(&self, ino: Ino) -> Result<Arc<[(Ino, OsString)]>> {
+        let read = || {
+            let mut names = Vec::new();
+            let mut bad = None;
+            self.kv.for_each(TreeId::Ns, &key(b'b', ino), &mut |k, _| match (ino_at(k, 9), k.get(17..)) {
+                (Ok(p), Some(n)) => names.push((p, OsString::from_vec(n.to_vec()))),
+                _ => bad = Some(Error::Corrupt("short back reference key".into())),
+            })?;
+            match bad {
+                Some(e) => Err(e),
+                None => Ok(names.into()),
+            }
+        };
+        self.cache.links.get_or_read_keeping(&ino, read, |names| names.len() <= CACHE_NAMES_MAX)
     }
 
     /// How many (parent, name) name `ino`.
     pub fn link_count(&self, ino: Ino) -> Result<u64> {
-        let mut n = 0;
-        self.kv.for_each(TreeId::Ns, &key(b'b', ino), &mut |_, _| n += 1)?;
-        Ok(n)
+        Ok(self.names_of(ino)?.len() as u64)
     }
 
-    /// One (parent, name) naming `ino`, if any.
+    /// One (parent, name) naming `ino`, if any (the first in key order).
     pub fn first_link(&self, ino: Ino) -> Result<Option<(Ino, OsString)>> {
-        let prefix = key(b'b', ino);
-        let r = self.kv.range(TreeId::Ns, &prefix, &prefix_end(&prefix), 1)?;
-        r.into_iter().next().map(|(k, _)| Ok((ino_at(&k, 9)?, OsString::from_vec(k[17..].to_vec())))).transpose()
+        Ok(self.names_of(ino)?.first().cloned())
     }
 
     /// All journal entries.
@@ -531,8 +599,38 @@ impl Namespace {
     /// Applies a batch atomically; with `durable`, also flushes.
     pub fn commit(&self, b: Batch, durable: bool) -> Result<()> {
         if !b.ops.is_empty() {
+            // What the caches may hold, to drop once it is written.
+            let written: Vec<Written> = b
+                .ops
+                .iter()
+                .filter_map(|op| match op {
+                    Op::Put(k, _) | Op::Del(k) => Written::of(k),
+                })
+                .collect();
+            // A new inode whose record and name the batch writes just once
+            // (by `Batch::create`) is known to the caches from the batch.
+            let seeds: Vec<_> = b
+                .made
+                .into_iter()
+                .filter(|m| {
+                    let count = |f: &dyn Fn(&Written) -> bool| written.iter().filter(|w| f(w)).count();
+                    count(&|w| matches!(w, Written::Record(x) if *x == m.0)) == 1
+                        && count(&|w| matches!(w, Written::Names(x) if *x == m.0)) == 1
+                })
+                .collect();
             // Moved even if the apply fails: it may have applied in part.
             let r = self.kv.apply(TreeId::Ns, b.ops);
+            // Dropped before the name counters move: a reader that sees
+            // them moved reads the new names.
+            for w in &written {
+                self.cache.drop_written(w);
+            }
+            if r.is_ok() {
+                for (ino, rec, parent, name) in seeds {
+                    self.cache.records.put(ino, Some(rec));
+                    self.cache.links.put(ino, Arc::from([(parent, name)]));
+                }
+            }
             for ino in b.added_to {
                 self.names_added[ino as usize % NAME_STRIPES].fetch_add(1, Ordering::SeqCst);
             }
@@ -556,6 +654,9 @@ pub struct Batch {
     added_to: Vec<Ino>,
     /// The parents and children of the names removed.
     removed_from: Vec<Ino>,
+    /// Inodes the batch makes ([`Batch::create`]): their record and name,
+    /// known to the cache once the batch is applied.
+    made: Vec<(Ino, InodeRecord, Ino, OsString)>,
 }
 
 impl Batch {
@@ -575,6 +676,21 @@ impl Batch {
         self.removed_from.extend([parent, child]);
         self
     }
+    /// Names a new inode `child` `name` in `parent` and writes its record;
+    /// the commit then puts both in the caches, without a database read.
+    /// For a caller that holds `parent`'s directory stripe from before the
+    /// commit until it returns, with `child` just allocated: nothing else
+    /// can write `child`'s record or names meanwhile (a link needs a name
+    /// of it, which is in that directory, and the kernel keeps the
+    /// directory locked while it creates; a migration takes the stripes of
+    /// every directory of the file; the engine learns of the file from the
+    /// create event sent after the stripe is released).
+    pub fn create(&mut self, parent: Ino, name: &OsStr, child: Ino, r: &InodeRecord) -> &mut Self {
+        self.link(parent, name, child, r.kind).put_record(child, r);
+        self.made.push((child, *r, parent, name.to_os_string()));
+        self
+    }
+
     /// Writes an inode record (and keeps the cached-copy index in step).
     pub fn put_record(&mut self, ino: Ino, r: &InodeRecord) -> &mut Self {
         self.ops.push(Op::Put(key(b'i', ino), encode_record(r)));
@@ -711,5 +827,150 @@ mod tests {
         assert_eq!(decode_journal(9, &v1).unwrap(), JournalEntry { source: None, target: None, ..j });
         assert!(decode_record(&[9, 1, 2]).is_err());
         assert!(decode_record(&[REC_V1, 1]).is_err());
+    }
+
+    /// A store that counts its reads, around a `MemKv`.
+    struct Counting(MemKv, AtomicU64);
+
+    impl Kv for Counting {
+        fn get(&self, tree: TreeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            self.0.get(tree, key)
+        }
+        fn apply(&self, tree: TreeId, ops: Vec<Op>) -> Result<()> {
+            self.0.apply(tree, ops)
+        }
+        fn scan(&self, tree: TreeId, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            self.0.scan(tree, prefix)
+        }
+        fn range(&self, tree: TreeId, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            self.0.range(tree, start, end, limit)
+        }
+        fn for_each(&self, tree: TreeId, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8])) -> Result<()> {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            self.0.for_each(tree, prefix, f)
+        }
+        fn any_with_prefix(&self, tree: TreeId, prefix: &[u8]) -> Result<bool> {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            self.0.any_with_prefix(tree, prefix)
+        }
+        fn flush(&self) -> Result<()> {
+            self.0.flush()
+        }
+        fn next_id(&self) -> Result<u64> {
+            self.0.next_id()
+        }
+    }
+
+    #[test]
+    fn a_new_inode_is_answered_without_reading_the_database_and_a_change_is_read_again() {
+        let kv = Arc::new(Counting(MemKv::new(), AtomicU64::new(0)));
+        let ns = Namespace::new(kv.clone());
+        let reads = || kv.1.load(Ordering::SeqCst);
+        let rec = InodeRecord::new(FileKind::File, Placement::On(Tier::Hdd));
+        let mut b = ns.batch();
+        b.create(ROOT_INO, OsStr::new("f"), 9, &rec);
+        ns.commit(b, false).unwrap();
+        let before = reads();
+        assert_eq!(ns.record(9).unwrap(), Some(rec));
+        assert_eq!(ns.link_count(9).unwrap(), 1);
+        assert_eq!(ns.first_link(9).unwrap(), Some((ROOT_INO, OsString::from("f"))));
+        assert_eq!(reads(), before, "what create wrote is known");
+        assert_eq!(ns.lookup(ROOT_INO, OsStr::new("f")).unwrap(), Some((9, FileKind::File)));
+        assert_eq!(ns.lookup(ROOT_INO, OsStr::new("f")).unwrap(), Some((9, FileKind::File)));
+        assert_eq!(reads(), before + 1, "a name is read once");
+        let mut b = ns.batch();
+        b.link(ROOT_INO, OsStr::new("g"), 9, FileKind::File);
+        ns.commit(b, false).unwrap();
+        assert_eq!(ns.link_count(9).unwrap(), 2, "a commit drops what it changes");
+        let mut b = ns.batch();
+        b.unlink(ROOT_INO, OsStr::new("f"), 9).unlink(ROOT_INO, OsStr::new("g"), 9).del_record(9);
+        ns.commit(b, false).unwrap();
+        assert_eq!(ns.link_count(9).unwrap(), 0);
+        assert_eq!(ns.record(9).unwrap(), None);
+        assert_eq!(ns.lookup(ROOT_INO, OsStr::new("f")).unwrap(), None);
+        // A batch that names a new inode twice is read back, not seeded
+        // with the first name only.
+        let mut b = ns.batch();
+        b.create(ROOT_INO, OsStr::new("h"), 10, &rec).link(ROOT_INO, OsStr::new("i"), 10, FileKind::File);
+        ns.commit(b, false).unwrap();
+        assert_eq!(ns.link_count(10).unwrap(), 2);
+    }
+
+    /// One step of [`the_cached_reads_answer_what_was_committed`].
+    #[derive(Clone, Debug)]
+    enum Step {
+        Create(usize, usize),
+        Link(usize, usize),
+        Unlink(usize),
+        Place(usize, bool),
+        Read(usize, usize),
+    }
+
+    use proptest::prelude::*;
+
+    proptest::proptest! {
+        /// Against a model (names and records in maps), with reads between
+        /// the commits that fill the caches: every read answers what the
+        /// last commit left.
+        #[test]
+        fn the_cached_reads_answer_what_was_committed(steps in proptest::collection::vec(
+            proptest::prop_oneof![
+                (0usize..4, 0usize..4).prop_map(|(n, i)| Step::Create(n, i)),
+                (0usize..4, 0usize..4).prop_map(|(n, i)| Step::Link(n, i)),
+                (0usize..4).prop_map(Step::Unlink),
+                (0usize..4, proptest::bool::ANY).prop_map(|(i, c)| Step::Place(i, c)),
+                (0usize..4, 0usize..4).prop_map(|(n, i)| Step::Read(n, i)),
+            ],
+            1..80,
+        )) {
+            use std::collections::BTreeMap;
+            let ns = ns();
+            let names = ["a", "b", "c", "d"];
+            let inos: [Ino; 4] = [10, 11, 12, 13];
+            let mut entries: BTreeMap<&str, Ino> = BTreeMap::new();
+            let mut records: BTreeMap<Ino, InodeRecord> = BTreeMap::new();
+            for step in steps {
+                let mut b = ns.batch();
+                match step {
+                    Step::Create(n, i) if !entries.contains_key(names[n]) && !records.contains_key(&inos[i]) => {
+                        let r = InodeRecord::new(FileKind::File, Placement::On(Tier::Hdd));
+                        b.create(ROOT_INO, OsStr::new(names[n]), inos[i], &r);
+                        entries.insert(names[n], inos[i]);
+                        records.insert(inos[i], r);
+                    }
+                    Step::Link(n, i) if !entries.contains_key(names[n]) && records.contains_key(&inos[i]) => {
+                        b.link(ROOT_INO, OsStr::new(names[n]), inos[i], FileKind::File);
+                        entries.insert(names[n], inos[i]);
+                    }
+                    Step::Unlink(n) => {
+                        if let Some(ino) = entries.remove(names[n]) {
+                            b.unlink(ROOT_INO, OsStr::new(names[n]), ino);
+                            if !entries.values().any(|&x| x == ino) {
+                                b.del_record(ino);
+                                records.remove(&ino);
+                            }
+                        }
+                    }
+                    Step::Place(i, cached) if records.contains_key(&inos[i]) => {
+                        let r = InodeRecord::new(FileKind::File, if cached { Placement::Cached } else { Placement::On(Tier::Ssd) });
+                        b.put_record(inos[i], &r);
+                        records.insert(inos[i], r);
+                    }
+                    _ => {}
+                }
+                ns.commit(b, false).unwrap();
+                let (n, i) = match step { Step::Read(n, i) | Step::Create(n, i) | Step::Link(n, i) => (n, i), Step::Unlink(n) => (n, n), Step::Place(i, _) => (i, i) };
+                let ino = inos[i];
+                proptest::prop_assert_eq!(ns.lookup(ROOT_INO, OsStr::new(names[n])).unwrap(), entries.get(names[n]).map(|&x| (x, FileKind::File)));
+                proptest::prop_assert_eq!(ns.record(ino).unwrap(), records.get(&ino).copied());
+                let want: Vec<(Ino, OsString)> = entries.iter().filter(|(_, &x)| x == ino).map(|(n, _)| (ROOT_INO, OsString::from(n))).collect();
+                proptest::prop_assert_eq!(ns.link_count(ino).unwrap(), want.len() as u64);
+                proptest::prop_assert_eq!(ns.first_link(ino).unwrap(), want.first().cloned());
+                proptest::prop_assert_eq!(ns.links(ino).unwrap(), want);
+            }
+        }
     }
 }

@@ -139,7 +139,7 @@ impl<S: Store> Volume<S> {
         let (t, x) = result.ok_or_else(|| Error::errno(libc::ENOSPC))?;
         let ino = self.ns.alloc_ino()?;
         let mut b = self.ns.batch();
-        b.link(parent, name, ino, kind).put_record(ino, &InodeRecord::new(kind, Placement::On(t)));
+        b.create(parent, name, ino, &InodeRecord::new(kind, Placement::On(t)));
         self.ns.commit(b, false)?;
         // Taken before the directory's lock goes (the hierarchy's order).
         let il = self.ilocks.get(ino).read();

@@ -200,17 +200,18 @@ impl<S: Store> Volume<S> {
     }
 
     /// The open state of `ino`, creating it (and one handle count) if needed.
-    /// For a file just created, `created` brings its descriptor and the
-    /// inode lock `create_node` kept; otherwise the lock is taken here.
+    /// For a file just created, `created` brings its tier, descriptor,
+    /// the inode lock `create_node` kept and its directory; otherwise the
+    /// lock is taken here.
     fn acquire(
         &self,
         ino: Ino,
         want_write: bool,
-        created: Option<(Tier, S::File, InodeGuard<'_>)>,
+        created: Option<(Tier, S::File, InodeGuard<'_>, Ino)>,
     ) -> Result<Arc<OpenInode<S>>> {
-        let (created, _pl) = match created {
-            Some((t, f, g)) => (Some((t, f)), g),
-            None => (None, self.ilocks.get(ino).read()),
+        let (created, _pl, parent) = match created {
+            Some((t, f, g, parent)) => (Some((t, f)), g, Some(parent)),
+            None => (None, self.ilocks.get(ino).read(), None),
         };
         // The open map's lock is never held while waiting for an inode's
         // I/O lock: a writer holding that lock may need the map (the
@@ -277,7 +278,7 @@ impl<S: Store> Volume<S> {
             copy_stale: std::sync::atomic::AtomicBool::new(false),
             // Under the inode lock, which the chunk mover holds for writing.
             split: std::sync::atomic::AtomicBool::new(self.is_split(ino)),
-            wb: self.hooks().write_back(ino),
+            wb: self.hooks().write_back(ino, parent),
         });
         loop {
             let here = self.open.lock().entry(ino).or_insert_with(|| oi.clone()).clone();
@@ -476,7 +477,7 @@ impl<S: Store> Volume<S> {
             self.create_node(ctx, parent, name, FileKind::File, perm & super::entry::ID_BITS, |s, pd| {
                 s.open(pd, name, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, perm)
             })?;
-        let oi = self.after_naming(parent, self.acquire(ino, true, Some((t, f, il))))?;
+        let oi = self.after_naming(parent, self.acquire(ino, true, Some((t, f, il, parent))))?;
         let opened = self.register(ctx, ino, oi, flags);
         match self.after_naming(parent, self.getattr(ino)) {
             Ok(a) => Ok((a, opened)),

@@ -193,8 +193,10 @@ pub trait Hooks: Send + Sync {
         true
     }
     /// Whether writes to `ino` (on the HDD) may use a write-back area, and
-    /// which; asked once when the file is opened. Default: none.
-    fn write_back(&self, _ino: Ino) -> WriteBackUse {
+    /// which; asked once when the file is opened, with the directory it
+    /// was just created in (else its first name is looked up). Default:
+    /// none.
+    fn write_back(&self, _ino: Ino, _parent: Option<Ino>) -> WriteBackUse {
         WriteBackUse::default()
     }
     /// Promises `bytes` of room in write-back area `area` to a write;

@@ -497,7 +497,7 @@ fn a_write_to_the_hdd_chunks_of_a_split_file_asks_no_ssd_budget() {
 struct WriteBackEverywhere;
 
 impl crate::vfs::Hooks for WriteBackEverywhere {
-    fn write_back(&self, _ino: Ino) -> crate::vfs::WriteBackUse {
+    fn write_back(&self, _ino: Ino, _parent: Option<Ino>) -> crate::vfs::WriteBackUse {
         crate::vfs::WriteBackUse { max_write: 64 << 10, area: 0, chunk: CHUNK }
     }
     fn wb_reserve(&self, _area: u32, _bytes: u64) -> bool {
