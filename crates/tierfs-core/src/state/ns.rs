@@ -612,10 +612,13 @@ impl Namespace {
             let seeds: Vec<_> = b
                 .made
                 .into_iter()
-                .filter(|m| {
+                .filter_map(|(ino, rec, parent, name)| {
+                    let entry = dentry_key(parent, &name);
                     let count = |f: &dyn Fn(&Written) -> bool| written.iter().filter(|w| f(w)).count();
-                    count(&|w| matches!(w, Written::Record(x) if *x == m.0)) == 1
-                        && count(&|w| matches!(w, Written::Names(x) if *x == m.0)) == 1
+                    let once = count(&|w| matches!(w, Written::Record(x) if *x == ino)) == 1
+                        && count(&|w| matches!(w, Written::Names(x) if *x == ino)) == 1
+                        && count(&|w| matches!(w, Written::Entry(k) if *k == entry)) == 1;
+                    once.then_some((ino, rec, parent, name, entry))
                 })
                 .collect();
             // Moved even if the apply fails: it may have applied in part.
@@ -626,8 +629,9 @@ impl Namespace {
                 self.cache.drop_written(w);
             }
             if r.is_ok() {
-                for (ino, rec, parent, name) in seeds {
+                for (ino, rec, parent, name, entry) in seeds {
                     self.cache.records.put(ino, Some(rec));
+                    self.cache.entries.put(entry, Some((ino, rec.kind)));
                     self.cache.links.put(ino, Arc::from([(parent, name)]));
                 }
             }
@@ -655,7 +659,7 @@ pub struct Batch {
     /// The parents and children of the names removed.
     removed_from: Vec<Ino>,
     /// Inodes the batch makes ([`Batch::create`]): their record and name,
-    /// known to the cache once the batch is applied.
+    /// known to the caches once the batch is applied.
     made: Vec<(Ino, InodeRecord, Ino, OsString)>,
 }
 
@@ -677,7 +681,8 @@ impl Batch {
         self
     }
     /// Names a new inode `child` `name` in `parent` and writes its record;
-    /// the commit then puts both in the caches, without a database read.
+    /// the commit then puts the record, the name and the directory entry
+    /// in the caches, without a database read.
     /// For a caller that holds `parent`'s directory stripe from before the
     /// commit until it returns, with `child` just allocated: nothing else
     /// can write `child`'s record or names meanwhile (a link needs a name
@@ -686,7 +691,13 @@ impl Batch {
     /// every directory of the file; the engine learns of the file from the
     /// create event sent after the stripe is released).
     pub fn create(&mut self, parent: Ino, name: &OsStr, child: Ino, r: &InodeRecord) -> &mut Self {
-        self.link(parent, name, child, r.kind).put_record(child, r);
+        self.link(parent, name, child, r.kind);
+        // As put_record, less the delete of a cached-copy mark a new
+        // inode cannot have.
+        self.ops.push(Op::Put(key(b'i', child), encode_record(r)));
+        if r.placement == Placement::Cached && r.kind != FileKind::Dir {
+            self.ops.push(Op::Put(key(b'c', child), Vec::new()));
+        }
         self.made.push((child, *r, parent, name.to_os_string()));
         self
     }
@@ -877,10 +888,11 @@ mod tests {
         assert_eq!(ns.record(9).unwrap(), Some(rec));
         assert_eq!(ns.link_count(9).unwrap(), 1);
         assert_eq!(ns.first_link(9).unwrap(), Some((ROOT_INO, OsString::from("f"))));
+        assert_eq!(ns.lookup(ROOT_INO, OsStr::new("f")).unwrap(), Some((9, FileKind::File)));
         assert_eq!(reads(), before, "what create wrote is known");
-        assert_eq!(ns.lookup(ROOT_INO, OsStr::new("f")).unwrap(), Some((9, FileKind::File)));
-        assert_eq!(ns.lookup(ROOT_INO, OsStr::new("f")).unwrap(), Some((9, FileKind::File)));
-        assert_eq!(reads(), before + 1, "a name is read once");
+        assert_eq!(ns.lookup(ROOT_INO, OsStr::new("e")).unwrap(), None);
+        assert_eq!(ns.lookup(ROOT_INO, OsStr::new("e")).unwrap(), None);
+        assert_eq!(reads(), before + 1, "an absent name is read once");
         let mut b = ns.batch();
         b.link(ROOT_INO, OsStr::new("g"), 9, FileKind::File);
         ns.commit(b, false).unwrap();
