@@ -607,8 +607,9 @@ impl Namespace {
                     Op::Put(k, _) | Op::Del(k) => Written::of(k),
                 })
                 .collect();
-            // A new inode whose record and name the batch writes just once
-            // (by `Batch::create`) is known to the caches from the batch.
+            // A new inode whose record, name and directory entry the batch
+            // writes just once (by `Batch::create`) is known to the caches
+            // from the batch.
             let seeds: Vec<_> = b
                 .made
                 .into_iter()
