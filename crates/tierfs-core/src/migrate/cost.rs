@@ -33,12 +33,16 @@ pub fn dir_key(dir: u64) -> u64 {
 /// the protocol's order. A dropped copy only removes the SSD's name.
 pub fn requests(mv: Move, file: u64, dir: u64, size: u64) -> Vec<(Tier, Req)> {
     let entry = entry_key(file);
+    // The SSD holds the directories whose times tierfs reports: a move
+    // that adds or removes a name there reads the directory's time before
+    // and sets it back after.
+    let dir_time =
+        [(Tier::Ssd, Req::MetaRead { key: dir_key(dir) }), (Tier::Ssd, Req::MetaWrite { key: dir_key(dir) })];
     if mv == Move::DropCopy {
-        return vec![
-            (Tier::Ssd, Req::MetaRead { key: entry }),
-            (Tier::Ssd, Req::MetaWrite { key: entry }),
-            (Tier::Ssd, Req::Sync),
-        ];
+        let mut v = vec![(Tier::Ssd, Req::MetaRead { key: entry })];
+        v.extend(dir_time);
+        v.extend([(Tier::Ssd, Req::MetaWrite { key: entry }), (Tier::Ssd, Req::Sync)]);
+        return v;
     }
     let (from, to) = match mv {
         Move::Demote => (Tier::Ssd, Tier::Hdd),
@@ -65,17 +69,23 @@ pub fn requests(mv: Move, file: u64, dir: u64, size: u64) -> Vec<(Tier, Req)> {
     v.extend([(to, Req::MetaWrite { key: file }); 3]);
     v.extend([
         (to, Req::Sync),
-        // The switch-over: the target name looked up, the copy linked
-        // under it, the staging name removed, the directory synced.
+        // The switch-over: the target name looked up, the directory's time
+        // read, the copy linked under it, the staging name removed, the
+        // directory synced.
         (to, Req::MetaRead { key: dir_key(dir) }),
         (to, Req::MetaRead { key: entry }),
+        dir_time[0],
         (to, Req::MetaWrite { key: entry }),
         (to, Req::MetaWrite { key: staged }),
         (to, Req::Sync),
     ]);
     if mv != Move::Copy {
         // The source's name removed and its directory synced.
-        v.extend([(from, Req::MetaWrite { key: entry }), (from, Req::Sync)]);
+        v.push((from, Req::MetaWrite { key: entry }));
+        v.push(dir_time[1]);
+        v.push((from, Req::Sync));
+    } else {
+        v.push(dir_time[1]);
     }
     v
 }

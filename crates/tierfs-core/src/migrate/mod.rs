@@ -26,7 +26,10 @@
 //!    with the journal entry turned `Committed`, and flush
 //!    ([`Step::Committed`]); point open handles at the new copy; unlink the
 //!    source names (still under the locks, so that no rename can put
-//!    another file under one of them first);
+//!    another file under one of them first); set back the mtime of the
+//!    meta-tier directories that gained or lost a backing name (read
+//!    before the link), so that a move changes no directory's reported
+//!    mtime (their ctime still moves);
 //! 5. fsync the source directories ([`Step::SourceRemoved`]); drop the
 //!    journal entry ([`Step::Done`]).
 //!
@@ -43,7 +46,7 @@
 use crate::error::{Error, Result};
 use crate::event::EventKind;
 use crate::state::ns::{BackingId, CtimeFix, Ino, JournalEntry, JournalOp, JournalState};
-use crate::store::{read_full, write_full, FileKind, SetTime, Stat, Store, Target};
+use crate::store::{read_full, write_full, FileKind, SetTime, Stat, Store, Target, TimeSpec};
 use crate::tier::{Placement, Tier};
 use crate::vfs::tiers::STAGING;
 use crate::vfs::Volume;
@@ -345,8 +348,12 @@ impl<S: Store> Volume<S> {
     /// Runs one migration (see the module documentation). At most one
     /// migration of a file runs at a time: another one asked for meanwhile
     /// returns [`Skip::Busy`] at once.
+    /// The kernel's copy of the file's attributes is dropped when the
+    /// migration changed what tierfs reports (see `switch_over`), and
+    /// always after a dropped copy or a split file's chunks brought back
+    /// (`unsplit_held`).
     pub fn migrate(&self, ino: Ino, mv: Move, ctl: &dyn Control) -> Result<Outcome> {
-        self.told_kernel(ino, self.migrate_held(ino, mv, ctl))
+        self.migrate_held(ino, mv, ctl)
     }
 
     /// `r`, the outcome of moving `ino`'s data (a migration or a chunk
@@ -704,17 +711,25 @@ impl<S: Store> Volume<S> {
         };
         // The record cannot change while the locks are held.
         let mut rec = self.record(ino)?;
+        let old_rec = rec;
         let mut j =
             JournalEntry { ino, op, state: JournalState::Prepared, links: links.clone(), source, target: Some(target) };
         let mut b = self.ns.batch();
         b.put_journal(&j);
         self.ns.commit(b, true)?;
         ctl.at(Step::Journaled)?;
+        // Names are added on the target tier and, for a move, removed on
+        // the source tier: the meta tier's directories keep their times.
+        let mut dir_times = self.meta_dir_times(&parents, to);
+        if let JournalOp::Move { .. } = op {
+            dir_times.extend(self.meta_dir_times(&parents, from));
+        }
         // Until the commit, a failure undoes what was linked: the file stays
         // where it was.
         let undo = |e: Error| -> Error {
             if !is_crash(&e) {
                 self.unlink_checked(to, ino, &links, Some(target));
+                self.restore_dir_times(&dir_times);
                 let mut b = self.ns.batch();
                 b.del_journal(ino);
                 let _ = self.ns.commit(b, false);
@@ -739,6 +754,14 @@ impl<S: Store> Volume<S> {
             rec.ctime_fix = Some(CtimeFix { backing: linked.ctime, logical });
         }
         rec.placement = placement;
+        // What tierfs reports, from the stats taken under the locks: a move
+        // keeps the size, the times (the ctime through `ctime_fix`) and
+        // usually the allocation, and the kernel is told only if something
+        // changed. Every attribute dropped cost a GETATTR: a `git status`
+        // after one that promoted a hundred files sent a hundred more. A
+        // change by a request was answered to the kernel by the request.
+        let names = links.len() as u64;
+        let reported_changed = self.make_attr(ino, &old_rec, &now, names) != self.make_attr(ino, &rec, &linked, names);
         j.state = JournalState::Committed;
         let mut b = self.ns.batch();
         b.put_record(ino, &rec).put_journal(&j);
@@ -751,8 +774,15 @@ impl<S: Store> Volume<S> {
             // Applied: new opens use the target, so open handles must follow
             // it; the source stays (the journal says what to do with it).
             tracing::error!(ino, error = %e, "the new placement may not be durable; the source is kept");
+            self.restore_dir_times(&dir_times);
             if let (Some(io), Some(f)) = (io.as_mut(), new_fd) {
                 self.use_copy(io, op, placement, f, writable, oi.as_deref());
+            }
+            drop(io);
+            drop(ilock);
+            drop(dirs);
+            if reported_changed {
+                self.attrs_changed(ino);
             }
             return Err(e);
         }
@@ -772,12 +802,16 @@ impl<S: Store> Volume<S> {
             JournalOp::Move { .. } => self.unlink_names(from, &links),
             _ => Ok(Vec::new()),
         };
+        self.restore_dir_times(&dir_times);
         if from == Tier::Ssd && removed.is_ok() {
             self.hooks().off_ssd(ino);
         }
         drop(io);
         drop(ilock);
         drop(dirs);
+        if reported_changed {
+            self.attrs_changed(ino);
+        }
         let removed = removed?;
         self.sync_dirs(from, &removed)?;
         ctl.at(Step::SourceRemoved)?;
@@ -923,6 +957,45 @@ impl<S: Store> Volume<S> {
         Ok(dirs)
     }
 
+    /// The modification times of the meta-tier copies of `dirs`, when a
+    /// migration is about to add or remove names in them on tier `t`, to be
+    /// put back by [`Volume::restore_dir_times`]: a directory's reported
+    /// times are its meta copy's, and moving a file's data changes no name
+    /// in it. A promotion moved the directory's mtime (the kernel then also
+    /// dropped its copy of the listing and read it again). Called, like the
+    /// restore, with the directories' stripes held, so that no change of
+    /// their names (each moves the time itself, under the stripe) runs in
+    /// between.
+    fn meta_dir_times(&self, dirs: &[Ino], t: Tier) -> Vec<(Ino, TimeSpec)> {
+        let meta = self.tiers.meta;
+        if t != meta {
+            return Vec::new();
+        }
+        let mut saved: Vec<(Ino, TimeSpec)> = Vec::new();
+        for &p in dirs {
+            if saved.iter().any(|s| s.0 == p) {
+                continue;
+            }
+            if let Ok(st) = self.meta_dir(p).and_then(|d| Ok(self.tiers.store(meta).stat(Target::This(&d))?)) {
+                saved.push((p, st.mtime));
+            }
+        }
+        saved
+    }
+
+    /// Puts back the times [`Volume::meta_dir_times`] saved (a failure
+    /// leaves the directory's time moved, as before).
+    fn restore_dir_times(&self, saved: &[(Ino, TimeSpec)]) {
+        let s = self.tiers.store(self.tiers.meta);
+        for (p, mtime) in saved {
+            if let Ok(d) = self.meta_dir(*p) {
+                if let Err(e) = s.utimens(Target::This(&d), SetTime::Omit, SetTime::At(*mtime)) {
+                    tracing::debug!(dir = p, error = %e, "could not put back a directory's time after a migration");
+                }
+            }
+        }
+    }
+
     fn sync_dirs(&self, t: Tier, dirs: &[Ino]) -> Result<()> {
         for p in dirs {
             match self.tiers.dir(*p, t, false) {
@@ -1019,13 +1092,17 @@ impl<S: Store> Volume<S> {
                 io.copy = None;
                 io.placement = Placement::On(Tier::Hdd);
             }
+            let dir_times = self.meta_dir_times(&parents, Tier::Ssd);
             let removed = self.unlink_names(Tier::Ssd, &links);
+            self.restore_dir_times(&dir_times);
             if removed.is_ok() {
                 self.hooks().off_ssd(ino);
                 self.copy_dropped(ino);
             }
             (copy.map(|c| c.size).unwrap_or(0), removed)
         };
+        // The attributes come from the HDD copy now.
+        self.attrs_changed(ino);
         let removed = removed?;
         self.sync_dirs(Tier::Ssd, &removed)?;
         ctl.at(Step::SourceRemoved)?;

@@ -371,6 +371,72 @@ fn the_ctime_does_not_move_with_the_file() {
     assert!(v.getattr(ino).unwrap().ctime > before.ctime);
 }
 
+/// Regression: a promotion linked the copy into the SSD directory, which is
+/// where a directory's times come from, so every move changed the reported
+/// mtime of the file's directories (and the kernel dropped and read again
+/// their listings). Moves, copies and dropped copies change no name.
+#[test]
+fn a_migration_leaves_the_mtime_of_the_files_directories_alone() {
+    let rig = Rig::new();
+    setup(&rig);
+    let v = rig.mount();
+    let d = lookup(&v, "d");
+    let dirs = || [v.getattr(ROOT_INO).unwrap().mtime, v.getattr(d).unwrap().mtime];
+    // "two" has a name in each directory.
+    for (path, mv) in [
+        ("d/one", Move::Promote),
+        ("d/one", Move::Demote),
+        ("two", Move::Promote),
+        ("two", Move::Demote),
+        ("two", Move::Copy),
+        ("two", Move::DropCopy),
+    ] {
+        let before = dirs();
+        let ino = lookup(&v, path);
+        assert!(matches!(v.migrate(ino, mv, &NoCrash).unwrap(), Outcome::Done(_)), "{path} {mv:?}");
+        assert_eq!(dirs(), before, "{path} {mv:?}");
+    }
+    // A name made in a directory still moves its time.
+    let before = dirs();
+    let (_, o) = v.create(&CTX, d, OsStr::new("new"), 0o644, 0, libc::O_RDWR).unwrap();
+    v.release(o.fh).unwrap();
+    assert!(dirs()[1] > before[1]);
+}
+
+/// The kernel caches of a test: which inodes' attributes it was told of.
+#[derive(Default)]
+struct Told(parking_lot::Mutex<Vec<Ino>>);
+
+impl crate::vfs::KernelCache for Told {
+    fn attrs_changed(&self, ino: Ino) {
+        self.0.lock().push(ino);
+    }
+    fn listing_changed(&self, _dir: Ino) {}
+}
+
+/// A move that changes nothing tierfs reports leaves the kernel's copy of
+/// the attributes alone (each dropped copy cost a GETATTR); one that does
+/// change them (the allocation here) tells the kernel.
+#[test]
+fn the_kernel_is_told_of_a_migration_only_if_the_attributes_changed() {
+    let rig = Rig::new();
+    setup(&rig);
+    let v = rig.mount();
+    let told = Arc::new(Told::default());
+    v.set_kernel_cache(told.clone());
+    let ino = lookup(&v, "d/one");
+    assert!(matches!(v.migrate(ino, Move::Promote, &NoCrash).unwrap(), Outcome::Done(_)));
+    assert!(told.0.lock().is_empty(), "a move that changed nothing reported");
+    // Sparse on the SSD, whole on the HDD: the move changes its blocks.
+    let o = v.open(ino, libc::O_RDWR).unwrap();
+    v.setattr(ino, Some(o.fh), &crate::vfs::SetAttr { size: Some(1 << 20), ..Default::default() }).unwrap();
+    v.release(o.fh).unwrap();
+    let before = v.getattr(ino).unwrap();
+    assert!(matches!(v.migrate(ino, Move::Demote, &NoCrash).unwrap(), Outcome::Done(_)));
+    let after = v.getattr(ino).unwrap();
+    assert_eq!(*told.0.lock() == vec![ino], before != after, "{before:?} {after:?}");
+}
+
 /// A control that appends `chunk` to the file at every paced copy step, up
 /// to `times` times: a log written to while it migrates.
 struct Appender<'a> {

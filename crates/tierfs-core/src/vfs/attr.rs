@@ -221,6 +221,10 @@ impl<S: Store> Volume<S> {
     /// Applies attribute changes to every copy of a directory, meta copy first.
     fn set_dir_attrs(&self, ino: Ino, sa: &SetAttr) -> Result<()> {
         let meta = self.tiers.meta;
+        // Under the directory's stripe, as every change of its times: a
+        // migration that adds or removes a backing name in it puts back
+        // the mtime it read before, and would undo a change made between.
+        let _g = self.locks.lock(&[ino]);
         for t in [meta, meta.other()] {
             let d = match self.tiers.dir(ino, t, t == meta) {
                 Ok(d) => d,

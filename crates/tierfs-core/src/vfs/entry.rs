@@ -143,8 +143,10 @@ impl<S: Store> Volume<S> {
         self.ns.commit(b, false)?;
         // Taken before the directory's lock goes (the hierarchy's order).
         let il = self.ilocks.get(ino).read();
-        drop(_g);
+        // Under the directory's stripe, as every change of its time: a
+        // migration puts back the time it found (`meta_dir_times`).
         self.touch_dir(parent, t);
+        drop(_g);
         if kind == FileKind::File {
             self.emit(ino, EventKind::Create { placement: Placement::On(t), parent, size: 0 });
         }
@@ -285,8 +287,8 @@ impl<S: Store> Volume<S> {
         b.link(new_parent, new_name, ino, rec.kind);
         self.ns.commit(b, false)?;
         drop(il);
-        drop(_g);
         self.touch_dir(new_parent, rec.placement.primary());
+        drop(_g);
         self.after_naming(new_parent, self.getattr(ino))
     }
 

@@ -486,7 +486,13 @@ impl<S: Store> Volume<S> {
             return Ok(None);
         }
         match self.chunk_op_held(ino, ChunkOp::Unsplit, ctl, &mut never)? {
-            Outcome::Done(_) | Outcome::Skipped(Skip::AlreadyThere) => Ok(None),
+            Outcome::Done(_) => {
+                // The chunks are back on the HDD: its blocks may differ,
+                // whatever the move does next.
+                self.attrs_changed(ino);
+                Ok(None)
+            }
+            Outcome::Skipped(Skip::AlreadyThere) => Ok(None),
             other => Ok(Some(other)),
         }
     }

@@ -605,7 +605,7 @@ impl<S: Store> Volume<S> {
 
     /// After a change of entries of `dir` on a tier other than the meta
     /// tier, moves the meta copy's mtime (and so ctime) as a local file
-    /// system would move the directory's.
+    /// system would move the directory's. Called with `dir`'s stripe held.
     pub(crate) fn touch_dir(&self, dir: Ino, changed_on: Tier) {
         if changed_on == self.tiers.meta {
             return;
