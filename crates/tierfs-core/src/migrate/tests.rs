@@ -618,11 +618,21 @@ fn paused_promotion(
     v: &Arc<Volume<MemStore>>,
     ino: Ino,
 ) -> (std::thread::JoinHandle<Result<Outcome>>, std::sync::mpsc::SyncSender<()>) {
+    promotion_paused_at(v, ino, Step::Journaled)
+}
+
+/// Starts a promotion of `ino` that stops at `step` of its switch-over,
+/// holding its locks; returns the thread and its resume.
+fn promotion_paused_at(
+    v: &Arc<Volume<MemStore>>,
+    ino: Ino,
+    step: Step,
+) -> (std::thread::JoinHandle<Result<Outcome>>, std::sync::mpsc::SyncSender<()>) {
     let (paused_tx, paused) = std::sync::mpsc::sync_channel(1);
     let (resume, resume_rx) = std::sync::mpsc::sync_channel(1);
     let vm = v.clone();
     let t = std::thread::spawn(move || {
-        let ctl = PauseAt { step: Step::Journaled, paused: paused_tx, resume: parking_lot::Mutex::new(resume_rx) };
+        let ctl = PauseAt { step, paused: paused_tx, resume: parking_lot::Mutex::new(resume_rx) };
         vm.migrate(ino, Move::Promote, &ctl)
     });
     paused.recv_timeout(std::time::Duration::from_secs(5)).expect("the promotion reaches its switch-over");
@@ -665,6 +675,31 @@ fn a_change_made_while_a_file_migrates_is_not_undone() {
         }
         assert_eq!(v.record(ino).unwrap().placement, Placement::On(Tier::Ssd));
     }
+}
+
+/// Regression: the switch-over reads the mtime of the file's directories
+/// before it links the new copy and sets it back after; a setattr of a
+/// directory took no lock, so a `touch -d` of the directory in between
+/// returned and was then undone by the migration.
+#[test]
+fn a_time_set_on_a_directory_while_a_file_in_it_migrates_is_kept() {
+    let rig = Rig::new();
+    setup(&rig);
+    let v = Arc::new(rig.mount());
+    let (d, ino) = (lookup(&v, "d"), lookup(&v, "d/one"));
+    let set = TimeSpec { sec: 1_234_567, nsec: 89 };
+    let (mover, resume) = promotion_paused_at(&v, ino, Step::Linked);
+    let vs = v.clone();
+    let setter = std::thread::spawn(move || {
+        let sa = crate::vfs::SetAttr { mtime: Some(SetTime::At(set)), ..Default::default() };
+        vs.setattr(d, None, &sa)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    resume.send(()).unwrap();
+    assert!(matches!(mover.join().unwrap(), Ok(Outcome::Done(_))));
+    setter.join().unwrap().expect("the setattr succeeds");
+    assert_eq!(v.getattr(d).unwrap().mtime, set, "the time set by the user is kept");
+    assert_eq!(v.record(ino).unwrap().placement, Placement::On(Tier::Ssd));
 }
 
 #[test]
