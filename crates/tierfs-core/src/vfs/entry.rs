@@ -343,10 +343,16 @@ impl<S: Store> Volume<S> {
     /// A file's last name is gone: it leaves the SSD account at once (if it
     /// is still open, its last close settles it again) and the statistics.
     pub(crate) fn gone(&self, ino: Ino) {
+        self.forget_file(ino);
+        self.emit(ino, EventKind::Remove);
+    }
+
+    /// What [`Volume::gone`] does but the event: the file's chunks (at
+    /// once if it is not open), its SSD charge and its stale-copy mark go.
+    pub(crate) fn forget_file(&self, ino: Ino) {
         self.chunks_gone(ino);
         self.hooks().off_ssd(ino);
         self.copy_dropped(ino);
-        self.emit(ino, EventKind::Remove);
     }
 
     /// Removes an empty directory from every tier.

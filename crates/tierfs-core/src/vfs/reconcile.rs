@@ -273,7 +273,10 @@ impl<S: Store> Volume<S> {
         let hooks = self.hooks();
         for (ino, ev) in &events {
             match ev {
-                EventKind::Remove => hooks.off_ssd(*ino),
+                // As an unlink of the last name: the chunks of a split file
+                // and the mark of a stale copy went with it (before, only
+                // the SSD charge did, and a split file stayed split).
+                EventKind::Remove => self.forget_file(*ino),
                 EventKind::Create { placement, .. } | EventKind::Placed { placement } if placement.uses_ssd() => {
                     let on_ssd =
                         self.ns.first_link(*ino).ok().flatten().and_then(|(p, n)| self.stat_on(p, &n, Tier::Ssd).ok());
@@ -409,7 +412,11 @@ impl<S: Store> Volume<S> {
                 }
             }
             let _ = primary;
-            let kept_newer = newer(pres, new_placement.primary(), t);
+            // A split file keeps its name whatever the times say: writes to
+            // its SSD chunks leave its home's mtime alone, and its chunks
+            // are only reachable under its inode (review finding: a stray
+            // that looked newer took the name and the chunks were lost).
+            let kept_newer = self.is_split(ino) || newer(pres, new_placement.primary(), t);
             if kept_newer {
                 self.set_aside(dir, name, t, new_placement.primary(), l, b, events)?;
             } else {
@@ -417,8 +424,9 @@ impl<S: Store> Volume<S> {
                 for &ours in new_placement.tiers() {
                     self.set_aside(dir, name, ours, t, l, b, events)?;
                 }
-                b.unlink(dir, name, ino).del_record(ino);
-                events.push((ino, EventKind::Remove));
+                // Counted as any forgotten name: the file may have names
+                // elsewhere, or have been joined again by the set-aside.
+                forget(l, b, events)?;
                 self.adopt_one(dir, name, t, pres[t.idx()].as_ref(), l, b, events)?;
                 return Ok(kind_at(t) == Some(FileKind::Dir));
             }
