@@ -357,6 +357,9 @@ impl<S: Store> Store for Measured<S> {
     fn file_utimens(&self, f: &Self::File, atime: SetTime, mtime: SetTime) -> io::Result<()> {
         self.inner.file_utimens(f, atime, mtime)
     }
+    fn touch(&self, f: &Self::File) -> io::Result<()> {
+        self.inner.touch(f)
+    }
     fn raw_fd<'a>(&self, f: &'a Self::File) -> Option<BorrowedFd<'a>> {
         self.inner.raw_fd(f)
     }

@@ -304,6 +304,12 @@ pub trait Store: Send + Sync + 'static {
     fn file_chown(&self, f: &Self::File, uid: Option<u32>, gid: Option<u32>) -> io::Result<()>;
     /// Sets the times of an open file.
     fn file_utimens(&self, f: &Self::File, atime: SetTime, mtime: SetTime) -> io::Result<()>;
+    /// Sets an open file's mtime and ctime to now, as a write to it would
+    /// (for bytes written elsewhere on its behalf: a split file's SSD
+    /// chunks). Costs what a write's own time update costs.
+    fn touch(&self, f: &Self::File) -> io::Result<()> {
+        self.file_utimens(f, SetTime::Omit, SetTime::Now)
+    }
     /// The kernel file descriptor, where there is one (for FUSE passthrough).
     fn raw_fd<'a>(&self, f: &'a Self::File) -> Option<BorrowedFd<'a>>;
 }

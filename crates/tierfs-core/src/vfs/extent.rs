@@ -396,6 +396,7 @@ impl<S: Store> Volume<S> {
             Err(e) if e.is(libc::ENOSPC) => return Ok(None),
             Err(e) => return Err(e),
         }
+        self.touch_home(h.ino, &home);
         let end = off + len;
         let old = h.oi.size.fetch_max(end, Ordering::AcqRel);
         self.note_change(h.ino);
@@ -406,6 +407,16 @@ impl<S: Store> Volume<S> {
         let fragment = h.fragment(off, len);
         self.emit(h.ino, EventKind::Write { off, len, tier: Tier::Ssd, size: old.max(end), fragment });
         Ok(Some(data.len() as u32))
+    }
+
+    /// A write that went to a split file's SSD chunks only sets the file's
+    /// times as a write to its home would have: tierfs reports the home's
+    /// (else `make`, or a backup that goes by mtime and size, misses the
+    /// change). The bytes have landed: a failure is logged, not answered.
+    pub(crate) fn touch_home(&self, ino: Ino, home: &S::File) {
+        if let Err(e) = self.tiers.store(Tier::Hdd).touch(home) {
+            tracing::warn!(ino, error = %e, "a write to SSD chunks could not set the file's mtime");
+        }
     }
 
     /// Writes one dirty chunk back for the scrubber of a write-back area:

@@ -662,6 +662,9 @@ impl<S: Store> Volume<S> {
             Err((_, e)) => return Err(e),
         };
         drop(as_caller);
+        if all_ssd {
+            self.touch_home(h.ino, home);
+        }
         // A write into a punched hole of an SSD chunk allocates: the
         // account follows the shadow.
         self.hooks().settle_ssd(h.ino, 0, Some(self.ssd_alloc(shadow)));

@@ -275,6 +275,35 @@ fn a_newer_stray_does_not_take_the_name_of_a_split_file_with_dirty_chunks() {
     assert_eq!(read_all(&v, aside), b"stray");
 }
 
+/// Regression: a write that landed in a split file's SSD chunks only left
+/// the file's reported mtime and ctime alone (they are its home's, on the
+/// HDD): `make`, or a backup that goes by mtime and size, missed the change.
+#[test]
+fn a_write_to_the_ssd_chunks_of_a_split_file_moves_its_mtime_and_ctime() {
+    let rig = Rig::new();
+    let (v, _, ino) = five_chunks_two_on_the_ssd(&rig);
+    let before = v.getattr(ino).unwrap();
+    let o = v.open(ino, libc::O_RDWR).unwrap();
+    // Chunk 1 is on the SSD.
+    assert_eq!(v.write(o.fh, C + 10, b"new").unwrap(), 3);
+    v.release(o.fh).unwrap();
+    let after = v.getattr(ino).unwrap();
+    assert!(after.mtime > before.mtime, "mtime {:?} -> {:?}", before.mtime, after.mtime);
+    assert!(after.ctime > before.ctime, "ctime {:?} -> {:?}", before.ctime, after.ctime);
+    assert_eq!(after.size, before.size);
+    // The same for a write the file's write-back area takes.
+    let g = make(&v, "g", &pattern(2, 3 * C as usize));
+    v.set_hooks(Arc::new(WriteBackEverywhere));
+    let before = v.getattr(g).unwrap();
+    let o = v.open(g, libc::O_RDWR).unwrap();
+    assert_eq!(v.write(o.fh, C, &[7; C as usize]).unwrap(), C as u32);
+    v.release(o.fh).unwrap();
+    assert_eq!(v.split_info(g).map(|i| i.dirty), Some(1), "buffered in the area");
+    same(&home(&rig, "g"), &pattern(2, 3 * C as usize), "the HDD is not written");
+    let after = v.getattr(g).unwrap();
+    assert!(after.mtime > before.mtime, "buffered: mtime {:?} -> {:?}", before.mtime, after.mtime);
+}
+
 /// A write acknowledged to an SSD chunk survives a daemon crash without an
 /// fsync, and a power cut after an fsync; after the unclean restart the
 /// chunk is dirty and is written back when it leaves.
