@@ -412,10 +412,11 @@ impl<S: Store> Volume<S> {
                 }
             }
             let _ = primary;
-            // A split file keeps its name whatever the times say: writes to
-            // its SSD chunks leave its home's mtime alone, and its chunks
-            // are only reachable under its inode (review finding: a stray
-            // that looked newer took the name and the chunks were lost).
+            // A split file keeps its name whatever the times say (its
+            // home's mtime may have been set back): its chunks, the only
+            // copy of what was written to them, are reachable only under
+            // its inode (review finding: a stray that looked newer took the
+            // name and the chunks were lost).
             let kept_newer = self.is_split(ino) || newer(pres, new_placement.primary(), t);
             if kept_newer {
                 self.set_aside(dir, name, t, new_placement.primary(), l, b, events)?;

@@ -248,10 +248,10 @@ fn a_split_file_removed_past_tierfs_leaves_no_chunks_after_its_directory_is_reco
 }
 
 /// A file of the same name put on the SSD past tierfs, newer than the home
-/// of a split file, does not take the split file's name: a write to an SSD
-/// chunk leaves the home's mtime alone, and the chunks are reachable only
-/// under the file's inode (review finding: the stray won and the
-/// acknowledged write in the chunk was dropped).
+/// of a split file (its mtime set back here, as by `touch -d`), does not
+/// take the split file's name: the chunks are reachable only under the
+/// file's inode (review finding: the stray won and the acknowledged write
+/// in the chunk was dropped).
 #[test]
 fn a_newer_stray_does_not_take_the_name_of_a_split_file_with_dirty_chunks() {
     let rig = Rig::new();
