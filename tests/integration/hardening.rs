@@ -128,3 +128,73 @@ fn sigterm_ends_the_daemon_even_with_files_open_on_the_mount() {
     assert!(held.read_at(&mut buf, 0).is_err(), "the open file fails instead of hanging");
     drop(held);
 }
+
+/// On GlusterFS an unlink, create or stat below a directory failed with
+/// ENOENT or ESTALE while that directory was being renamed, the name still
+/// there (and a stat or utimens of a directory below it with ESTALE): a migration that took the ENOENT of its source's unlink for
+/// "already gone" left the old copy on the HDD tier, and the next mount
+/// adopted a file the user had deleted (`torture_hystor` on the GlusterFS
+/// HDD tier, after a remount). The tier's store now holds such operations
+/// back while a directory is renamed. A directory of the HDD tier is
+/// renamed back and forth while files are made and removed through a
+/// handle of a directory below it; every call must succeed. On a local
+/// file system the kernel does this itself; the test bites where the HDD
+/// tier is a FUSE or network file system (`scripts/gluster.sh`).
+#[test]
+fn operations_below_a_directory_being_renamed_on_a_tier_do_not_fail() {
+    use std::ffi::OsStr;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use tierfs_core::store::{dir::DirStore, Store};
+    let area = Area::new();
+    let s = Arc::new(DirStore::new(area.hdd()).unwrap());
+    let root = s.root().unwrap();
+    s.mkdir(&root, OsStr::new("a"), 0o755).unwrap();
+    let a = s.open_dir(&root, OsStr::new("a")).unwrap();
+    s.mkdir(&a, OsStr::new("sub"), 0o755).unwrap();
+    let sub = s.open_dir(&a, OsStr::new("sub")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let renamer = {
+        let (s, stop) = (s.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let root = s.root().unwrap();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let (from, to) = if n % 2 == 0 { ("a", "b") } else { ("b", "a") };
+                s.rename(&root, OsStr::new(from), &root, OsStr::new(to), 0).unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    let end = Instant::now() + Duration::from_secs(3);
+    let mut failures = Vec::new();
+    let mut done = 0;
+    while Instant::now() < end {
+        let name = format!("f{done}");
+        let name = OsStr::new(&name);
+        use tierfs_core::store::{SetTime, Target};
+        let r = s
+            .open(&sub, name, libc::O_CREAT | libc::O_WRONLY | libc::O_EXCL, 0o644)
+            .and_then(|_| s.stat(Target::Entry(&sub, name)))
+            .and_then(|_| s.unlink(&sub, name))
+            // The directory below the renamed one itself (ESTALE).
+            .and_then(|_| s.stat(Target::This(&sub)))
+            .and_then(|_| s.utimens(Target::This(&sub), SetTime::Omit, SetTime::Now));
+        if let Err(e) = r {
+            failures.push(format!("{name:?}: {e}"));
+        }
+        done += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let renames = renamer.join().unwrap();
+    let left = s.list(&sub).unwrap();
+    assert!(renames > 10 && done > 10, "{renames} renames, {done} files: the two did not overlap");
+    assert!(
+        failures.is_empty() && left.is_empty(),
+        "{} of {done} files failed while the directory was renamed {renames} times (first: {:?}); left: {:?}",
+        failures.len(),
+        failures.first(),
+        left.iter().take(5).map(|e| &e.name).collect::<Vec<_>>()
+    );
+}

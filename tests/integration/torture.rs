@@ -462,6 +462,46 @@ fn walk(
     Ok(())
 }
 
+/// Every name on a backing tier below the worker's directory is one of the
+/// model's (a file's, or a directory's): a name tierfs removed through the
+/// mount and left on a tier would come back at the next mount's
+/// reconciliation. Waits up to three seconds, as a migration in flight may
+/// hold a name for a moment.
+fn no_strays(area: &Area, w: &Worker) -> Result<(), String> {
+    let rel = w.root.file_name().unwrap().to_string_lossy().into_owned();
+    let mut last = String::new();
+    let ok = crate::harness::wait_for(3, || {
+        for tier in [area.ssd(), area.hdd()] {
+            let top = tier.join(&rel);
+            if !top.exists() {
+                // No copy of the worker's directory there (yet).
+                continue;
+            }
+            let (mut dirs, mut files) = (BTreeSet::new(), BTreeMap::new());
+            if let Err(e) = walk(&top, "", &mut dirs, &mut files) {
+                // A name a migration removed while it was listed, say.
+                last = format!("walk {}: {e}", tier.display());
+                return false;
+            }
+            let strays: Vec<&String> = files
+                .keys()
+                .filter(|n| !w.model.names.contains_key(*n))
+                .chain(dirs.iter().filter(|d| !w.model.dirs.contains(*d)))
+                .collect();
+            if !strays.is_empty() {
+                last = format!("names on {} that the mount does not have: {strays:?}", tier.display());
+                return false;
+            }
+        }
+        true
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{rel}: {last}"))
+    }
+}
+
 fn seconds() -> u64 {
     std::env::var("TIERFS_TORTURE_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(4)
 }
@@ -581,6 +621,9 @@ fn torture(name: &str, args: &[&str]) {
                     panic!("{when}: {e}\n{}", m.log_text());
                 }
             }
+            if let Err(e) = no_strays(&area, w) {
+                panic!("{when}: {e}\n{}\n{}", report(&progress), m.log_text());
+            }
         }
         if let Err(e) = account_matches(&area, &m.mnt) {
             panic!("{when}: {e}\n{}", m.log_text());
@@ -601,10 +644,20 @@ fn torture(name: &str, args: &[&str]) {
         assert!(buffered > 0 && scrubbed > 0, "{name}: write-back area unused: {wb}");
     }
     let t = Instant::now();
-    m.unmount();
+    let first_log = m.unmount_with_log();
     assert!(t.elapsed() < Duration::from_secs(10), "{name}: unmount took {:?}", t.elapsed());
     let m = mount_tiny(&area, args);
-    check(&m, &format!("{name}, after a remount"));
+    // The first mount's last warnings and errors, for a failure here:
+    // what the next mount finds was left by it.
+    let noted: Vec<&str> = first_log.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
+    let noted = &noted[noted.len().saturating_sub(100)..];
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        check(&m, &format!("{name}, after a remount"));
+    }));
+    if let Err(e) = result {
+        eprintln!("the first mount's warnings and errors:\n{}", noted.join("\n"));
+        std::panic::resume_unwind(e);
+    }
     m.unmount();
     // Shown with --nocapture (scripts/long-tests.sh).
     eprintln!(

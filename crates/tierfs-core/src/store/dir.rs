@@ -18,6 +18,17 @@ pub struct DirStore {
     no_noreplace: std::sync::atomic::AtomicBool,
     /// The file system is local (see [`Store::holes_coherent`]).
     local: bool,
+    /// On a FUSE or network file system, held shared by every operation
+    /// through a directory (of a name in it, or of the directory itself),
+    /// and exclusively by the rename of a directory: GlusterFS answers
+    /// ENOENT or ESTALE to an unlink, create or stat below a directory, and
+    /// ESTALE to a stat or utimens of a directory below it, while that
+    /// directory is being renamed, even though the name is there (in 20 s of renames of
+    /// a directory, 674 of 3 100 unlinks through a descriptor of a directory
+    /// below it failed so, and 310 of those files were still there), and a
+    /// caller that takes ENOENT for "already gone" leaves the name behind.
+    /// Local file systems lock this themselves; there it is not taken.
+    renaming: parking_lot::RwLock<()>,
 }
 
 /// False for FUSE and network file systems (by statfs's magic number).
@@ -216,7 +227,20 @@ impl DirStore {
         }
         use std::os::unix::fs::MetadataExt;
         let local = is_local(&root);
-        Ok(DirStore { root, id: (md.dev(), md.ino()), no_noreplace: std::sync::atomic::AtomicBool::new(false), local })
+        Ok(DirStore {
+            root,
+            id: (md.dev(), md.ino()),
+            no_noreplace: std::sync::atomic::AtomicBool::new(false),
+            local,
+            renaming: parking_lot::RwLock::new(()),
+        })
+    }
+
+    /// Runs `f`, an operation through a directory (of a name in it or of
+    /// the directory itself), while no directory is being renamed (see [`DirStore::renaming`]).
+    fn named<T>(&self, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+        let _g = (!self.local).then(|| self.renaming.read());
+        f()
     }
 
     /// The root path.
@@ -252,23 +276,28 @@ impl Store for DirStore {
     fn root(&self) -> io::Result<Dir> {
         let p =
             CString::new(self.root.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        Self::open_raw(libc::AT_FDCWD, &p, libc::O_RDONLY | libc::O_DIRECTORY, 0).map(Dir)
+        self.named(|| Self::open_raw(libc::AT_FDCWD, &p, libc::O_RDONLY | libc::O_DIRECTORY, 0).map(Dir))
     }
 
     fn open_dir(&self, parent: &Dir, name: &OsStr) -> io::Result<Dir> {
         let n = cstr(name)?;
-        Self::open_raw(parent.fd(), &n, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0).map(Dir)
+        self.named(|| {
+            Self::open_raw(parent.fd(), &n, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0).map(Dir)
+        })
     }
 
     fn stat(&self, t: Target<'_, Dir>) -> io::Result<Stat> {
         match t {
-            Target::This(d) => fstatat(d.fd(), c"", libc::AT_EMPTY_PATH),
-            Target::Entry(d, n) => fstatat(d.fd(), &cstr(n)?, libc::AT_SYMLINK_NOFOLLOW),
+            Target::This(d) => self.named(|| fstatat(d.fd(), c"", libc::AT_EMPTY_PATH)),
+            Target::Entry(d, n) => {
+                let n = cstr(n)?;
+                self.named(|| fstatat(d.fd(), &n, libc::AT_SYMLINK_NOFOLLOW))
+            }
         }
     }
 
     fn list(&self, dir: &Dir) -> io::Result<Vec<DirEntry>> {
-        let fd = Self::open_raw(dir.fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+        let fd = self.named(|| Self::open_raw(dir.fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0))?;
         let raw = fd.as_raw_fd();
         // SAFETY: `raw` is an open directory descriptor; on success the DIR
         // stream owns it, so we forget our OwnedFd.
@@ -312,32 +341,34 @@ impl Store for DirStore {
     }
 
     fn sync_dir(&self, dir: &Dir) -> io::Result<()> {
-        retry(|| check(unsafe { libc::fsync(dir.fd()) }).map(drop))
+        self.named(|| retry(|| check(unsafe { libc::fsync(dir.fd()) }).map(drop)))
     }
 
     fn mkdir(&self, parent: &Dir, name: &OsStr, mode: u32) -> io::Result<()> {
         let n = cstr(name)?;
         // SAFETY: valid descriptor and NUL-terminated name.
-        check(unsafe { libc::mkdirat(parent.fd(), n.as_ptr(), mode) }).map(drop)
+        self.named(|| check(unsafe { libc::mkdirat(parent.fd(), n.as_ptr(), mode) }).map(drop))
     }
 
     fn mknod(&self, parent: &Dir, name: &OsStr, mode: u32, rdev: u64) -> io::Result<()> {
         let n = cstr(name)?;
         // SAFETY: valid descriptor and NUL-terminated name.
-        check(unsafe { libc::mknodat(parent.fd(), n.as_ptr(), mode, rdev) }).map(drop)
+        self.named(|| check(unsafe { libc::mknodat(parent.fd(), n.as_ptr(), mode, rdev) }).map(drop))
     }
 
     fn symlink(&self, target: &OsStr, parent: &Dir, name: &OsStr) -> io::Result<()> {
         let (t, n) = (cstr(target)?, cstr(name)?);
         // SAFETY: valid descriptor and NUL-terminated strings.
-        check(unsafe { libc::symlinkat(t.as_ptr(), parent.fd(), n.as_ptr()) }).map(drop)
+        self.named(|| check(unsafe { libc::symlinkat(t.as_ptr(), parent.fd(), n.as_ptr()) }).map(drop))
     }
 
     fn readlink(&self, parent: &Dir, name: &OsStr) -> io::Result<OsString> {
         let n = cstr(name)?;
         let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
-        // SAFETY: `buf` is writable for its length.
-        let len = check_size(unsafe { libc::readlinkat(parent.fd(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) })?;
+        let len = self.named(|| {
+            // SAFETY: `buf` is writable for its length.
+            check_size(unsafe { libc::readlinkat(parent.fd(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) })
+        })?;
         buf.truncate(len);
         Ok(OsString::from_vec(buf))
     }
@@ -345,23 +376,36 @@ impl Store for DirStore {
     fn link(&self, op: &Dir, on: &OsStr, np: &Dir, nn: &OsStr) -> io::Result<()> {
         let (o, n) = (cstr(on)?, cstr(nn)?);
         // SAFETY: valid descriptors and NUL-terminated names.
-        check(unsafe { libc::linkat(op.fd(), o.as_ptr(), np.fd(), n.as_ptr(), 0) }).map(drop)
+        self.named(|| check(unsafe { libc::linkat(op.fd(), o.as_ptr(), np.fd(), n.as_ptr(), 0) }).map(drop))
     }
 
     fn unlink(&self, parent: &Dir, name: &OsStr) -> io::Result<()> {
         let n = cstr(name)?;
         // SAFETY: valid descriptor and NUL-terminated name.
-        check(unsafe { libc::unlinkat(parent.fd(), n.as_ptr(), 0) }).map(drop)
+        self.named(|| check(unsafe { libc::unlinkat(parent.fd(), n.as_ptr(), 0) }).map(drop))
     }
 
     fn rmdir(&self, parent: &Dir, name: &OsStr) -> io::Result<()> {
         let n = cstr(name)?;
         // SAFETY: valid descriptor and NUL-terminated name.
-        check(unsafe { libc::unlinkat(parent.fd(), n.as_ptr(), libc::AT_REMOVEDIR) }).map(drop)
+        self.named(|| check(unsafe { libc::unlinkat(parent.fd(), n.as_ptr(), libc::AT_REMOVEDIR) }).map(drop))
     }
 
     fn rename(&self, op: &Dir, on: &OsStr, np: &Dir, nn: &OsStr, flags: u32) -> io::Result<()> {
         let (o, n) = (cstr(on)?, cstr(nn)?);
+        // A directory is renamed with every other named operation held
+        // back (see `renaming`); anything else beside them. (An exchange
+        // may move a directory under either name.)
+        let moves_dir = !self.local && {
+            let is_dir = |d: &Dir, n: &CStr| {
+                // What cannot be told may be a directory.
+                self.named(|| fstatat(d.fd(), n, libc::AT_SYMLINK_NOFOLLOW))
+                    .map_or(true, |st| st.mode & libc::S_IFMT == libc::S_IFDIR)
+            };
+            is_dir(op, &o) || (flags & super::RENAME_EXCHANGE != 0 && is_dir(np, &n))
+        };
+        let _renaming_dir = moves_dir.then(|| self.renaming.write());
+        let _named = (!self.local && !moves_dir).then(|| self.renaming.read());
         if flags == super::RENAME_NOREPLACE && self.emulates_noreplace() {
             return rename_noreplace_without_the_flag(op, &o, np, &n);
         }
@@ -385,13 +429,15 @@ impl Store for DirStore {
     fn chmod(&self, t: Target<'_, Dir>, mode: u32) -> io::Result<()> {
         match t {
             // SAFETY: valid descriptor.
-            Target::This(d) => check(unsafe { libc::fchmod(d.fd(), mode) }).map(drop),
+            Target::This(d) => self.named(|| check(unsafe { libc::fchmod(d.fd(), mode) }).map(drop)),
             Target::Entry(d, n) => {
                 let n = cstr(n)?;
                 // Never through a symlink: a backing entry that became one
                 // must not make tierfs change what it points at.
                 // SAFETY: valid descriptor and NUL-terminated name.
-                check(unsafe { libc::fchmodat(d.fd(), n.as_ptr(), mode, libc::AT_SYMLINK_NOFOLLOW) }).map(drop)
+                self.named(|| {
+                    check(unsafe { libc::fchmodat(d.fd(), n.as_ptr(), mode, libc::AT_SYMLINK_NOFOLLOW) }).map(drop)
+                })
             }
         }
     }
@@ -401,11 +447,13 @@ impl Store for DirStore {
         let g = gid.unwrap_or(u32::MAX);
         match t {
             // SAFETY: valid descriptor; -1 leaves an id unchanged.
-            Target::This(d) => check(unsafe { libc::fchown(d.fd(), u, g) }).map(drop),
+            Target::This(d) => self.named(|| check(unsafe { libc::fchown(d.fd(), u, g) }).map(drop)),
             Target::Entry(d, n) => {
                 let n = cstr(n)?;
                 // SAFETY: valid descriptor and NUL-terminated name.
-                check(unsafe { libc::fchownat(d.fd(), n.as_ptr(), u, g, libc::AT_SYMLINK_NOFOLLOW) }).map(drop)
+                self.named(|| {
+                    check(unsafe { libc::fchownat(d.fd(), n.as_ptr(), u, g, libc::AT_SYMLINK_NOFOLLOW) }).map(drop)
+                })
             }
         }
     }
@@ -414,11 +462,14 @@ impl Store for DirStore {
         let ts = [timespec(atime), timespec(mtime)];
         match t {
             // SAFETY: valid descriptor and a two-element array.
-            Target::This(d) => check(unsafe { libc::futimens(d.fd(), ts.as_ptr()) }).map(drop),
+            Target::This(d) => self.named(|| check(unsafe { libc::futimens(d.fd(), ts.as_ptr()) }).map(drop)),
             Target::Entry(d, n) => {
                 let n = cstr(n)?;
-                // SAFETY: valid descriptor, NUL-terminated name, two-element array.
-                check(unsafe { libc::utimensat(d.fd(), n.as_ptr(), ts.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) }).map(drop)
+                self.named(|| {
+                    // SAFETY: valid descriptor, NUL-terminated name, two-element array.
+                    check(unsafe { libc::utimensat(d.fd(), n.as_ptr(), ts.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) })
+                        .map(drop)
+                })
             }
         }
     }
@@ -427,10 +478,10 @@ impl Store for DirStore {
         let n = cstr(name)?;
         match t {
             // SAFETY (both arms): the buffer pointer/length pair comes from xattr_buf.
-            Target::This(d) => xattr_buf(|p, l| unsafe { libc::fgetxattr(d.fd(), n.as_ptr(), p, l) }),
+            Target::This(d) => self.named(|| xattr_buf(|p, l| unsafe { libc::fgetxattr(d.fd(), n.as_ptr(), p, l) })),
             Target::Entry(d, e) => {
                 let path = proc_path(d.fd(), Some(e))?;
-                xattr_buf(|p, l| unsafe { libc::lgetxattr(path.as_ptr(), n.as_ptr(), p, l) })
+                self.named(|| xattr_buf(|p, l| unsafe { libc::lgetxattr(path.as_ptr(), n.as_ptr(), p, l) }))
             }
         }
     }
@@ -440,11 +491,13 @@ impl Store for DirStore {
         let (v, l) = (value.as_ptr().cast(), value.len());
         match t {
             // SAFETY: valid descriptor, name and value buffer.
-            Target::This(d) => check(unsafe { libc::fsetxattr(d.fd(), n.as_ptr(), v, l, flags) }).map(drop),
+            Target::This(d) => {
+                self.named(|| check(unsafe { libc::fsetxattr(d.fd(), n.as_ptr(), v, l, flags) }).map(drop))
+            }
             Target::Entry(d, e) => {
                 let path = proc_path(d.fd(), Some(e))?;
                 // SAFETY: valid path, name and value buffer.
-                check(unsafe { libc::lsetxattr(path.as_ptr(), n.as_ptr(), v, l, flags) }).map(drop)
+                self.named(|| check(unsafe { libc::lsetxattr(path.as_ptr(), n.as_ptr(), v, l, flags) }).map(drop))
             }
         }
     }
@@ -452,10 +505,10 @@ impl Store for DirStore {
     fn listxattr(&self, t: Target<'_, Dir>) -> io::Result<Vec<u8>> {
         match t {
             // SAFETY (both arms): the buffer pointer/length pair comes from xattr_buf.
-            Target::This(d) => xattr_buf(|p, l| unsafe { libc::flistxattr(d.fd(), p.cast(), l) }),
+            Target::This(d) => self.named(|| xattr_buf(|p, l| unsafe { libc::flistxattr(d.fd(), p.cast(), l) })),
             Target::Entry(d, e) => {
                 let path = proc_path(d.fd(), Some(e))?;
-                xattr_buf(|p, l| unsafe { libc::llistxattr(path.as_ptr(), p.cast(), l) })
+                self.named(|| xattr_buf(|p, l| unsafe { libc::llistxattr(path.as_ptr(), p.cast(), l) }))
             }
         }
     }
@@ -464,11 +517,11 @@ impl Store for DirStore {
         let n = cstr(name)?;
         match t {
             // SAFETY: valid descriptor and name.
-            Target::This(d) => check(unsafe { libc::fremovexattr(d.fd(), n.as_ptr()) }).map(drop),
+            Target::This(d) => self.named(|| check(unsafe { libc::fremovexattr(d.fd(), n.as_ptr()) }).map(drop)),
             Target::Entry(d, e) => {
                 let path = proc_path(d.fd(), Some(e))?;
                 // SAFETY: valid path and name.
-                check(unsafe { libc::lremovexattr(path.as_ptr(), n.as_ptr()) }).map(drop)
+                self.named(|| check(unsafe { libc::lremovexattr(path.as_ptr(), n.as_ptr()) }).map(drop))
             }
         }
     }
@@ -494,7 +547,7 @@ impl Store for DirStore {
 
     fn open(&self, parent: &Dir, name: &OsStr, flags: i32, mode: u32) -> io::Result<File> {
         let n = cstr(name)?;
-        Self::open_raw(parent.fd(), &n, flags | libc::O_NOFOLLOW, mode).map(File)
+        self.named(|| Self::open_raw(parent.fd(), &n, flags | libc::O_NOFOLLOW, mode).map(File))
     }
 
     fn read_at(&self, f: &File, buf: &mut [u8], off: u64) -> io::Result<usize> {

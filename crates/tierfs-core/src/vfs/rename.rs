@@ -33,11 +33,15 @@ impl<S: Store> Volume<S> {
         let mut out = Vec::new();
         for t in Tier::ALL {
             match self.tiers.dir(parent, t, false) {
-                Ok(d) => {
-                    if self.tiers.store(t).stat(crate::store::Target::Entry(&d, name)).is_ok() {
-                        out.push(t);
-                    }
-                }
+                // Only "no such name" means the tier has no copy: a copy
+                // taken for absent on another error would not move with
+                // the directory, and would come back at the next mount
+                // under the old name.
+                Ok(d) => match self.tiers.store(t).stat(crate::store::Target::Entry(&d, name)) {
+                    Ok(_) => out.push(t),
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                    Err(e) => return Err(e.into()),
+                },
                 Err(e) if e.is(libc::ENOENT) => {}
                 Err(e) => return Err(e),
             }
@@ -223,11 +227,16 @@ impl<S: Store> Volume<S> {
         // The replaced target's copies on tiers the source does not use.
         if let Some((bi, kb)) = b {
             for t in removals {
-                if let Ok(pb) = self.tiers.dir(new_parent, t, false) {
+                let r = self.tiers.dir(new_parent, t, false).and_then(|pb| {
                     let s = self.tiers.store(t);
-                    let _ = if kb == FileKind::Dir { s.rmdir(&pb, new_name) } else { s.unlink(&pb, new_name) };
+                    Ok(if kb == FileKind::Dir { s.rmdir(&pb, new_name) } else { s.unlink(&pb, new_name) }?)
+                });
+                // The rename stands (its backing renames are done); what is
+                // left is adopted again at the next mount's reconciliation.
+                if let Err(e) = r.or_else(|e| if e.is(libc::ENOENT) { Ok(()) } else { Err(e) }) {
+                    tracing::error!(ino = bi, tier = %t, name = ?new_name, error = %e,
+                        "could not remove the replaced file's copy: the next mount will show it again");
                 }
-                let _ = bi;
             }
         }
         // The namespace.
