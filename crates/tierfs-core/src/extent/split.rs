@@ -80,6 +80,13 @@ pub struct DirtyCopy {
     bytes: Option<(u64, Vec<u8>)>,
 }
 
+impl DirtyCopy {
+    /// True if storing it back writes the HDD file (it has bytes there).
+    pub fn writes_home(&self) -> bool {
+        self.bytes.is_some()
+    }
+}
+
 /// Where a test stops the mover: called at each named point; an error
 /// stops the move there, as a crash would.
 pub type CrashHook<'a> = &'a mut dyn FnMut(&'static str) -> Result<()>;

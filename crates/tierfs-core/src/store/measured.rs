@@ -360,6 +360,9 @@ impl<S: Store> Store for Measured<S> {
     fn touch(&self, f: &Self::File) -> io::Result<()> {
         self.inner.touch(f)
     }
+    fn keep_mtime(&self, f: &Self::File, mtime: super::TimeSpec) -> io::Result<()> {
+        self.inner.keep_mtime(f, mtime)
+    }
     fn raw_fd<'a>(&self, f: &'a Self::File) -> Option<BorrowedFd<'a>> {
         self.inner.raw_fd(f)
     }

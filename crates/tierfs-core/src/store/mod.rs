@@ -310,6 +310,12 @@ pub trait Store: Send + Sync + 'static {
     fn touch(&self, f: &Self::File) -> io::Result<()> {
         self.file_utimens(f, SetTime::Omit, SetTime::Now)
     }
+    /// Sets an open file's mtime back to `mtime` after tierfs wrote the
+    /// file's own bytes into it on its behalf (a split file's dirty chunks
+    /// going home). Costs nothing beyond that write's own time update.
+    fn keep_mtime(&self, f: &Self::File, mtime: TimeSpec) -> io::Result<()> {
+        self.file_utimens(f, SetTime::Omit, SetTime::At(mtime))
+    }
     /// The kernel file descriptor, where there is one (for FUSE passthrough).
     fn raw_fd<'a>(&self, f: &'a Self::File) -> Option<BorrowedFd<'a>>;
 }

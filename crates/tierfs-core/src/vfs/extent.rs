@@ -19,7 +19,7 @@ use crate::extent::split::{CrashHook, Split};
 use crate::extent::{ChunkId, ChunkSize};
 use crate::migrate::{Control, Outcome, Skip};
 use crate::state::ns::Ino;
-use crate::store::Store;
+use crate::store::{Stat, Store};
 use crate::tier::{Placement, Tier};
 use std::ffi::OsString;
 use std::sync::atomic::Ordering;
@@ -255,6 +255,10 @@ impl<S: Store> Volume<S> {
         let split = self.split_view(ino, &home, &shadow);
         let hooks = self.hooks();
         let mut reserved = 0;
+        // Dirty chunks going home write the HDD file: its times (the
+        // file's) are put back after. Writers, opens and attribute changes
+        // wait for this whole call.
+        let times = if add { None } else { self.tiers.store(Tier::Hdd).fstat(&home).ok() };
         let done = match op {
             ChunkOp::Add(index, chunk) => {
                 let chunk = self.extents.lock().chunk_size(ino).unwrap_or(chunk);
@@ -290,6 +294,10 @@ impl<S: Store> Volume<S> {
                 Outcome::Done(n * bytes)
             }
         };
+        if let Some(before) = &times {
+            // (The caller tells the kernel the attributes changed.)
+            self.keep_home_mtime(ino, &home, before);
+        }
         let split_now = self.is_split(ino);
         if let Some(o) = &oi {
             o.split.store(split_now, Ordering::Release);
@@ -419,6 +427,27 @@ impl<S: Store> Volume<S> {
         }
     }
 
+    /// Puts back the modification time the HDD file had before dirty
+    /// chunks were written back into it: tierfs reports that file's times,
+    /// the bytes are the file's own (a write already moved the time when it
+    /// landed on the SSD), and a time the user set since (`touch -d`,
+    /// `rsync -t`, `cp -p`) must stay. The caller kept every write out
+    /// since `before`, or saw none. A failure is logged: the bytes are home.
+    /// True if it set the time back.
+    fn keep_home_mtime(&self, ino: Ino, home: &S::File, before: &Stat) -> bool {
+        let hdd = self.tiers.store(Tier::Hdd);
+        let r = hdd.fstat(home).and_then(|now| {
+            if now.mtime == before.mtime {
+                return Ok(false);
+            }
+            hdd.keep_mtime(home, before.mtime).map(|()| true)
+        });
+        r.unwrap_or_else(|e| {
+            tracing::warn!(ino, error = %e, "a write-back of chunks could not keep the file's mtime");
+            false
+        })
+    }
+
     /// Writes one dirty chunk back for the scrubber of a write-back area:
     /// its SSD copy is read while the file's writers wait (a moment: one
     /// chunk from the SSD), then written to the HDD file and synced while
@@ -429,10 +458,15 @@ impl<S: Store> Volume<S> {
     /// a truncate waits for one chunk's write-back, and none can cut the
     /// file while an older copy goes to the HDD. Review finding: with the
     /// locks released, a truncate in between was undone by the write-back.
+    /// Then the HDD file's mtime is put back if nothing changed the file
+    /// meanwhile (`keep_home_mtime_after_scrub`).
     /// `Ok(None)`: the file is gone or busy, try later; `Ok(Some(clean))`
     /// otherwise.
     pub fn scrub_chunk(&self, id: ChunkId, crash: CrashHook<'_>) -> Result<Option<bool>> {
         let ino = id.ino;
+        // No chunk move, migration or other scrub of the file until its
+        // time is put back (each would read a time this one moved).
+        let Some(_only) = self.exclusive(ino) else { return Ok(None) };
         let Some((names, il)) = self.lock_names(ino, Some(SCRUB_NAMES_WAIT))? else { return Ok(None) };
         let oi = self.open_inode(ino);
         let io = oi.as_ref().map(|o| o.io.write());
@@ -450,10 +484,54 @@ impl<S: Store> Volume<S> {
         let Some(copy) = split.read_dirty(&self.extents, id.index)? else {
             return Ok(Some(self.extents.lock().get(id).is_some()));
         };
+        // What the file was before the write-back, with every change kept
+        // out: its time is put back below if nothing changed it since.
+        let before = match copy.writes_home() {
+            true => self.tiers.store(Tier::Hdd).fstat(&home).ok().map(|st| (st, self.change_gen(ino))),
+            false => None,
+        };
         // Writers and opens go on; truncates and chunk moves wait.
-        let _io = io.map(parking_lot::RwLockWriteGuard::downgrade);
-        let _il = parking_lot::RwLockWriteGuard::downgrade(il);
-        split.store_back(&self.extents, copy, crash).map(Some)
+        let io = io.map(parking_lot::RwLockWriteGuard::downgrade);
+        let il = parking_lot::RwLockWriteGuard::downgrade(il);
+        let clean = split.store_back(&self.extents, copy, crash)?;
+        drop((io, il));
+        if before.is_some_and(|b| self.keep_home_mtime_after_scrub(ino, &home, &b)) {
+            // With no lock held: the kernel may have asked meanwhile.
+            self.attrs_changed(ino);
+        }
+        Ok(Some(clean))
+    }
+
+    /// [`Volume::keep_home_mtime`] after a scrub that let writers run: with
+    /// the file's locks taken again (writes, opens, attribute changes and
+    /// migrations held), and only if nothing changed the file since
+    /// `before` (its change counter, which every change but an append
+    /// moves, and its size, which an append moves) and `home` is still its
+    /// HDD file. Otherwise a write or a time the user set since stands.
+    /// True if it set the time back.
+    fn keep_home_mtime_after_scrub(&self, ino: Ino, home: &S::File, (st, gen): &(Stat, u64)) -> bool {
+        let busy = || {
+            tracing::debug!(ino, "the file is busy: a scrub leaves its mtime moved");
+            false
+        };
+        let Ok(Some((names, _il))) = self.lock_names(ino, Some(SCRUB_NAMES_WAIT)) else { return busy() };
+        drop(names);
+        let oi = self.open_inode(ino);
+        let io = match &oi {
+            None => None,
+            Some(o) => match o.io.try_write_for(SCRUB_NAMES_WAIT) {
+                Some(g) => Some(g),
+                None => return busy(),
+            },
+        };
+        let hdd = self.tiers.store(Tier::Hdd);
+        // A home that lost its last link is no longer the file's.
+        let unchanged = self.change_gen(ino) == *gen
+            && self.ns.record(ino).ok().flatten().is_some_and(|r| r.placement == Placement::On(Tier::Hdd))
+            && hdd.fstat(home).is_ok_and(|now| now.size == st.size && now.nlink > 0);
+        let kept = unchanged && self.keep_home_mtime(ino, home, st);
+        drop(io);
+        kept
     }
 
     /// The directory stripes of `ino`'s parents, then its inode lock for

@@ -304,6 +304,68 @@ fn a_write_to_the_ssd_chunks_of_a_split_file_moves_its_mtime_and_ctime() {
     assert!(after.mtime > before.mtime, "buffered: mtime {:?} -> {:?}", before.mtime, after.mtime);
 }
 
+/// A split file's times are its HDD file's: writing its dirty chunks back
+/// into that file (a chunk dropped, the file unsplit, the write-back
+/// area's scrubber) moved its mtime again, after the user had set it
+/// (`touch -d`, `rsync -t`, `cp -p`), and `make` or a backup by mtime saw
+/// a change that was not one. Each path puts the time back; a write that
+/// runs beside a scrub's write-back still moves it.
+#[test]
+fn a_time_set_on_a_split_file_stays_when_its_dirty_chunks_are_written_back() {
+    let rig = Rig::new();
+    let (v, _, ino) = five_chunks_two_on_the_ssd(&rig);
+    // Older than anything the memory store's clock gives a write.
+    let set = TimeSpec { sec: 0, nsec: 3 };
+    let set_time = |ino| {
+        let sa = SetAttr { mtime: Some(SetTime::At(set)), ..Default::default() };
+        v.setattr(ino, None, &sa).unwrap();
+    };
+    let o = v.open(ino, libc::O_RDWR).unwrap();
+    v.write(o.fh, C + 10, b"one").unwrap();
+    v.write(o.fh, 3 * C + 10, b"three").unwrap();
+    v.release(o.fh).unwrap();
+    assert_eq!(v.split_info(ino).map(|i| i.dirty), Some(2));
+    set_time(ino);
+    assert!(matches!(v.chunk_op(ino, ChunkOp::Drop(1), &NoCrash, &mut never).unwrap(), Outcome::Done(_)));
+    assert_eq!(&home(&rig, "f")[C as usize + 10..C as usize + 13], b"one", "written back");
+    assert_eq!(v.getattr(ino).unwrap().mtime, set, "after a chunk's drop");
+    assert!(matches!(v.chunk_op(ino, ChunkOp::Unsplit, &NoCrash, &mut never).unwrap(), Outcome::Done(_)));
+    assert_eq!(&home(&rig, "f")[3 * C as usize + 10..3 * C as usize + 15], b"three", "written back");
+    assert_eq!(v.getattr(ino).unwrap().mtime, set, "after the unsplit");
+    // The scrubber of a write-back area, with the file open and closed.
+    let g = make(&v, "g", &pattern(2, 3 * C as usize));
+    v.set_hooks(Arc::new(WriteBackEverywhere));
+    let o = v.open(g, libc::O_RDWR).unwrap();
+    assert_eq!(v.write(o.fh, C, &[7; C as usize]).unwrap(), C as u32);
+    set_time(g);
+    assert_eq!(v.scrub_chunk(ChunkId::new(g, 1), &mut never).unwrap(), Some(true));
+    assert_eq!(home(&rig, "g")[C as usize], 7, "written back");
+    assert_eq!(v.getattr(g).unwrap().mtime, set, "after a scrub, open");
+    v.release(o.fh).unwrap();
+    let o = v.open(g, libc::O_RDWR).unwrap();
+    v.write(o.fh, C, &[8; 4]).unwrap();
+    v.release(o.fh).unwrap();
+    set_time(g);
+    assert_eq!(v.scrub_chunk(ChunkId::new(g, 1), &mut never).unwrap(), Some(true));
+    assert_eq!(v.getattr(g).unwrap().mtime, set, "after a scrub, closed");
+    // A write while the scrub writes the chunk home is a change: it stands.
+    let o = v.open(g, libc::O_RDWR).unwrap();
+    v.write(o.fh, C, &[9; 4]).unwrap();
+    set_time(g);
+    let (v2, fh) = (v.clone(), o.fh);
+    let mut hook = move |p: &'static str| {
+        if p == crate::extent::split::points::BACK_COPIED {
+            // Into the chunk on the SSD (a write the area takes would wait
+            // for the inode lock this thread holds).
+            v2.write(fh, C + 100, b"beside").unwrap();
+        }
+        Ok(())
+    };
+    assert_eq!(v.scrub_chunk(ChunkId::new(g, 1), &mut hook).unwrap(), Some(false), "still dirty");
+    assert!(v.getattr(g).unwrap().mtime > set, "the write beside the scrub moved the time");
+    v.release(o.fh).unwrap();
+}
+
 /// A write acknowledged to an SSD chunk survives a daemon crash without an
 /// fsync, and a power cut after an fsync; after the unclean restart the
 /// chunk is dirty and is written back when it leaves.
