@@ -157,12 +157,19 @@ type Trees = BTreeMap<TreeId, BTreeMap<Vec<u8>, Vec<u8>>>;
 pub struct MemKv {
     inner: Arc<Mutex<(Trees, Trees)>>,
     ids: Arc<AtomicU64>,
+    /// Batches still to refuse with EIO, applying nothing (a state
+    /// database on a full or failing disk).
+    refuse: Arc<AtomicU64>,
 }
 
 impl MemKv {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+    /// Refuses the next `n` batches (EIO, nothing applied).
+    pub fn refuse_batches(&self, n: u64) {
+        self.refuse.store(n, Ordering::SeqCst);
     }
     /// Forgets everything written since the last flush.
     pub fn crash(&self) {
@@ -178,6 +185,9 @@ impl Kv for MemKv {
         Ok(self.inner.lock().0.get(&tree).and_then(|t| t.get(key).cloned()))
     }
     fn apply(&self, tree: TreeId, ops: Vec<Op>) -> Result<()> {
+        if self.refuse.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+            return Err(crate::error::Error::errno(libc::EIO));
+        }
         let mut g = self.inner.lock();
         let t = g.0.entry(tree).or_default();
         for op in ops {

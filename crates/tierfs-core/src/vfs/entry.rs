@@ -137,10 +137,19 @@ impl<S: Store> Volume<S> {
             }
         }
         let (t, x) = result.ok_or_else(|| Error::errno(libc::ENOSPC))?;
-        let ino = self.ns.alloc_ino()?;
-        let mut b = self.ns.batch();
-        b.create(parent, name, ino, &InodeRecord::new(kind, Placement::On(t)));
-        self.ns.commit(b, false)?;
+        let recorded = self.ns.alloc_ino().and_then(|ino| {
+            let mut b = self.ns.batch();
+            b.create(parent, name, ino, &InodeRecord::new(kind, Placement::On(t)));
+            self.ns.commit(b, false).map(|()| ino)
+        });
+        let ino = recorded.inspect_err(|_| {
+            // The state could not record it (a full or failing disk): the
+            // made file goes again, or the next mount would adopt a name
+            // whose creation failed.
+            if let Ok(pd) = self.tiers.dir(parent, t, false) {
+                let _ = self.tiers.store(t).unlink(&pd, name);
+            }
+        })?;
         // Taken before the directory's lock goes (the hierarchy's order).
         let il = self.ilocks.get(ino).read();
         // Under the directory's stripe, as every change of its time: a
@@ -217,13 +226,18 @@ impl<S: Store> Volume<S> {
             let _ = s.rmdir(&pd, name);
             return Err(e.into());
         }
-        let ino = self.ns.alloc_ino()?;
         prec.subdirs += 1;
-        let mut b = self.ns.batch();
-        b.link(parent, name, ino, FileKind::Dir)
-            .put_record(ino, &InodeRecord::new(FileKind::Dir, Placement::On(meta)))
-            .put_record(parent, &prec);
-        self.ns.commit(b, false)?;
+        let recorded = self.ns.alloc_ino().and_then(|ino| {
+            let mut b = self.ns.batch();
+            b.link(parent, name, ino, FileKind::Dir)
+                .put_record(ino, &InodeRecord::new(FileKind::Dir, Placement::On(meta)))
+                .put_record(parent, &prec);
+            self.ns.commit(b, false).map(|()| ino)
+        });
+        // Not recorded: the made directory goes again (see `create_node`).
+        let ino = recorded.inspect_err(|_| {
+            let _ = s.rmdir(&pd, name);
+        })?;
         self.mark_verified(ino);
         let r = self.getattr(ino);
         drop(_g);
@@ -258,6 +272,13 @@ impl<S: Store> Volume<S> {
             return err(libc::EEXIST);
         }
         let mut done = Vec::new();
+        let undo = |done: &[Tier]| {
+            for &t in done {
+                if let Ok(d) = self.tiers.dir(new_parent, t, false) {
+                    let _ = self.tiers.store(t).unlink(&d, new_name);
+                }
+            }
+        };
         for &t in rec.placement.tiers() {
             let r = (|| -> Result<()> {
                 let src = self.tiers.dir(p, t, false)?;
@@ -274,18 +295,15 @@ impl<S: Store> Volume<S> {
                 Ok(())
             })();
             if let Err(e) = r {
-                for t in done {
-                    if let Ok(d) = self.tiers.dir(new_parent, t, false) {
-                        let _ = self.tiers.store(t).unlink(&d, new_name);
-                    }
-                }
+                undo(&done);
                 return Err(e);
             }
             done.push(t);
         }
         let mut b = self.ns.batch();
         b.link(new_parent, new_name, ino, rec.kind);
-        self.ns.commit(b, false)?;
+        // Not recorded: the new names go again (see `create_node`).
+        self.ns.commit(b, false).inspect_err(|_| undo(&done))?;
         drop(il);
         self.touch_dir(new_parent, rec.placement.primary());
         drop(_g);

@@ -280,7 +280,19 @@ impl<S: Store> Volume<S> {
                 batch.put_record(dir, &r);
             }
         }
-        self.ns.commit(batch, false)?;
+        if let Err(e) = self.ns.commit(batch, false) {
+            // The state could not record it (a full or failing disk): the
+            // backing renames are undone where that loses nothing. A target
+            // replaced on a tier is gone from it: then the next mount's
+            // reconciliation settles the names from what the tiers hold.
+            if b.is_none() || exchange {
+                self.undo_renames(parent, name, new_parent, new_name, &ta, done);
+            } else {
+                tracing::error!(error = %e, name = ?new_name,
+                    "a rename over a file could not be recorded; the next mount reconciles its directories");
+            }
+            return Err(e);
+        }
         // The tree has its new shape: nothing below waits while it is held.
         drop(shape);
         drop(replaced);

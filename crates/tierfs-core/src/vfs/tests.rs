@@ -1027,3 +1027,55 @@ fn an_open_before_a_passthrough_writers_close_counts_the_written_size() {
     v.release(r.fh).unwrap();
     assert_eq!(opens.0.lock().last(), Some(&(4 << 20)));
 }
+
+/// A state database that cannot write (a full or failing disk) failed a
+/// create, mkdir, symlink, link or rename after its backing object was
+/// made: the object stayed on the tier, and the next mount adopted a name
+/// whose creation had failed. Each now leaves the tiers as they were.
+#[test]
+fn a_name_the_state_cannot_record_is_not_left_on_the_tiers() {
+    let (ssd, hdd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
+    let mount = || {
+        let v = Volume::new(
+            ssd.clone(),
+            hdd.clone(),
+            Namespace::new(Arc::new(kv.clone())),
+            VolumeConfig::default(),
+            Arc::new(NoEvents),
+            Arc::new(ManualClock::new(Timestamp::from_secs(1))),
+        )
+        .unwrap();
+        v.recover().unwrap();
+        v
+    };
+    let names = |s: &MemStore| -> BTreeSet<String> {
+        let list = s.list(&s.root().unwrap()).unwrap();
+        list.into_iter().map(|e| e.name.to_string_lossy().into_owned()).filter(|n| n != ".tierfs").collect()
+    };
+    let v = mount();
+    let f = file(&v, ROOT_INO, "f", b"data");
+    let before = (names(&ssd), names(&hdd));
+    kv.refuse_batches(1);
+    assert!(v.create(&CTX, ROOT_INO, OsStr::new("new"), 0o644, 0, libc::O_RDWR).is_err(), "create");
+    kv.refuse_batches(1);
+    assert!(v.mkdir(&CTX, ROOT_INO, OsStr::new("dir"), 0o755, 0).is_err(), "mkdir");
+    kv.refuse_batches(1);
+    assert!(v.symlink(&CTX, ROOT_INO, OsStr::new("sym"), OsStr::new("f")).is_err(), "symlink");
+    kv.refuse_batches(1);
+    assert!(v.link(f, ROOT_INO, OsStr::new("l")).is_err(), "link");
+    kv.refuse_batches(1);
+    assert!(v.rename(ROOT_INO, OsStr::new("f"), ROOT_INO, OsStr::new("g"), 0).is_err(), "rename");
+    assert_eq!((names(&ssd), names(&hdd)), before, "the tiers as they were");
+    assert_eq!(read(&v, f), b"data");
+    drop(v);
+    // The next mount finds none of them, and each works now.
+    let v = mount();
+    for n in ["new", "dir", "sym", "l", "g"] {
+        assert!(v.lookup_present(ROOT_INO, OsStr::new(n)).unwrap().is_none(), "{n} came back");
+    }
+    assert_eq!(v.lookup(ROOT_INO, OsStr::new("f")).unwrap().ino, f);
+    v.create(&CTX, ROOT_INO, OsStr::new("new"), 0o644, 0, libc::O_RDWR).unwrap();
+    v.mkdir(&CTX, ROOT_INO, OsStr::new("dir"), 0o755, 0).unwrap();
+    v.link(f, ROOT_INO, OsStr::new("l")).unwrap();
+    v.rename(ROOT_INO, OsStr::new("f"), ROOT_INO, OsStr::new("g"), 0).unwrap();
+}
