@@ -146,8 +146,9 @@ impl<S: Store> Volume<S> {
             // The state could not record it (a full or failing disk): the
             // made file goes again, or the next mount would adopt a name
             // whose creation failed.
-            if let Ok(pd) = self.tiers.dir(parent, t, false) {
-                let _ = self.tiers.store(t).unlink(&pd, name);
+            let r = self.tiers.dir(parent, t, false).and_then(|pd| Ok(self.tiers.store(t).unlink(&pd, name)?));
+            if let Err(e) = r {
+                tracing::warn!(tier = %t, name = ?name, error = %e, "a name the state could not record stays on the tier");
             }
         })?;
         // Taken before the directory's lock goes (the hierarchy's order).

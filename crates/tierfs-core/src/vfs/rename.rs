@@ -282,14 +282,14 @@ impl<S: Store> Volume<S> {
         }
         if let Err(e) = self.ns.commit(batch, false) {
             // The state could not record it (a full or failing disk): the
-            // backing renames are undone where that loses nothing. A target
-            // replaced on a tier is gone from it: then the next mount's
-            // reconciliation settles the names from what the tiers hold.
-            if b.is_none() || exchange {
-                self.undo_renames(parent, name, new_parent, new_name, &ta, done);
-            } else {
+            // backing renames are undone, so the source keeps its name and
+            // its data. A target the rename replaced is gone from the
+            // tiers either way (its name then finds no copy, as after a
+            // removal past tierfs); said in the log.
+            self.undo_renames(parent, name, new_parent, new_name, &ta, done);
+            if b.is_some() && !exchange {
                 tracing::error!(error = %e, name = ?new_name,
-                    "a rename over a file could not be recorded; the next mount reconciles its directories");
+                    "a rename could not be recorded and was undone; what it replaced is lost");
             }
             return Err(e);
         }

@@ -1055,18 +1055,29 @@ fn a_name_the_state_cannot_record_is_not_left_on_the_tiers() {
     let v = mount();
     let f = file(&v, ROOT_INO, "f", b"data");
     let before = (names(&ssd), names(&hdd));
+    // Each refused commit is the one of the operation under test.
+    let refused = |what: &str, r: Result<()>| {
+        assert!(r.as_ref().is_err_and(|e| e.is(libc::EIO)), "{what}: {r:?}");
+        kv.refuse_batches(0);
+    };
     kv.refuse_batches(1);
-    assert!(v.create(&CTX, ROOT_INO, OsStr::new("new"), 0o644, 0, libc::O_RDWR).is_err(), "create");
+    refused("create", v.create(&CTX, ROOT_INO, OsStr::new("new"), 0o644, 0, libc::O_RDWR).map(drop));
     kv.refuse_batches(1);
-    assert!(v.mkdir(&CTX, ROOT_INO, OsStr::new("dir"), 0o755, 0).is_err(), "mkdir");
+    refused("mkdir", v.mkdir(&CTX, ROOT_INO, OsStr::new("dir"), 0o755, 0).map(drop));
     kv.refuse_batches(1);
-    assert!(v.symlink(&CTX, ROOT_INO, OsStr::new("sym"), OsStr::new("f")).is_err(), "symlink");
+    refused("symlink", v.symlink(&CTX, ROOT_INO, OsStr::new("sym"), OsStr::new("f")).map(drop));
     kv.refuse_batches(1);
-    assert!(v.link(f, ROOT_INO, OsStr::new("l")).is_err(), "link");
+    refused("link", v.link(f, ROOT_INO, OsStr::new("l")).map(drop));
     kv.refuse_batches(1);
-    assert!(v.rename(ROOT_INO, OsStr::new("f"), ROOT_INO, OsStr::new("g"), 0).is_err(), "rename");
+    refused("rename", v.rename(ROOT_INO, OsStr::new("f"), ROOT_INO, OsStr::new("g"), 0));
     assert_eq!((names(&ssd), names(&hdd)), before, "the tiers as they were");
     assert_eq!(read(&v, f), b"data");
+    // A rename over another file: the source keeps its name and data.
+    file(&v, ROOT_INO, "h", b"other");
+    kv.refuse_batches(1);
+    refused("rename over", v.rename(ROOT_INO, OsStr::new("f"), ROOT_INO, OsStr::new("h"), 0));
+    assert_eq!(read(&v, f), b"data", "the source after a rename over that was undone");
+    assert_eq!(v.lookup(ROOT_INO, OsStr::new("f")).unwrap().ino, f);
     drop(v);
     // The next mount finds none of them, and each works now.
     let v = mount();
@@ -1074,8 +1085,10 @@ fn a_name_the_state_cannot_record_is_not_left_on_the_tiers() {
         assert!(v.lookup_present(ROOT_INO, OsStr::new(n)).unwrap().is_none(), "{n} came back");
     }
     assert_eq!(v.lookup(ROOT_INO, OsStr::new("f")).unwrap().ino, f);
+    assert_eq!(read(&v, f), b"data");
     v.create(&CTX, ROOT_INO, OsStr::new("new"), 0o644, 0, libc::O_RDWR).unwrap();
     v.mkdir(&CTX, ROOT_INO, OsStr::new("dir"), 0o755, 0).unwrap();
+    v.symlink(&CTX, ROOT_INO, OsStr::new("sym"), OsStr::new("f")).unwrap();
     v.link(f, ROOT_INO, OsStr::new("l")).unwrap();
     v.rename(ROOT_INO, OsStr::new("f"), ROOT_INO, OsStr::new("g"), 0).unwrap();
 }
