@@ -23,11 +23,12 @@ pub struct DirStore {
     /// and exclusively by the rename of a directory: GlusterFS answers
     /// ENOENT or ESTALE to an unlink, create or stat below a directory, and
     /// ESTALE to a stat or utimens of a directory below it, while that
-    /// directory is being renamed, even though the name is there (in 20 s of renames of
-    /// a directory, 674 of 3 100 unlinks through a descriptor of a directory
-    /// below it failed so, and 310 of those files were still there), and a
-    /// caller that takes ENOENT for "already gone" leaves the name behind.
-    /// Local file systems lock this themselves; there it is not taken.
+    /// directory is being renamed, even though the name is there (in 20 s
+    /// of renames of a directory, 674 of 3 100 unlinks through a descriptor
+    /// of a directory below it failed so, and 310 of those files were still
+    /// there), and a caller that takes ENOENT for "already gone" leaves the
+    /// name behind. Local file systems lock this themselves; there it is
+    /// not taken.
     renaming: parking_lot::RwLock<()>,
 }
 
@@ -237,7 +238,8 @@ impl DirStore {
     }
 
     /// Runs `f`, an operation through a directory (of a name in it or of
-    /// the directory itself), while no directory is being renamed (see [`DirStore::renaming`]).
+    /// the directory itself), while no directory is being renamed (see
+    /// [`DirStore::renaming`]).
     fn named<T>(&self, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
         let _g = (!self.local).then(|| self.renaming.read());
         f()
