@@ -267,3 +267,67 @@ fn the_demo_promotes_the_small_files_it_reads_and_unmounts() {
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
     assert!(!mounts.contains(dir.join("mnt").to_str().unwrap()), "the demo unmounts");
 }
+
+/// Hystor's data mover works in idle times (§5.4.2): while requests come
+/// fast, promotions start at most `--busy-moves` a second, a pin goes at
+/// once, and once the load stops the rest follow.
+#[test]
+fn moves_are_spaced_while_the_mount_is_busy_and_follow_once_it_is_idle() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let area = Area::new();
+    let ssd = LoopFs::new(&area, "ssdfs", 32);
+    // No kernel caching: each stat of the load is a request.
+    let m = mount(&area, &ssd.dir, &["--policy", "dynamic-hot-dst", "--busy-moves", "2", "--cache-timeout", "0"]);
+    let names: Vec<String> = (0..30).map(|i| format!("f{i}")).collect();
+    for n in &names {
+        fs::write(m.p(n), vec![7u8; 4096]).unwrap();
+    }
+    fs::write(m.p("pinned"), b"p").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let (stop, p) = (stop.clone(), m.p("absent"));
+        std::thread::spawn(move || {
+            let (mut n, t) = (0u64, Instant::now());
+            while !stop.load(Ordering::Relaxed) {
+                let _ = fs::symlink_metadata(&p);
+                n += 1;
+            }
+            n as f64 / t.elapsed().as_secs_f64()
+        })
+    };
+    // The engine measures the rate every tick (100 ms).
+    std::thread::sleep(Duration::from_millis(400));
+    let t0 = Instant::now();
+    for n in &names {
+        read_n(&m.p(n), 3);
+    }
+    let ok = std::process::Command::new("setfattr")
+        .args(["-n", "user.tierfs.pin", "-v", "ssd"])
+        .arg(m.p("pinned"))
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let pinned = wait_for(5, || on(&ssd.dir, "pinned"));
+    std::thread::sleep(Duration::from_secs(2));
+    let promoted = names.iter().filter(|n| on(&ssd.dir, n)).count();
+    let secs = t0.elapsed().as_secs_f64();
+    let busy = status(&m)["migrations"]["busy"].clone();
+    stop.store(true, Ordering::Relaxed);
+    let rate = load.join().unwrap();
+    assert!(rate >= 2000.0, "the load made only {rate:.0} requests a second: too few to test the gate");
+    assert!(pinned, "a pin is the user's and goes at once under load");
+    assert_eq!(busy, true, "tierfs stats says the mount is busy");
+    assert!(
+        promoted as f64 <= 2.0 * secs + 3.0,
+        "{promoted} of 30 files promoted in {secs:.1} s under load, at 2 moves a second"
+    );
+    assert!(promoted >= 1, "moves are spaced under load, not stopped");
+    assert!(wait_for(15, || names.iter().all(|n| on(&ssd.dir, n))), "the rest follow once the mount is idle");
+    assert_eq!(status(&m)["migrations"]["busy"], false);
+    for n in &names {
+        assert_eq!(fs::read(m.p(n)).unwrap(), vec![7u8; 4096]);
+    }
+    m.unmount();
+}

@@ -606,8 +606,10 @@ impl Runner<'_> {
         cmd.arg("mount").args([&ssd, &hdd, &mnt]).arg("--daemon").args(["--io-mode", "userspace", "--emulate", &spec]);
         // The papers' architectures clean only when a write or a migration
         // needs room (the background cleaner variant by its own rule): no
-        // headroom kept by watermarks.
+        // headroom kept by watermarks; and they move when they decide, busy
+        // or not (no busy gate).
         cmd.args(["--policy", &arch.policy, "--migrate-rate", "0", "--threads", "4", "--watermarks", "100,100"])
+            .args(["--busy-moves", "0"])
             .arg("--state-dir")
             .arg(&state);
         if let Some(i) = &arch.interval {

@@ -361,6 +361,12 @@ pub struct MountArgs {
     /// Most bytes per second background migrations copy (0: unlimited).
     #[arg(long, default_value = "64M", value_name = "SIZE")]
     pub migrate_rate: String,
+    /// Background moves per second while the mount is busy (1 000
+    /// requests a second or more): as Hystor's data mover, tierfs
+    /// reorganizes in idle times and holds moves back under load (0: no
+    /// limit). Pins and evictions are never held back.
+    #[arg(long, default_value = "10", value_name = "MOVES")]
+    pub busy_moves: f64,
     /// SSD watermarks, percent of the capacity: once usage passes HIGH the
     /// cleaner evicts the coldest files ahead of writers, down to LOW
     /// (100,100: only when a write or a migration waits for room, as the

@@ -184,6 +184,12 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
             .map(|s| parse_size(s).map_err(|e| anyhow::anyhow!("--ssd-capacity: {e}")))
             .transpose()?,
         migrate_rate: parse_size(&a.migrate_rate).map_err(|e| anyhow::anyhow!("--migrate-rate: {e}"))?,
+        busy_moves: {
+            if !(a.busy_moves == 0.0 || (0.001..=1_000_000.0).contains(&a.busy_moves)) {
+                bail!("--busy-moves must be 0 (no limit) or from 0.001 to 1000000 moves per second");
+            }
+            a.busy_moves
+        },
         watermarks: parse_watermarks(&a.watermarks).map_err(|e| anyhow::anyhow!("--watermarks: {e}"))?,
         emulate,
         threads,

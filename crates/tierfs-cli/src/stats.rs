@@ -141,6 +141,9 @@ fn render_status(r: &StatusReport) -> String {
         m.queued,
         m.failed
     );
+    if m.busy {
+        o += "  the mount is busy: background moves are held back (--busy-moves)\n";
+    }
     if !m.by_reason.is_empty() {
         let why: Vec<String> = m
             .by_reason

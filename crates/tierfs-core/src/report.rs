@@ -430,6 +430,10 @@ pub struct MigrationReport {
     /// `bytes_moved` is in `by_reason`).
     #[serde(default)]
     pub chunk_bytes: u64,
+    /// The mount is busy (at least 1 000 requests a second): background
+    /// moves are spaced to `--busy-moves` a second.
+    #[serde(default)]
+    pub busy: bool,
 }
 
 /// Moves of one kind for one reason.

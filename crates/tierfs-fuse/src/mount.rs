@@ -57,6 +57,9 @@ pub struct MountConfig {
     pub ssd_capacity: Option<u64>,
     /// Migration rate, bytes per second (0: unlimited).
     pub migrate_rate: u64,
+    /// Background moves a second while the mount is busy (see
+    /// `EngineConfig::busy_moves`; 0: no limit).
+    pub busy_moves: f64,
     /// SSD watermarks in percent (see `EngineConfig::watermarks`).
     pub watermarks: (u8, u8),
     /// Device models for the two tiers (SSD, HDD) and the RAM cache size.
@@ -280,6 +283,7 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
         params: cfg.params,
         ssd_capacity: cfg.ssd_capacity,
         migrate_rate: cfg.migrate_rate,
+        busy_moves: cfg.busy_moves,
         watermarks: cfg.watermarks,
         placement: cfg.placement,
         audit_space: recovery.changed(),

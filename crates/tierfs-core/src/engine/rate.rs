@@ -1,4 +1,5 @@
-//! A token bucket for the migration rate. Pure: the time comes in, the
+//! The migrator's pacing: a token bucket for the migration rate, the
+//! tokens of `measured`, and the busy gate. Pure: the time comes in, the
 //! wait goes out; the caller sleeps.
 
 use crate::clock::Timestamp;
@@ -73,6 +74,80 @@ impl Tokens {
     }
 }
 
+/// The shortest span a busy gate measures the request rate over: shorter
+/// spans (an engine tick that came early) are added to the next one.
+pub const BUSY_SPAN: Duration = Duration::from_millis(50);
+
+/// Hystor's data mover reorganizes the layout "during idle periods" so
+/// that it does not get in the way of the foreground jobs (§5.4.2). The
+/// gate knows whether the mount is busy (at least `busy_rate` requests a
+/// second over the last span it was told of) and, while it is, lets a
+/// background move start at most `moves` times a second; while idle it
+/// lets every move go. Pure: the time and the count of requests served
+/// come in.
+#[derive(Clone, Debug)]
+pub struct BusyGate {
+    busy_rate: f64,
+    /// Between two starts while busy; `None`: no limit.
+    interval: Option<Duration>,
+    /// The last sample kept: its time and the count of requests then.
+    sample: Option<(Timestamp, u64)>,
+    busy: bool,
+    last_start: Option<Timestamp>,
+}
+
+impl BusyGate {
+    /// A gate that calls the mount busy from `busy_rate` requests a
+    /// second and then lets `moves` moves a second start (0: no limit,
+    /// the gate is open).
+    pub fn new(busy_rate: f64, moves: f64) -> Self {
+        // A rate too small for a Duration is as good as none at all.
+        let interval = (moves > 0.0).then(|| Duration::try_from_secs_f64(1.0 / moves).unwrap_or(Duration::MAX));
+        BusyGate { busy_rate, interval, sample: None, busy: false, last_start: None }
+    }
+
+    /// Takes the count of requests served so far, at `now`: the rate since
+    /// the last sample (at least [`BUSY_SPAN`] ago) decides whether the
+    /// mount is busy. A count that went back (a new volume) or a clock that
+    /// stepped back starts the measurement again.
+    pub fn sample(&mut self, now: Timestamp, served: u64) {
+        if let Some((t, n)) = self.sample {
+            if now >= t && served >= n {
+                let span = now.since(t);
+                if span < BUSY_SPAN {
+                    return;
+                }
+                self.busy = (served - n) as f64 / span.as_secs_f64() >= self.busy_rate;
+            }
+        }
+        self.sample = Some((now, served));
+    }
+
+    /// True if the last rate measured was a busy one.
+    pub fn busy(&self) -> bool {
+        self.busy
+    }
+
+    /// How long a background move must wait at `now` before it may start
+    /// (zero: at once). A clock that stepped back behind the last start
+    /// makes it wait one interval from now.
+    pub fn wait(&mut self, now: Timestamp) -> Duration {
+        let (true, Some(iv), Some(last)) = (self.busy, self.interval, self.last_start) else {
+            return Duration::ZERO;
+        };
+        if now < last {
+            self.last_start = Some(now);
+            return iv;
+        }
+        iv.saturating_sub(now.since(last))
+    }
+
+    /// A background move started at `now`.
+    pub fn started(&mut self, now: Timestamp) {
+        self.last_start = Some(now);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,5 +190,64 @@ mod tests {
     fn zero_rate_is_unlimited() {
         let mut r = RateLimiter::new(0, 0);
         assert_eq!(r.take(Timestamp::from_secs(1), u64::MAX), Duration::ZERO);
+    }
+
+    /// Asks the gate as the migrator does: a move starts if it need not wait.
+    fn start(g: &mut BusyGate, now: Timestamp) -> Duration {
+        let wait = g.wait(now);
+        if wait.is_zero() {
+            g.started(now);
+        }
+        wait
+    }
+
+    #[test]
+    fn the_busy_gate_spaces_moves_only_while_requests_come_fast() {
+        let mut g = BusyGate::new(1000.0, 10.0);
+        let t0 = Timestamp::from_secs(50);
+        let ms = |n: u64| t0.plus(Duration::from_millis(n));
+        g.sample(t0, 0);
+        assert!(!g.busy(), "one sample measures nothing");
+        // Idle: every move may start at once.
+        for _ in 0..5 {
+            assert_eq!(start(&mut g, t0), Duration::ZERO);
+        }
+        // 200 requests in 100 ms: 2 000 a second, busy.
+        g.sample(ms(100), 200);
+        assert!(g.busy());
+        assert_eq!(start(&mut g, ms(100)), Duration::ZERO, "the last start was 100 ms ago");
+        assert_eq!(start(&mut g, ms(130)), Duration::from_millis(70));
+        assert_eq!(start(&mut g, ms(199)), Duration::from_millis(1));
+        assert_eq!(start(&mut g, ms(200)), Duration::ZERO);
+        // A span shorter than BUSY_SPAN is added to the next.
+        g.sample(ms(120), 200);
+        assert!(g.busy());
+        // 25 requests in the 100 ms since the kept sample: 250 a second,
+        // idle again.
+        g.sample(ms(200), 225);
+        assert!(!g.busy());
+        assert_eq!(start(&mut g, ms(201)), Duration::ZERO);
+        assert_eq!(start(&mut g, ms(201)), Duration::ZERO, "no spacing while idle");
+        // A count that went back (a new volume) only starts over.
+        g.sample(ms(300), 10);
+        assert!(!g.busy());
+        g.sample(ms(400), 1_000_000);
+        assert!(g.busy());
+        // A clock that stepped back waits one interval at most.
+        assert_eq!(start(&mut g, ms(400)), Duration::ZERO);
+        assert_eq!(start(&mut g, ms(10)), Duration::from_millis(100));
+        assert_eq!(start(&mut g, ms(110)), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_busy_gate_without_a_move_limit_is_open() {
+        let mut g = BusyGate::new(1.0, 0.0);
+        let t0 = Timestamp::from_secs(5);
+        g.sample(t0, 0);
+        g.sample(t0.plus(Duration::from_secs(1)), 1_000);
+        assert!(g.busy());
+        for _ in 0..3 {
+            assert_eq!(start(&mut g, t0.plus(Duration::from_secs(1))), Duration::ZERO);
+        }
     }
 }

@@ -354,6 +354,9 @@ pub struct Volume<S: Store> {
     /// The key of this mount's listing offsets (`vfs::dir`).
     listing_key: std::hash::RandomState,
     next_fh: AtomicU64,
+    /// Requests the kernel sent ([`Volume::note_request`]): how busy the
+    /// mount is, for the migrator's busy gate.
+    requests: AtomicU64,
     io_mode: std::sync::atomic::AtomicBool,
     events: Arc<dyn EventSink>,
     hooks: RwLock<Arc<dyn Hooks>>,
@@ -444,6 +447,7 @@ impl<S: Store> Volume<S> {
             snapshots: Mutex::new(dir::KeptSnapshots::default()),
             listing_key: std::hash::RandomState::new(),
             next_fh: AtomicU64::new(1),
+            requests: AtomicU64::new(0),
             events,
             hooks: RwLock::new(Arc::new(NoHooks)),
             kernel: RwLock::new(None),
@@ -552,6 +556,17 @@ impl<S: Store> Volume<S> {
     pub(crate) fn emit(&self, ino: Ino, kind: EventKind) {
         tracing::trace!(ino, ?kind, "event");
         self.events.record(Event { ino, time: self.clock.now(), kind });
+    }
+
+    /// Counts a request from the kernel (the FUSE layer calls this once per
+    /// request it handles; the simulator, which has no kernel, never does).
+    pub fn note_request(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests counted by [`Volume::note_request`] so far.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
     }
 
     pub(crate) fn new_fh(&self) -> u64 {
