@@ -198,9 +198,9 @@ pub struct EngineConfig {
 pub const BUSY_REQUESTS: f64 = 1000.0;
 
 /// The default of [`EngineConfig::busy_moves`]: with it postmark through
-/// the default mount promoted some 45 files instead of some 2 100, and the
-/// statistics (those promotions' syncs) cost it about 4 % instead of 12 %;
-/// 2 measured no cheaper (`benches/results/io-2026-11-28-busy.md`).
+/// the default mount promoted some 40 files instead of some 2 200, and the
+/// statistics (those promotions' syncs) cost it 3 to 4 % instead of 12 to
+/// 19 %; 2 measured no cheaper (`benches/results/io-2026-11-28-busy.md`).
 pub const DEFAULT_BUSY_MOVES: f64 = 10.0;
 
 /// `measured`'s default token rate: one move a second per directory, a
@@ -414,6 +414,19 @@ pub struct Engine<S: Store> {
 
 /// Notes kept for `tierfs stats --file` (the latest decision per file).
 const MAX_NOTES: usize = 100_000;
+
+/// What [`Engine::execute`] came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ran {
+    /// The move was done.
+    Done,
+    /// Not done, after copying or failing on the way: it cost about as
+    /// much as a move.
+    Tried,
+    /// Not done and nothing copied (the file gone, already there, deferred
+    /// to its last close, diverted by the regulator, no room).
+    Nothing,
+}
 
 /// True if the busy gate spaces this move: every background move but a
 /// pin's (the user asked for it) and an eviction (it makes room, for a
@@ -1071,7 +1084,9 @@ impl<S: Store> Engine<S> {
                             q.items.iter().position(|s| !gated(s)).and_then(|i| q.items.remove(i))
                         };
                         if let Some(s) = next {
-                            chunk_turn = busy && gated(&s);
+                            if gated(&s) {
+                                chunk_turn = busy;
+                            }
                             break Some(s);
                         }
                         drop(q);
@@ -1102,9 +1117,9 @@ impl<S: Store> Engine<S> {
             let Some(step) = step else { continue };
             self.doing("migrator", format!("{:?} of inode {} ({})", step.mv, step.ino, step.reason));
             let spaced = gated(&step);
-            // Only a move that was done counts against the gate: a file
-            // removed while its move waited costs nothing.
-            if self.execute(step, &Pacer(self), true) && spaced {
+            // A move that copied counts against the gate, done or not; one
+            // that found its file removed while it waited costs nothing.
+            if self.execute(step, &Pacer(self), true) != Ran::Nothing && spaced {
                 self.gate.lock().started(self.clock.now());
             }
             self.moves.lock().busy.remove(&step.ino);
@@ -1114,13 +1129,13 @@ impl<S: Store> Engine<S> {
 
     /// Carries out one move and records its outcome. With `may_wait`, a
     /// move to the SSD that finds no room waits for the cleaner once.
-    fn execute(&self, step: Step, ctl: &dyn Control, may_wait: bool) -> bool {
+    fn execute(&self, step: Step, ctl: &dyn Control, may_wait: bool) -> Ran {
         let admitted = match step.mv {
             Move::Promote | Move::Copy => match self.admit_ssd_at(step.size) {
                 Some(t) => Some(t),
                 None => {
                     self.diverted_note(step.ino, &format!("{:?}", step.mv));
-                    return false;
+                    return Ran::Nothing;
                 }
             },
             Move::Demote | Move::DropCopy => None,
@@ -1134,6 +1149,14 @@ impl<S: Store> Engine<S> {
             // Admitted, not written: the room goes back to the budget.
             self.regulator.lock().release(at, step.size);
         }
+        // Not done, but after copying (a file that kept changing, a name
+        // found in the way after the copy, an error on the way).
+        let tried = match &r {
+            Ok(Outcome::Skipped(Skip::Busy | Skip::Obstructed)) => true,
+            Err(Error::Cancelled) | Ok(_) => false,
+            Err(_) => true,
+        };
+        let not_done = if tried { Ran::Tried } else { Ran::Nothing };
         match r {
             Ok(Outcome::Done(bytes)) => {
                 self.execute_done(step, bytes);
@@ -1142,12 +1165,12 @@ impl<S: Store> Engine<S> {
                     self.counters.evictions.fetch_add(1, Ordering::Relaxed);
                     self.planner.lock().done(&step, counter);
                 }
-                true
+                Ran::Done
             }
             Ok(Outcome::Skipped(Skip::Deferred)) => {
                 self.deferred.lock().insert(step.ino, step);
                 self.note(step.ino, format!("{:?} deferred until the last passthrough handle closes", step.mv));
-                false
+                not_done
             }
             // Found after the whole copy, and lasting until someone
             // clears the name: it rests like a failure, or a policy would
@@ -1161,19 +1184,19 @@ impl<S: Store> Engine<S> {
                         step.mv
                     ),
                 );
-                false
+                not_done
             }
             Ok(Outcome::Skipped(why)) => {
                 self.note(step.ino, format!("{:?} not done: {why:?}", step.mv));
-                false
+                not_done
             }
-            Err(Error::Cancelled) => false,
+            Err(Error::Cancelled) => not_done,
             Err(e) => {
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
                 let wait = self.move_failed(step.ino);
                 tracing::warn!(ino = step.ino, mv = ?step.mv, error = %e, retry_after = ?wait, "migration failed");
                 self.note(step.ino, format!("{:?} failed: {e}; the policies pass it over for {wait:?}", step.mv));
-                false
+                not_done
             }
         }
     }
@@ -1299,7 +1322,7 @@ impl<S: Store> Engine<S> {
                 continue;
             }
             self.doing("cleaner", format!("evicting inode {} ({} bytes)", s.ino, s.size));
-            if self.execute(s, &Bounded(self, Duration::from_millis(50)), false) {
+            if self.execute(s, &Bounded(self, Duration::from_millis(50)), false) == Ran::Done {
                 freed += s.size;
                 self.planner.lock().cleaned(s.size);
                 // Waiters may have room already.
@@ -1602,7 +1625,7 @@ impl<S: Store> Engine<S> {
             diverted: c.diverted.load(Ordering::Relaxed),
             by_reason: c.by_reason(),
             chunk_bytes: c.chunk_bytes.load(Ordering::Relaxed),
-            busy: self.cfg.busy_moves > 0.0 && self.gate.lock().busy(),
+            busy: self.gate.lock().busy(),
         };
         let io_mode = self.vol.io_mode();
         // The clock first: nothing is taken while `history` is held.

@@ -78,13 +78,20 @@ impl Tokens {
 /// spans (an engine tick that came early) are added to the next one.
 pub const BUSY_SPAN: Duration = Duration::from_millis(50);
 
+/// How long the request rate must stay under the busy rate before a busy
+/// mount is idle again: a workload's short pauses (a client between two
+/// steps, a request thread held up for a tick) do not let the queued moves
+/// out in a burst.
+pub const IDLE_AFTER: Duration = Duration::from_millis(500);
+
 /// Hystor's data mover reorganizes the layout "during idle periods" so
 /// that it does not get in the way of the foreground jobs (§5.4.2). The
 /// gate knows whether the mount is busy (at least `busy_rate` requests a
-/// second over the last span it was told of) and, while it is, lets a
-/// background move start at most `moves` times a second; while idle it
-/// lets every move go. Pure: the time and the count of requests served
-/// come in.
+/// second over a span it was told of, until the rate stayed under that for
+/// [`IDLE_AFTER`]) and, while it is, lets a background move start only
+/// `1 / moves` seconds after the last one that cost something ended;
+/// while idle it lets every move go. Pure: the time and the count of
+/// requests served come in.
 #[derive(Clone, Debug)]
 pub struct BusyGate {
     busy_rate: f64,
@@ -93,6 +100,8 @@ pub struct BusyGate {
     /// The last sample kept: its time and the count of requests then.
     sample: Option<(Timestamp, u64)>,
     busy: bool,
+    /// While busy: since when the rate has stayed under the busy rate.
+    idle_since: Option<Timestamp>,
     last_start: Option<Timestamp>,
 }
 
@@ -103,7 +112,7 @@ impl BusyGate {
     pub fn new(busy_rate: f64, moves: f64) -> Self {
         // A rate too small for a Duration is as good as none at all.
         let interval = (moves > 0.0).then(|| Duration::try_from_secs_f64(1.0 / moves).unwrap_or(Duration::MAX));
-        BusyGate { busy_rate, interval, sample: None, busy: false, last_start: None }
+        BusyGate { busy_rate, interval, sample: None, busy: false, idle_since: None, last_start: None }
     }
 
     /// Takes the count of requests served so far, at `now`: the rate since
@@ -117,15 +126,25 @@ impl BusyGate {
                 if span < BUSY_SPAN {
                     return;
                 }
-                self.busy = (served - n) as f64 / span.as_secs_f64() >= self.busy_rate;
+                if (served - n) as f64 / span.as_secs_f64() >= self.busy_rate {
+                    self.busy = true;
+                    self.idle_since = None;
+                } else if self.busy {
+                    let since = *self.idle_since.get_or_insert(t);
+                    if now.since(since) >= IDLE_AFTER {
+                        self.busy = false;
+                        self.idle_since = None;
+                    }
+                }
             }
         }
         self.sample = Some((now, served));
     }
 
-    /// True if the last rate measured was a busy one.
+    /// True if the mount is busy and moves are held back (never for a
+    /// gate without a move limit).
     pub fn busy(&self) -> bool {
-        self.busy
+        self.busy && self.interval.is_some()
     }
 
     /// How long a background move must wait at `now` before it may start
@@ -142,7 +161,8 @@ impl BusyGate {
         iv.saturating_sub(now.since(last))
     }
 
-    /// A background move started at `now`.
+    /// A background move that cost something (its copy, its syncs) ended
+    /// at `now`: the next one waits from here.
     pub fn started(&mut self, now: Timestamp) {
         self.last_start = Some(now);
     }
@@ -222,19 +242,27 @@ mod tests {
         // A span shorter than BUSY_SPAN is added to the next.
         g.sample(ms(120), 200);
         assert!(g.busy());
-        // 25 requests in the 100 ms since the kept sample: 250 a second,
-        // idle again.
+        // 25 requests in the 100 ms since the kept sample: 250 a second.
+        // Busy still: the rate must stay low for IDLE_AFTER, from 100 ms.
         g.sample(ms(200), 225);
-        assert!(!g.busy());
-        assert_eq!(start(&mut g, ms(201)), Duration::ZERO);
-        assert_eq!(start(&mut g, ms(201)), Duration::ZERO, "no spacing while idle");
+        assert!(g.busy());
+        g.sample(ms(400), 250);
+        assert!(g.busy());
+        // A busy span in between starts the idle time again.
+        g.sample(ms(500), 1_000);
+        g.sample(ms(900), 1_010);
+        assert!(g.busy(), "idle for 400 ms only");
+        g.sample(ms(1000), 1_020);
+        assert!(!g.busy(), "idle for 500 ms");
+        assert_eq!(start(&mut g, ms(1001)), Duration::ZERO);
+        assert_eq!(start(&mut g, ms(1001)), Duration::ZERO, "no spacing while idle");
         // A count that went back (a new volume) only starts over.
-        g.sample(ms(300), 10);
+        g.sample(ms(1100), 10);
         assert!(!g.busy());
-        g.sample(ms(400), 1_000_000);
+        g.sample(ms(1200), 1_000_000);
         assert!(g.busy());
         // A clock that stepped back waits one interval at most.
-        assert_eq!(start(&mut g, ms(400)), Duration::ZERO);
+        assert_eq!(start(&mut g, ms(1200)), Duration::ZERO);
         assert_eq!(start(&mut g, ms(10)), Duration::from_millis(100));
         assert_eq!(start(&mut g, ms(110)), Duration::ZERO);
     }
@@ -245,7 +273,7 @@ mod tests {
         let t0 = Timestamp::from_secs(5);
         g.sample(t0, 0);
         g.sample(t0.plus(Duration::from_secs(1)), 1_000);
-        assert!(g.busy());
+        assert!(!g.busy(), "nothing is held back");
         for _ in 0..3 {
             assert_eq!(start(&mut g, t0.plus(Duration::from_secs(1))), Duration::ZERO);
         }

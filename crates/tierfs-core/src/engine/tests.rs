@@ -587,7 +587,11 @@ fn a_file_whose_move_failed_rests_before_a_policy_moves_it_again() {
         q.items.retain(|s| s.ino != f);
         q.busy.remove(&f);
     };
-    assert!(!r.engine.execute(promote, &crate::migrate::NoCrash, false), "the SSD refuses user.note");
+    assert_ne!(
+        r.engine.execute(promote, &crate::migrate::NoCrash, false),
+        super::Ran::Done,
+        "the SSD refuses user.note"
+    );
     assert_eq!(r.engine.counters.failed.load(Ordering::Relaxed), 1);
     assert_eq!(r.vol.record(f).unwrap().placement, crate::tier::Placement::On(Tier::Hdd));
     // Read while it rests: planned by nobody.
@@ -610,7 +614,7 @@ fn a_file_whose_move_failed_rests_before_a_policy_moves_it_again() {
     assert!(queued(&r), "a read after the rest plans the promotion again");
     take(&r);
     // A second failure in a row: twice the rest.
-    assert!(!r.engine.execute(promote, &crate::migrate::NoCrash, false));
+    assert_ne!(r.engine.execute(promote, &crate::migrate::NoCrash, false), super::Ran::Done);
     assert_eq!(move_retry(2), 2 * MOVE_RETRY);
     r.clock.advance(2 * MOVE_RETRY - Duration::from_secs(1));
     assert!(r.engine.move_failed_lately(f), "rests twice as long after its second failure");
@@ -619,7 +623,7 @@ fn a_file_whose_move_failed_rests_before_a_policy_moves_it_again() {
     // Once the SSD can hold the attribute the move succeeds and the
     // failures are forgotten.
     r.ssd.set_features(Features::ALL);
-    assert!(r.engine.execute(promote, &crate::migrate::NoCrash, false));
+    assert_eq!(r.engine.execute(promote, &crate::migrate::NoCrash, false), super::Ran::Done);
     assert_eq!(r.vol.record(f).unwrap().placement, crate::tier::Placement::On(Tier::Ssd));
     assert_eq!(r.vol.getxattr_stored(f, OsStr::new("user.note")).unwrap(), b"kept");
     assert!(r.engine.failed_moves.lock().is_empty());
@@ -660,7 +664,7 @@ fn a_move_obstructed_on_the_target_tier_rests_like_a_failed_one() {
     let d = r.ssd.open_dir(&root, OsStr::new("x")).unwrap();
     r.ssd.open(&d, OsStr::new("inside"), libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
     let promote = Step { ino: f, mv: Move::Promote, reason: Reason::Pinned, size: 8192 };
-    assert!(!r.engine.execute(promote, &crate::migrate::NoCrash, false));
+    assert_ne!(r.engine.execute(promote, &crate::migrate::NoCrash, false), super::Ran::Done);
     assert_eq!(r.vol.record(f).unwrap().placement, crate::tier::Placement::On(Tier::Hdd));
     assert!(r.engine.move_failed_lately(f), "an obstructed move rests");
     assert!(r.engine.notes.lock()[&f].contains("the policies pass it over for 30s"));
