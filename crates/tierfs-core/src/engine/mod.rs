@@ -702,10 +702,30 @@ impl<S: Store> Engine<S> {
         for s in plan.steps {
             if q.busy.insert(s.ino) {
                 q.items.push_back(s);
+            } else if matches!(s.reason, Reason::Pinned) {
+                // The file's background move waits in the queue (the busy
+                // gate may hold it there for long): the pin takes its
+                // place and goes at once. A file being moved right now is
+                // planned again after.
+                if let Some(queued) = q.items.iter_mut().find(|x| x.ino == s.ino) {
+                    *queued = s;
+                }
             }
         }
         drop(q);
         self.moves_cv.notify_one();
+    }
+
+    /// True if `step` would take its file off the tier it was pinned to
+    /// after the step was planned (a move the busy gate held in the queue).
+    fn against_pin(&self, step: &Step) -> bool {
+        // Bound in a statement of its own: `pin` locks the groups.
+        let group = self.planner.lock().stats.get(step.ino).map(|f| f.group);
+        match self.pin(step.ino, group) {
+            Some(Tier::Ssd) => matches!(step.mv, Move::Demote | Move::DropCopy),
+            Some(Tier::Hdd) => matches!(step.mv, Move::Promote | Move::Copy),
+            None => false,
+        }
     }
 
     /// Applies events to the statistics and lets the policies react.
@@ -1115,6 +1135,11 @@ impl<S: Store> Engine<S> {
                 }
             };
             let Some(step) = step else { continue };
+            if gated(&step) && self.against_pin(&step) {
+                self.note(step.ino, format!("{:?} not done: the file was pinned while it waited", step.mv));
+                self.moves.lock().busy.remove(&step.ino);
+                continue;
+            }
             self.doing("migrator", format!("{:?} of inode {} ({})", step.mv, step.ino, step.reason));
             let spaced = gated(&step);
             // A move that copied counts against the gate, done or not; one

@@ -672,3 +672,27 @@ fn a_move_obstructed_on_the_target_tier_rests_like_a_failed_one() {
     r.step();
     assert!(!r.engine.moves.lock().items.iter().any(|s| s.ino == f), "planned again at once");
 }
+
+/// A background move the busy gate holds in the queue gives way to a pin
+/// planned meanwhile, and is never carried out against a pin set after it
+/// was planned.
+#[test]
+fn a_pin_takes_the_place_of_a_queued_move_and_a_queued_move_never_goes_against_a_pin() {
+    let r = rig(PolicyKind::DynamicHotDst);
+    let f = file(&r.vol, "f", &[1u8; 4096]);
+    r.step();
+    let hot = Step { ino: f, mv: Move::Promote, reason: Reason::HotOnRead { counter: 3, threshold: 2 }, size: 4096 };
+    r.engine.enqueue(Plan { steps: vec![hot], skipped: vec![] });
+    let pin = Step { reason: Reason::Pinned, ..hot };
+    r.engine.enqueue(Plan { steps: vec![pin], skipped: vec![] });
+    let queued: Vec<Step> = r.engine.moves.lock().items.iter().copied().filter(|s| s.ino == f).collect();
+    assert_eq!(queued, vec![pin], "the pin took the queued move's place");
+    let demote = Step { mv: Move::Demote, ..hot };
+    assert!(!r.engine.against_pin(&hot) && !r.engine.against_pin(&demote), "no pin");
+    r.engine.groups.lock().set_file_pin(f, Some(Tier::Hdd));
+    assert!(r.engine.against_pin(&hot), "a promotion of a file pinned to the HDD");
+    assert!(!r.engine.against_pin(&demote));
+    r.engine.groups.lock().set_file_pin(f, Some(Tier::Ssd));
+    assert!(r.engine.against_pin(&demote), "a demotion of a file pinned to the SSD");
+    assert!(!r.engine.against_pin(&hot));
+}
