@@ -668,9 +668,14 @@ impl<S: Store> Engine<S> {
 
     /// True if `ino` is pinned to the SSD (its own pin or its group's).
     fn pinned_to_ssd(&self, ino: Ino) -> bool {
+        self.pinned_to(ino) == Some(Tier::Ssd)
+    }
+
+    /// The tier `ino` is pinned to (its own pin or its group's).
+    fn pinned_to(&self, ino: Ino) -> Option<Tier> {
         // Bound in a statement of its own: `pin` locks the groups.
         let group = self.planner.lock().stats.get(ino).map(|f| f.group);
-        self.pin(ino, group) == Some(Tier::Ssd)
+        self.pin(ino, group)
     }
 
     /// A file's pin: its own, else its group's.
@@ -719,9 +724,7 @@ impl<S: Store> Engine<S> {
     /// True if `step` would take its file off the tier it was pinned to
     /// after the step was planned (a move the busy gate held in the queue).
     fn against_pin(&self, step: &Step) -> bool {
-        // Bound in a statement of its own: `pin` locks the groups.
-        let group = self.planner.lock().stats.get(step.ino).map(|f| f.group);
-        match self.pin(step.ino, group) {
+        match self.pinned_to(step.ino) {
             Some(Tier::Ssd) => matches!(step.mv, Move::Demote | Move::DropCopy),
             Some(Tier::Hdd) => matches!(step.mv, Move::Promote | Move::Copy),
             None => false,
@@ -1090,9 +1093,7 @@ impl<S: Store> Engine<S> {
                         if wait.is_zero() && busy && chunk_turn {
                             chunk_turn = false;
                             drop(q);
-                            if self.next_chunk_move() {
-                                self.gate.lock().started(self.clock.now());
-                                self.doing("migrator", "idle");
+                            if self.chunk_move() {
                                 break None;
                             }
                             q = self.moves.lock();
@@ -1122,9 +1123,7 @@ impl<S: Store> Engine<S> {
                     // looked at.
                     drop(q);
                     let wait = self.gate.lock().wait(self.clock.now());
-                    if wait.is_zero() && self.next_chunk_move() {
-                        self.gate.lock().started(self.clock.now());
-                        self.doing("migrator", "idle");
+                    if wait.is_zero() && self.chunk_move() {
                         break None;
                     }
                     q = self.moves.lock();
@@ -1135,13 +1134,13 @@ impl<S: Store> Engine<S> {
                 }
             };
             let Some(step) = step else { continue };
-            if gated(&step) && self.against_pin(&step) {
+            let spaced = gated(&step);
+            if spaced && self.against_pin(&step) {
                 self.note(step.ino, format!("{:?} not done: the file was pinned while it waited", step.mv));
                 self.moves.lock().busy.remove(&step.ino);
                 continue;
             }
             self.doing("migrator", format!("{:?} of inode {} ({})", step.mv, step.ino, step.reason));
-            let spaced = gated(&step);
             // A move that copied counts against the gate, done or not; one
             // that found its file removed while it waited costs nothing.
             if self.execute(step, &Pacer(self), true) != Ran::Nothing && spaced {
@@ -1150,6 +1149,17 @@ impl<S: Store> Engine<S> {
             self.moves.lock().busy.remove(&step.ino);
             self.doing("migrator", "idle");
         }
+    }
+
+    /// The migrator's chunk move, if one is queued: true if it took one
+    /// (which counts against the busy gate).
+    fn chunk_move(&self) -> bool {
+        if !self.next_chunk_move() {
+            return false;
+        }
+        self.gate.lock().started(self.clock.now());
+        self.doing("migrator", "idle");
+        true
     }
 
     /// Carries out one move and records its outcome. With `may_wait`, a
