@@ -160,9 +160,8 @@ fn rename_noreplace_without_the_flag(op: &Dir, o: &CStr, np: &Dir, n: &CStr) -> 
     if st.mode & libc::S_IFMT == libc::S_IFDIR {
         return checked_rename();
     }
-    // SAFETY: valid descriptors and NUL-terminated names.
-    match check(unsafe { libc::linkat(op.fd(), o.as_ptr(), np.fd(), n.as_ptr(), 0) }) {
-        Ok(_) => {}
+    match link_at(op, o, np, n) {
+        Ok(()) => {}
         // No hard links here (or not across these directories).
         Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EOPNOTSUPP | libc::EXDEV)) => {
             return checked_rename();
@@ -178,6 +177,46 @@ fn rename_noreplace_without_the_flag(op: &Dir, o: &CStr, np: &Dir, n: &CStr) -> 
         return Err(e);
     }
     Ok(())
+}
+
+/// linkat(2) of `o` in `op` as `n` in `np`, tried a second time when the
+/// first says ENOENT but the name is there. The kernel refuses to link an
+/// inode whose link count it holds as 0 (`vfs_link`), and the client of a
+/// network file system can hold a count gone stale: GlusterFS refused a
+/// link of a name of a file right after another of its names was unlinked
+/// (the GlusterFS torture run of 2026-11-28). A stat that asks the file
+/// system (`AT_STATX_FORCE_SYNC`) refreshes the count.
+fn link_at(op: &Dir, o: &CStr, np: &Dir, n: &CStr) -> io::Result<()> {
+    // SAFETY: valid descriptors and NUL-terminated names.
+    let link = || check(unsafe { libc::linkat(op.fd(), o.as_ptr(), np.fd(), n.as_ptr(), 0) }).map(drop);
+    link_again_if_there(link, || nlink_asking_the_file_system(op.fd(), o))
+}
+
+/// [`link_at`]'s decision: `link` once more only after an ENOENT, and only
+/// if `refresh` (a stat that reaches the file system) finds the name with
+/// a link.
+fn link_again_if_there(link: impl Fn() -> io::Result<()>, refresh: impl FnOnce() -> io::Result<u64>) -> io::Result<()> {
+    match link() {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => match refresh() {
+            Ok(nlink) if nlink > 0 => {
+                tracing::info!(nlink, "a link was refused with ENOENT although its source is there (a stale link count in the file system's client): trying again");
+                link()
+            }
+            _ => Err(e),
+        },
+        r => r,
+    }
+}
+
+/// The link count of `name` in `dirfd` as the file system says it now, not
+/// as a cache of the kernel's holds it.
+fn nlink_asking_the_file_system(dirfd: RawFd, name: &CStr) -> io::Result<u64> {
+    let mut st = std::mem::MaybeUninit::<libc::statx>::uninit();
+    let flags = libc::AT_SYMLINK_NOFOLLOW | libc::AT_STATX_FORCE_SYNC;
+    // SAFETY: `st` is a valid out pointer; `name` is NUL-terminated.
+    check(unsafe { libc::statx(dirfd, name.as_ptr(), flags, libc::STATX_NLINK, st.as_mut_ptr()) })?;
+    // SAFETY: statx succeeded, so it filled `st`.
+    Ok(u64::from(unsafe { st.assume_init() }.stx_nlink))
 }
 
 fn timespec(t: SetTime) -> libc::timespec {
@@ -377,8 +416,7 @@ impl Store for DirStore {
 
     fn link(&self, op: &Dir, on: &OsStr, np: &Dir, nn: &OsStr) -> io::Result<()> {
         let (o, n) = (cstr(on)?, cstr(nn)?);
-        // SAFETY: valid descriptors and NUL-terminated names.
-        self.named(|| check(unsafe { libc::linkat(op.fd(), o.as_ptr(), np.fd(), n.as_ptr(), 0) }).map(drop))
+        self.named(|| link_at(op, &o, np, &n))
     }
 
     fn unlink(&self, parent: &Dir, name: &OsStr) -> io::Result<()> {
@@ -663,6 +701,56 @@ impl Store for DirStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_link_refused_with_enoent_for_a_stale_link_count_is_tried_once_more() {
+        // GlusterFS refused a link with ENOENT right after another name of
+        // the file was unlinked; the name was there (the torture run of
+        // 2026-11-28). The decision, with the system calls simulated.
+        use std::cell::Cell;
+        let enoent = || io::Error::from_raw_os_error(libc::ENOENT);
+        let calls = Cell::new(0);
+        let fails_once = || {
+            calls.set(calls.get() + 1);
+            if calls.get() == 1 {
+                Err(enoent())
+            } else {
+                Ok(())
+            }
+        };
+        link_again_if_there(fails_once, || Ok(1)).unwrap();
+        assert_eq!(calls.get(), 2, "tried again when the name is there");
+
+        // The name is really gone (or has no link): the first answer stands.
+        for refresh in [Err(enoent()), Ok(0)] {
+            calls.set(0);
+            let e = link_again_if_there(fails_once, || refresh).unwrap_err();
+            assert_eq!((e.raw_os_error(), calls.get()), (Some(libc::ENOENT), 1));
+        }
+        // Any other error is the answer at once, without a stat.
+        calls.set(0);
+        let exists = || {
+            calls.set(calls.get() + 1);
+            Err(io::Error::from_raw_os_error(libc::EEXIST))
+        };
+        let e = link_again_if_there(exists, || panic!("no stat after EEXIST")).unwrap_err();
+        assert_eq!((e.raw_os_error(), calls.get()), (Some(libc::EEXIST), 1));
+    }
+
+    #[test]
+    fn the_link_count_asked_of_the_file_system_follows_links_and_unlinks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = DirStore::new(tmp.path()).unwrap();
+        let root = s.root().unwrap();
+        std::fs::write(tmp.path().join("a"), b"a").unwrap();
+        let count = |n: &str| nlink_asking_the_file_system(root.fd(), &CString::new(n).unwrap());
+        assert_eq!(count("a").unwrap(), 1);
+        s.link(&root, OsStr::new("a"), &root, OsStr::new("b")).unwrap();
+        assert_eq!((count("a").unwrap(), count("b").unwrap()), (2, 2));
+        s.unlink(&root, OsStr::new("a")).unwrap();
+        assert_eq!(count("b").unwrap(), 1);
+        assert_eq!(count("a").unwrap_err().raw_os_error(), Some(libc::ENOENT));
+    }
 
     #[test]
     fn noreplace_without_the_flag_renames_files_and_directories_and_never_replaces() {
