@@ -368,9 +368,14 @@ tierfs = [s for s in setups if s.startswith("tierfs")]
 for base in ("mergerfs", "mergerfs-default"):
     if base in setups and tierfs:
         table("tierfs against %s (above 1: tierfs is faster)" % base, tierfs, lambda r, f: fmt(better(r, base, f)))
+def paired(a, b, fig):  # the median over rounds of a / b within one round
+    xs, ys = by.get((a, fig), []), by.get((b, fig), [])
+    rs = [y / x if fig.endswith("-s") else x / y for x, y in zip(xs, ys) if x > 0 and y > 0]
+    return statistics.median(rs) if rs and len(xs) == len(ys) else None
 pairs = [(s, s + "-nostats") for s in tierfs if s + "-nostats" in setups]
 if pairs:
     table("Cost of the statistics: with / without (1.00: none; 0.95: 5 % slower)", [a for a, _ in pairs], lambda r, f: fmt(better(r, r + "-nostats", f)))
+    table("The same, round by round: the median of the rounds' with / without (each round measures both, one after the other, so a host that drifts between rounds moves both)", [a for a, _ in pairs], lambda r, f: fmt(paired(r, r + "-nostats", f)))
 ring_rows = [s for s in ("tierfs-pt", "tierfs-us") if s in setups and s + "-dev" in setups]
 if ring_rows:
     table("What FUSE-over-io_uring brings tierfs: tierfs-X / tierfs-X-dev (above 1: io_uring is faster)", ring_rows, lambda r, f: fmt(better(r, r + "-dev", f)))

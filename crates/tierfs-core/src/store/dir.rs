@@ -181,11 +181,13 @@ fn rename_noreplace_without_the_flag(op: &Dir, o: &CStr, np: &Dir, n: &CStr) -> 
 
 /// linkat(2) of `o` in `op` as `n` in `np`, tried a second time when the
 /// first says ENOENT but the name is there. The kernel refuses to link an
-/// inode whose link count it holds as 0 (`vfs_link`), and the client of a
-/// network file system can hold a count gone stale: GlusterFS refused a
-/// link of a name of a file right after another of its names was unlinked
-/// (the GlusterFS torture run of 2026-11-28). A stat that asks the file
-/// system (`AT_STATX_FORCE_SYNC`) refreshes the count.
+/// inode whose link count it holds as 0 (`vfs_link`), and its cached count
+/// of a FUSE or network file system's inode can go stale. On a GlusterFS
+/// tier a link of a name of a file came back ENOENT right after another of
+/// its names was unlinked (the GlusterFS torture run of 2026-11-28; not
+/// reproduced since, so the stale count is the likely cause, not a proven
+/// one). A stat that asks the file system (`AT_STATX_FORCE_SYNC`) refreshes
+/// the count.
 fn link_at(op: &Dir, o: &CStr, np: &Dir, n: &CStr) -> io::Result<()> {
     // SAFETY: valid descriptors and NUL-terminated names.
     let link = || check(unsafe { libc::linkat(op.fd(), o.as_ptr(), np.fd(), n.as_ptr(), 0) }).map(drop);
@@ -199,8 +201,13 @@ fn link_again_if_there(link: impl Fn() -> io::Result<()>, refresh: impl FnOnce()
     match link() {
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => match refresh() {
             Ok(nlink) if nlink > 0 => {
-                tracing::info!(nlink, "a link was refused with ENOENT although its source is there (a stale link count in the file system's client): trying again");
-                link()
+                let r = link();
+                tracing::info!(
+                    nlink,
+                    ok = r.is_ok(),
+                    "a link refused with ENOENT while its source has links was tried once more"
+                );
+                r
             }
             _ => Err(e),
         },
@@ -209,9 +216,13 @@ fn link_again_if_there(link: impl Fn() -> io::Result<()>, refresh: impl FnOnce()
 }
 
 /// The link count of `name` in `dirfd` as the file system says it now, not
-/// as a cache of the kernel's holds it.
+/// as the kernel's cache of it holds it.
 fn nlink_asking_the_file_system(dirfd: RawFd, name: &CStr) -> io::Result<u64> {
     let mut st = std::mem::MaybeUninit::<libc::statx>::uninit();
+    // FORCE_SYNC makes FUSE ask its server (a GETATTR, whose answer also
+    // replaces the count `vfs_link` checks); it does so only for a mask
+    // that asks for some basic field, as STATX_NLINK is. Local file
+    // systems ignore it.
     let flags = libc::AT_SYMLINK_NOFOLLOW | libc::AT_STATX_FORCE_SYNC;
     // SAFETY: `st` is a valid out pointer; `name` is NUL-terminated.
     check(unsafe { libc::statx(dirfd, name.as_ptr(), flags, libc::STATX_NLINK, st.as_mut_ptr()) })?;
