@@ -1184,14 +1184,9 @@ impl<S: Store> Engine<S> {
             // Admitted, not written: the room goes back to the budget.
             self.regulator.lock().release(at, step.size);
         }
-        // Not done, but after copying (a file that kept changing, a name
-        // found in the way after the copy, an error on the way).
-        let tried = match &r {
-            Ok(Outcome::Skipped(Skip::Busy | Skip::Obstructed)) => true,
-            Err(Error::Cancelled) | Ok(_) => false,
-            Err(_) => true,
-        };
-        let not_done = if tried { Ran::Tried } else { Ran::Nothing };
+        // A move not done is `Tried` when it got as far as copying (a file
+        // that kept changing, a name found in the way after the copy, an
+        // error on the way), `Nothing` otherwise.
         match r {
             Ok(Outcome::Done(bytes)) => {
                 self.execute_done(step, bytes);
@@ -1205,7 +1200,7 @@ impl<S: Store> Engine<S> {
             Ok(Outcome::Skipped(Skip::Deferred)) => {
                 self.deferred.lock().insert(step.ino, step);
                 self.note(step.ino, format!("{:?} deferred until the last passthrough handle closes", step.mv));
-                not_done
+                Ran::Nothing
             }
             // Found after the whole copy, and lasting until someone
             // clears the name: it rests like a failure, or a policy would
@@ -1219,19 +1214,23 @@ impl<S: Store> Engine<S> {
                         step.mv
                     ),
                 );
-                not_done
+                Ran::Tried
             }
             Ok(Outcome::Skipped(why)) => {
                 self.note(step.ino, format!("{:?} not done: {why:?}", step.mv));
-                not_done
+                if matches!(why, Skip::Busy) {
+                    Ran::Tried
+                } else {
+                    Ran::Nothing
+                }
             }
-            Err(Error::Cancelled) => not_done,
+            Err(Error::Cancelled) => Ran::Nothing,
             Err(e) => {
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
                 let wait = self.move_failed(step.ino);
                 tracing::warn!(ino = step.ino, mv = ?step.mv, error = %e, retry_after = ?wait, "migration failed");
                 self.note(step.ino, format!("{:?} failed: {e}; the policies pass it over for {wait:?}", step.mv));
-                not_done
+                Ran::Tried
             }
         }
     }
