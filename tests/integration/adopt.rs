@@ -146,7 +146,7 @@ fn a_tree_adopted_in_the_background_stays_exact_under_concurrent_changes() {
     let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     for d in 0..DIRS {
         // Every fourth directory also has files on the SSD.
-        let tier = |i: usize| if d % 4 == 0 && i % 2 == 0 { area.ssd() } else { area.hdd() };
+        let tier = |i: usize| if d % 4 == 0 && i.is_multiple_of(2) { area.ssd() } else { area.hdd() };
         for t in [area.ssd(), area.hdd()] {
             fs::create_dir_all(t.join(format!("d{d:02}"))).unwrap();
         }

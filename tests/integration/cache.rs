@@ -264,7 +264,7 @@ fn a_kept_listing_lists_each_name_once_while_the_directory_changes() {
                 fs::write(&a, b"").unwrap();
                 let b = d.join(format!("r{w}-{i}"));
                 fs::rename(&a, &b).unwrap();
-                if i % 2 == 0 {
+                if i.is_multiple_of(2) {
                     fs::remove_file(&b).unwrap();
                 }
                 i += 1;

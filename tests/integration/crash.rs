@@ -43,7 +43,7 @@ fn workload(
         x ^= x << 17;
         let k = (x % (FILES / n) as u64) as usize * n + w;
         let p = mnt.join(format!("d{}/f{k}", k % 4));
-        if x % 3 == 0 {
+        if x.is_multiple_of(3) {
             // Writes: whole files.
             let d = data(round, i, k);
             ledger.lock().unwrap().uncertain.insert(k, d.clone());

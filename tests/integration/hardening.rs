@@ -160,7 +160,7 @@ fn operations_below_a_directory_being_renamed_on_a_tier_do_not_fail() {
             let root = s.root().unwrap();
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let (from, to) = if n % 2 == 0 { ("a", "b") } else { ("b", "a") };
+                let (from, to) = if n.is_multiple_of(2) { ("a", "b") } else { ("b", "a") };
                 s.rename(&root, OsStr::new(from), &root, OsStr::new(to), 0).unwrap();
                 n += 1;
             }

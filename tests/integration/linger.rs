@@ -65,7 +65,7 @@ fn lingering_threads_serve_many_clients_at_once_without_losing_a_request() {
                     let body = format!("{c}-{n}");
                     fs::write(&p, &body).unwrap();
                     assert_eq!(fs::read_to_string(&p).unwrap(), body, "client {c} read back something else");
-                    if n % 3 == 0 {
+                    if n.is_multiple_of(3) {
                         fs::remove_file(&p).unwrap();
                         assert!(fs::metadata(&p).is_err(), "client {c}: {p:?} still there after unlink");
                     }

@@ -67,7 +67,7 @@ pub fn format_size(b: u64) -> String {
     for (m, u) in UNITS {
         if b >= m {
             let v = b as f64 / m as f64;
-            return if b % m == 0 || v >= 100.0 { format!("{v:.0}{u}") } else { format!("{v:.1}{u}") };
+            return if b.is_multiple_of(m) || v >= 100.0 { format!("{v:.0}{u}") } else { format!("{v:.1}{u}") };
         }
     }
     format!("{b}")
@@ -76,13 +76,13 @@ pub fn format_size(b: u64) -> String {
 /// Prints a duration the way [`parse_duration`] reads it back.
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 != 0 {
+    if !ms.is_multiple_of(1000) {
         return format!("{ms}ms");
     }
     let s = d.as_secs();
-    if s != 0 && s % 3600 == 0 {
+    if s != 0 && s.is_multiple_of(3600) {
         format!("{}h", s / 3600)
-    } else if s != 0 && s % 60 == 0 {
+    } else if s != 0 && s.is_multiple_of(60) {
         format!("{}m", s / 60)
     } else {
         format!("{s}s")

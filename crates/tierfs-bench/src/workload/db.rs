@@ -126,7 +126,7 @@ impl Workload for Db {
         let units = FILES * size / CHUNK;
         while self.p.going(fs, t, rec.ops(), units) {
             requests += 1;
-            if requests % SCAN_EVERY == 0 {
+            if requests.is_multiple_of(SCAN_EVERY) {
                 let f = &files[(scans % FILES) as usize];
                 let len = SCAN_BYTES.min(size);
                 let start = (scans * SCAN_BYTES) % size / CHUNK * CHUNK;

@@ -40,7 +40,7 @@ impl Updates {
 
 /// File `i` is written mostly (logs, journals) if even, read mostly if odd.
 fn write_mostly(i: usize) -> bool {
-    i % 2 == 0
+    i.is_multiple_of(2)
 }
 
 impl Workload for Updates {

@@ -233,7 +233,7 @@ impl<S: Store> Split<'_, S> {
             let Some(chunk) = m.chunk_size(self.ino) else { return Ok(()) };
             let keep = chunk.count(size);
             let gone: Vec<u64> = m.chunks(self.ino).map(|(i, _)| i).filter(|&i| i >= keep).collect();
-            let partial = size % chunk.bytes() != 0 && m.get(ChunkId::new(self.ino, keep - 1)).is_some();
+            let partial = !size.is_multiple_of(chunk.bytes()) && m.get(ChunkId::new(self.ino, keep - 1)).is_some();
             (chunk, gone, partial)
         };
         let keep = chunk.count(size);

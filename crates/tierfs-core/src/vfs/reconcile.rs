@@ -237,7 +237,7 @@ impl<S: Store> Volume<S> {
             done += 1;
             // The adopter stops soon after the unmount asks, with what it
             // has gathered committed (a part of slow stats can take long).
-            let stop = done % 64 == 0 && self.adopter.should_stop(dir);
+            let stop = done.is_multiple_of(64) && self.adopter.should_stop(dir);
             if b.len() >= RECONCILE_BATCH || stop {
                 self.commit_adopted(std::mem::take(&mut b), std::mem::take(&mut events), std::mem::take(&mut l.kept))?;
                 self.adopter.progress(dir, &name);
