@@ -19,6 +19,8 @@
 #                      the fuse module's enable_uring; URING=0 leaves it)
 #   tierfs-pt-dev      the same over /dev/fuse (--io-uring never)
 #   tierfs-pt-nostats  the same, statistics off
+#   tierfs-pt-noheat   the same, statistics on without the eBPF heat source
+#                      (--heat opens: each open counts as one access)
 #   tierfs-us          tierfs, userspace I/O mode (over io_uring too)
 #   tierfs-us-dev      the same over /dev/fuse (--io-uring never)
 #   tierfs-us-nostats  the same, statistics off
@@ -36,7 +38,8 @@
 #                      enable_uring for the run and puts it back)
 # and prints each figure with its ratio to native, then every tierfs setup's
 # ratios to both mergerfs setups (above 1: tierfs is better, also for the
-# figures that are times) and the cost of the statistics. The page cache is
+# figures that are times), the cost of the statistics and that of the eBPF
+# heat source. The page cache is
 # warm for everyone: this measures the software path, not the device.
 #
 # Each setup's round starts on a fresh ext4 (a sparse image of IMG_SIZE,
@@ -326,6 +329,7 @@ for rep in $(seq 1 "$REPS"); do
     if want tierfs-pt; then fresh_backing; with_tierfs tierfs-pt --io-mode passthrough; fi
     if want tierfs-pt-dev; then fresh_backing; with_tierfs tierfs-pt-dev --io-mode passthrough --io-uring never; fi
     if want tierfs-pt-nostats; then fresh_backing; with_tierfs tierfs-pt-nostats --io-mode passthrough --no-stats; fi
+    if want tierfs-pt-noheat; then fresh_backing; with_tierfs tierfs-pt-noheat --io-mode passthrough --heat opens; fi
     if named tierfs-pt-nolinger; then fresh_backing; with_tierfs tierfs-pt-nolinger --io-mode passthrough --linger 0; fi
     if want tierfs-us; then fresh_backing; with_tierfs tierfs-us --io-mode userspace; fi
     if want tierfs-us-dev; then fresh_backing; with_tierfs tierfs-us-dev --io-mode userspace --io-uring never; fi
@@ -376,6 +380,9 @@ pairs = [(s, s + "-nostats") for s in tierfs if s + "-nostats" in setups]
 if pairs:
     table("Cost of the statistics: with / without (1.00: none; 0.95: 5 % slower)", [a for a, _ in pairs], lambda r, f: fmt(better(r, r + "-nostats", f)))
     table("The same, round by round: the median of the rounds' with / without (each round measures both, one after the other, so a host that drifts between rounds moves both)", [a for a, _ in pairs], lambda r, f: fmt(paired(r, r + "-nostats", f)))
+if "tierfs-pt" in setups and "tierfs-pt-noheat" in setups:
+    table("Cost of the eBPF heat source: tierfs-pt / tierfs-pt-noheat (1.00: none; 0.97: 3 % slower)", ["tierfs-pt"], lambda r, f: fmt(better(r, "tierfs-pt-noheat", f)))
+    table("The same, round by round (the median of the rounds' ratios)", ["tierfs-pt"], lambda r, f: fmt(paired(r, "tierfs-pt-noheat", f)))
 ring_rows = [s for s in ("tierfs-pt", "tierfs-us") if s in setups and s + "-dev" in setups]
 if ring_rows:
     table("What FUSE-over-io_uring brings tierfs: tierfs-X / tierfs-X-dev (above 1: io_uring is faster)", ring_rows, lambda r, f: fmt(better(r, r + "-dev", f)))

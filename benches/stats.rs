@@ -31,10 +31,12 @@ fn ingestion(c: &mut Criterion) {
     let mut g = c.benchmark_group("ingest");
     let n = 100_000u64;
     let events: Vec<Event> = (0..10_000u64)
-        .map(|i| Event {
-            ino: 2 + (i * 7919) % n,
-            time: Timestamp::from_secs(1_000 + i / 1000),
-            kind: EventKind::Read { off: (i % 64) * 4096, len: 4096, tier: Tier::Hdd, fragment: false },
+        .map(|i| {
+            Event::new(
+                2 + (i * 7919) % n,
+                Timestamp::from_secs(1_000 + i / 1000),
+                EventKind::Read { off: (i % 64) * 4096, len: 4096, tier: Tier::Hdd, fragment: false },
+            )
         })
         .collect();
     g.throughput(Throughput::Elements(events.len() as u64));

@@ -10,6 +10,7 @@ mod crash;
 mod extents;
 mod hardening;
 mod harness;
+mod heat;
 mod killloop;
 mod linger;
 mod measured;

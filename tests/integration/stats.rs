@@ -88,9 +88,9 @@ fn small_random_reads_rank_hotter_and_counters_survive_remount() {
 }
 
 #[test]
-fn passthrough_counts_opens_as_whole_file_accesses() {
+fn without_a_heat_source_passthrough_counts_opens_as_whole_file_accesses() {
     let area = Area::new();
-    let m = Mounted::new(&area, &["--io-mode", "passthrough", "--policy", "hdd-only"]);
+    let m = Mounted::new(&area, &["--io-mode", "passthrough", "--policy", "hdd-only", "--heat", "opens"]);
     std::fs::write(m.p("small"), vec![1u8; 4000]).unwrap();
     std::fs::write(m.p("large"), vec![2u8; 4 << 20]).unwrap();
     for _ in 0..3 {
@@ -180,6 +180,8 @@ fn metrics_are_served_for_prometheus_and_pass_promtool() {
     assert!(requests >= 17.0, "16 reads of the file and its write at least: {requests}\n{body}");
     let ratio = value("tierfs_ssd_hit_ratio");
     assert!((0.0..=1.0).contains(&ratio));
+    // In userspace mode the daemon sees every request: no heat source.
+    assert_eq!(value("tierfs_heat_source{source=\"opens\"}"), 1.0, "{body}");
     let pinned = format!("{{kind=\"{kind}\",reason=\"pinned\"}}");
     assert_eq!(value(&format!("tierfs_moves_total{pinned}")), 1.0, "{body}");
     assert_eq!(value(&format!("tierfs_moved_bytes_total{pinned}")), 65536.0, "{body}");

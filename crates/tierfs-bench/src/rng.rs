@@ -72,6 +72,11 @@ impl Zipf {
         }
         Zipf { cdf }
     }
+    /// The probability of rank `k` (0 is the most likely).
+    pub fn share(&self, k: usize) -> f64 {
+        let below = if k == 0 { 0.0 } else { self.cdf.get(k - 1).copied().unwrap_or(1.0) };
+        self.cdf.get(k).copied().unwrap_or(1.0) - below
+    }
     /// One draw.
     pub fn sample(&self, r: &mut Rng) -> usize {
         let u = r.f64();

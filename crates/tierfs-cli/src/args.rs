@@ -273,6 +273,18 @@ pub enum IoModeArg {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum HeatArg {
+    /// eBPF where it can run (root, a kernel with BTF), else opens.
+    Auto,
+    /// eBPF tracepoints see the kernel's reads and writes of passthrough
+    /// files; the mount fails if they cannot be loaded.
+    Ebpf,
+    /// An open of a passthrough file counts as one access to the whole
+    /// file; files whose chunks are counted (hystor) take the userspace path.
+    Opens,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum TierArg {
     /// Where the policy puts new files.
     Auto,
@@ -297,6 +309,10 @@ pub struct MountArgs {
     /// sees (and counts) every request.
     #[arg(long, value_enum, default_value_t = IoModeArg::Auto)]
     pub io_mode: IoModeArg,
+    /// What counts the requests the kernel serves by itself with
+    /// passthrough I/O (their heat).
+    #[arg(long, value_enum, default_value_t = HeatArg::Auto)]
+    pub heat: HeatArg,
     /// The architecture: dynamic-hot-dst, interval-hot-dst, plain-cold-dst,
     /// dynamic-cold-dst, dynamic-cold-dst-bg, on-demand-cache,
     /// interval-cache, hdd-only, ssd-only or hystor (small files by
@@ -545,6 +561,11 @@ pub enum BenchCmd {
         /// Length of time-bounded workloads.
         #[arg(long, default_value = "30s")]
         duration: String,
+        /// Instead of --duration: end a time-bounded workload after this
+        /// many operations per file of its set (the same requests however
+        /// fast the mount is).
+        #[arg(long, value_name = "N")]
+        ops_per_file: Option<u64>,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,

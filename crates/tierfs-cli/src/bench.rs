@@ -129,12 +129,15 @@ fn read_rows(dir: &std::path::Path) -> Result<Vec<tierfs_bench::sweep::Row>> {
 
 pub fn run(a: &BenchArgs) -> Result<ExitCode> {
     match &a.cmd {
-        BenchCmd::Workload { name, dir, scale, seed, duration, json, no_prepare, trace, warmup } => {
+        BenchCmd::Workload { name, dir, scale, seed, duration, ops_per_file, json, no_prepare, trace, warmup } => {
+            if *ops_per_file == Some(0) {
+                bail!("--ops-per-file must be at least 1");
+            }
             let p = Params {
                 scale: *scale,
                 seed: *seed,
                 duration: parse_duration(duration).map_err(|e| anyhow::anyhow!("--duration: {e}"))?,
-                ops_per_file: None,
+                ops_per_file: *ops_per_file,
             };
             let w = workload::by_name(name, p)
                 .ok_or_else(|| anyhow::anyhow!("unknown workload {name:?} (one of: {})", workload::NAMES.join(", ")))?;

@@ -1,6 +1,6 @@
 //! `tierfs mount`: validation, daemonizing, logging, then serving.
 
-use crate::args::{IoModeArg, MountArgs, TierArg, UringArg};
+use crate::args::{HeatArg, IoModeArg, MountArgs, TierArg, UringArg};
 use anyhow::{bail, Result};
 use std::ffi::CString;
 use std::io::{BufRead, Write};
@@ -15,7 +15,7 @@ use tierfs_core::policy::{Params, PolicyKind};
 use tierfs_core::regulator::Budget;
 use tierfs_core::tier::Tier;
 use tierfs_core::vfs::IoMode;
-use tierfs_fuse::mount::{serve, MountConfig, UringMode};
+use tierfs_fuse::mount::{serve, HeatMode, MountConfig, UringMode};
 use tierfs_fuse::runtime;
 
 fn is_root() -> bool {
@@ -195,6 +195,15 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
         threads,
         allow_other,
         stats: !a.no_stats,
+        heat: match a.heat {
+            HeatArg::Auto => HeatMode::Auto,
+            HeatArg::Ebpf if io_mode != IoMode::Passthrough => {
+                bail!("--heat ebpf needs passthrough I/O (in userspace mode the daemon sees every request)")
+            }
+            HeatArg::Ebpf if a.no_stats => bail!("--heat ebpf and --no-stats: there are no statistics to feed"),
+            HeatArg::Ebpf => HeatMode::Ebpf,
+            HeatArg::Opens => HeatMode::Opens,
+        },
         aging: tierfs_core::config::parse_duration(&a.aging).map_err(|e| anyhow::anyhow!("--aging: {e}"))?,
         cache_timeout: tierfs_core::config::parse_duration(&a.cache_timeout)
             .map_err(|e| anyhow::anyhow!("--cache-timeout: {e}"))?,

@@ -89,6 +89,29 @@ pub fn ask_within(mnt: &Path, req: &Request, limit: Option<Duration>) -> Result<
     })
 }
 
+/// The heat source's line: what it saw of the kernel's requests.
+fn render_heat(h: &tierfs_core::report::HeatReport) -> String {
+    if !h.sees_reads {
+        return format!("heat source: {} (no source sees the kernel's passthrough requests)\n", h.source);
+    }
+    let mut o = format!(
+        "heat source: {}: {} reads ({} needed the device, the rest came from the page cache), {} writes{}; {} files watched",
+        h.source,
+        h.counts.reads,
+        h.counts.device_reads,
+        h.counts.writes,
+        if h.sees_writes { "" } else { " (writes unseen)" },
+        h.counts.watched
+    );
+    if h.counts.every > 1 {
+        o += &format!("; sampling one request in {} (a fast load)", h.counts.every);
+    }
+    if h.counts.lost > 0 {
+        o += &format!("; {} samples lost (ring buffer full)", h.counts.lost);
+    }
+    o + "\n"
+}
+
 fn pct(x: f64) -> String {
     format!("{:.1}%", x * 100.0)
 }
@@ -254,6 +277,9 @@ fn render_status(r: &StatusReport) -> String {
     }
     if r.dropped_events > 0 {
         o += &format!("events dropped (statistics thread behind): {}\n", r.dropped_events);
+    }
+    if r.heat.passthrough {
+        o += &render_heat(&r.heat);
     }
     if !r.hottest.is_empty() {
         o += &format!("\nhottest files:\n{:>10} {:>9} {:<13} {}\n", "counter", "size", "tier", "path");

@@ -14,6 +14,17 @@ pub struct Event {
     pub time: Timestamp,
     /// What.
     pub kind: EventKind,
+    /// How many requests a `Read` or `Write` stands for: 1, but for a heat
+    /// source that samples one request in N when the kernel serves more
+    /// than the engine should take in one by one (`crate::heat`).
+    pub times: u32,
+}
+
+impl Event {
+    /// One event of `ino` at `time`.
+    pub fn new(ino: Ino, time: Timestamp, kind: EventKind) -> Self {
+        Event { ino, time, kind, times: 1 }
+    }
 }
 
 /// See [`Event`].
@@ -45,8 +56,7 @@ pub enum EventKind {
         /// A later piece of a split application request.
         fragment: bool,
     },
-    /// An open. In passthrough I/O mode reads and writes never reach the
-    /// daemon, so an open counts as one access to the whole file.
+    /// An open.
     Open {
         /// Opened for writing.
         write: bool,
@@ -54,8 +64,10 @@ pub enum EventKind {
         tier: Tier,
         /// Size at open.
         size: u64,
-        /// The kernel does the I/O (passthrough).
-        passthrough: bool,
+        /// The kernel does this handle's I/O (passthrough) and no heat
+        /// source sees it (`crate::heat`): the open counts as one access to
+        /// the whole file.
+        unseen: bool,
     },
     /// The last handle was closed.
     Close {

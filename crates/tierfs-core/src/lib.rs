@@ -6,6 +6,8 @@
 //! - [`vfs`]: the file system operations over two stores and the state.
 //! - [`migrate`]: the migration protocol and recovery.
 //! - [`event`]: access events from the file system to the statistics.
+//! - [`heat`]: heat sources, which see the requests passthrough I/O keeps
+//!   from the daemon.
 #![warn(missing_docs)]
 
 pub mod clock;
@@ -15,6 +17,7 @@ pub mod engine;
 pub mod error;
 pub mod event;
 pub mod extent;
+pub mod heat;
 pub mod lockcheck;
 pub mod migrate;
 pub mod planner;

@@ -261,7 +261,7 @@ mod tests {
     }
 
     fn ev(ino: Ino, secs: u64, kind: EventKind) -> Event {
-        Event { ino, time: Timestamp::from_secs(secs), kind }
+        Event::new(ino, Timestamp::from_secs(secs), kind)
     }
 
     fn table(policy: PolicyKind) -> Table {

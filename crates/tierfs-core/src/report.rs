@@ -263,6 +263,23 @@ pub struct WriteBackReport {
     pub flushing: bool,
 }
 
+/// The heat source of a mount (`crate::heat`) and what it saw.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeatReport {
+    /// "ebpf", or "opens" when none sees the kernel's requests.
+    pub source: String,
+    /// The mount uses passthrough I/O (else every request reaches the
+    /// daemon and the source has nothing to see).
+    pub passthrough: bool,
+    /// It sees the kernel's reads, and its writes (on ext4 and XFS).
+    pub sees_reads: bool,
+    /// See `sees_reads`.
+    pub sees_writes: bool,
+    /// What it saw.
+    #[serde(flatten)]
+    pub counts: crate::heat::HeatCounts,
+}
+
 /// Everything `tierfs stats` shows.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct StatusReport {
@@ -274,6 +291,10 @@ pub struct StatusReport {
     pub io_mode: String,
     /// How accesses are counted in this I/O mode.
     pub counting: String,
+    /// The heat source: what sees the requests passthrough keeps from the
+    /// daemon.
+    #[serde(default)]
+    pub heat: HeatReport,
     /// Both tiers.
     pub tiers: Vec<TierReport>,
     /// Requests served by the SSD over all requests (Hystor's hit ratio).

@@ -177,6 +177,26 @@ pub fn render(r: &StatusReport) -> prometheus::Result<String> {
         &one(r.dropped_events),
     )?;
     o.gauge("tierfs_tracked_files", "Files with statistics.", &[], &[(&[], r.tracked_files as f64)])?;
+    let h = &r.heat.counts;
+    o.gauge(
+        "tierfs_heat_source",
+        "The heat source that counts the kernel's passthrough requests (1 for the one in use: ebpf, or opens).",
+        &["source"],
+        &[(&[r.heat.source.as_str()][..], 1.0)],
+    )?;
+    o.counter(
+        "tierfs_heat_requests_total",
+        "Passthrough requests the heat source saw, by kind (device_read: reads that needed the device).",
+        &["kind"],
+        &[(&["read"][..], h.reads), (&["device_read"][..], h.device_reads), (&["write"][..], h.writes)],
+    )?;
+    o.counter(
+        "tierfs_heat_lost_samples_total",
+        "Samples the heat source lost because its ring buffer was full.",
+        &[],
+        &one(h.lost),
+    )?;
+    o.gauge("tierfs_heat_watched_files", "Files the heat source watches now.", &[], &[(&[], h.watched as f64)])?;
     if let Some(ms) = &r.measured {
         let mut samples: Vec<([&str; 2], f64)> = Vec::new();
         for t in &ms.tiers {

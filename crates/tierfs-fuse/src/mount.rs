@@ -34,6 +34,18 @@ fn fail<T>(msg: impl Into<String>) -> Result<T, MountError> {
     Err(MountError(msg.into()))
 }
 
+/// What counts the requests the kernel serves by itself (`--heat`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HeatMode {
+    /// The eBPF source where it can run, else none (the log says why).
+    #[default]
+    Auto,
+    /// The eBPF source, or the mount fails.
+    Ebpf,
+    /// None: opens stand for the kernel's requests.
+    Opens,
+}
+
 /// Everything `tierfs mount` decided (already validated).
 #[derive(Clone, Debug)]
 pub struct MountConfig {
@@ -70,6 +82,8 @@ pub struct MountConfig {
     pub allow_other: bool,
     /// Collect access statistics.
     pub stats: bool,
+    /// What counts the kernel's requests to passthrough files.
+    pub heat: HeatMode,
     /// Halve all counters every this long.
     pub aging: std::time::Duration,
     /// Period of hystor's chunk choice.
@@ -269,6 +283,7 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
             .map_err(|e| MountError(format!("cannot open volume: {e}")))?,
     );
     vol.set_features(features);
+    vol.set_heat(heat_source(cfg)?);
     let recovery = vol.recover().map_err(|e| MountError(format!("recovery failed: {e}")))?;
     vol.start_adopter().map_err(|e| MountError(format!("cannot start the adopter thread: {e}")))?;
     let ecfg = EngineConfig {
@@ -415,6 +430,33 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     let _ = std::fs::remove_file(&pid_file);
     drop(vol);
     r.map_err(|e| MountError(format!("session ended with an error: {e}")))
+}
+
+/// The heat source of a mount: the eBPF programs where they can run and
+/// are wanted, else none. The log says once which one counts, and why the
+/// better one does not.
+fn heat_source(cfg: &MountConfig) -> Result<Arc<dyn tierfs_core::heat::HeatSource>, MountError> {
+    use tierfs_core::heat::NoHeat;
+    let fallback = "passthrough files are counted per open, and files whose chunks are counted (hystor) take the \
+                    userspace path";
+    if cfg.io_mode != IoMode::Passthrough || !cfg.stats {
+        return Ok(Arc::new(NoHeat));
+    }
+    if cfg.heat == HeatMode::Opens {
+        tracing::info!("heat source: opens (--heat opens): {fallback}");
+        return Ok(Arc::new(NoHeat));
+    }
+    match tierfs_heat::KernelHeat::start(&cfg.ssd, &cfg.hdd) {
+        Ok(h) => {
+            tracing::info!(tracepoints = ?h.tracepoints(), "heat source: ebpf: the kernel's requests to passthrough files are counted");
+            Ok(Arc::new(h))
+        }
+        Err(e) if cfg.heat == HeatMode::Ebpf => Err(MountError(format!("--heat ebpf: {e}"))),
+        Err(e) => {
+            tracing::warn!("heat source: opens, as the eBPF one cannot run ({e}): {fallback}");
+            Ok(Arc::new(NoHeat))
+        }
+    }
 }
 
 /// How long the unmount waits for the adopter thread to finish the part of

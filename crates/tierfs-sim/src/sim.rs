@@ -459,7 +459,7 @@ impl Sim {
     /// An event, for the planner at the next tick (or before a choice of
     /// what to evict, which must see the latest accesses).
     fn event(&mut self, ino: u64, now: Timestamp, kind: EventKind) {
-        self.pending.push(Event { ino, time: now, kind });
+        self.pending.push(Event::new(ino, now, kind));
     }
 
     /// The events that came since the last delivery, into the planner at
@@ -875,7 +875,7 @@ impl Sim {
                 } else {
                     self.submit(now, tier, Req::MetaRead { key: ino })
                 };
-                let kind = EventKind::Open { write, tier, size: f.size, passthrough: false };
+                let kind = EventKind::Open { write, tier, size: f.size, unseen: false };
                 self.event(ino, now, kind);
                 done
             }

@@ -94,6 +94,18 @@ impl Requests {
 }
 
 impl Db {
+    /// Each chunk's share of the random requests, as (file index, chunk
+    /// index in the file, share): what a perfect monitor would rank the
+    /// chunks by (the scans come on top, spread evenly).
+    pub fn chunk_shares(&self) -> Vec<(usize, u64, f64)> {
+        let r = self.requests();
+        r.order
+            .iter()
+            .enumerate()
+            .map(|(rank, &chunk)| ((chunk / r.per_file) as usize, chunk % r.per_file, r.zipf.share(rank)))
+            .collect()
+    }
+
     fn requests(&self) -> Requests {
         let per_file = self.file_size() / CHUNK;
         let order = hot_order(FILES * per_file);
@@ -191,6 +203,20 @@ mod tests {
         let (run, warm) = (busiest(42), busiest(1042));
         let shared = run.iter().filter(|c| warm.contains(c)).count();
         assert!(shared >= 6, "warm-up heats {warm:?}, the run reads {run:?}");
+    }
+
+    #[test]
+    fn the_chunk_shares_sum_to_one_and_fall_with_the_rank() {
+        let db = Db { p: Params { scale: 0.02, ..Params::default() } };
+        let shares = db.chunk_shares();
+        assert_eq!(shares.len() as u64, FILES * db.file_size() / CHUNK);
+        let sum: f64 = shares.iter().map(|s| s.2).sum();
+        assert!((sum - 1.0).abs() < 1e-9, "{sum}");
+        assert!(shares.windows(2).all(|w| w[0].2 >= w[1].2));
+        let mut seen: Vec<_> = shares.iter().map(|s| (s.0, s.1)).collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), shares.len(), "every chunk once");
     }
 
     #[test]

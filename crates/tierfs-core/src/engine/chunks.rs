@@ -80,8 +80,9 @@ impl<S: Store> Engine<S> {
     /// Feeds one event of file `ino` (statistics `f`, already applied) to
     /// the monitor if the file's policy splits files and it is past the
     /// sieve. The caller holds the statistics.
-    pub(super) fn chunk_event(&self, ino: Ino, f: &FileStats, ev: &EventKind) {
-        match *ev {
+    pub(super) fn chunk_event(&self, f: &FileStats, ev: &crate::event::Event) {
+        let ino = ev.ino;
+        match ev.kind {
             EventKind::Remove => {
                 let mut c = self.chunks.lock();
                 c.monitor.forget(ino);
@@ -101,11 +102,16 @@ impl<S: Store> Engine<S> {
                 // its chunks: this runs for every event).
                 let chunk = self.vol.chunk_size(ino).or_else(|| ChunkSize::new(params.chunk)).unwrap_or_default();
                 let mut c = self.chunks.lock();
-                c.monitor.on_access(ino, chunk, off, len);
-                if matches!(ev, EventKind::Read { .. }) {
+                // A sampled event stands for `times` requests: each is
+                // counted, as the table halves its pages on overflow.
+                for _ in 0..ev.times {
+                    c.monitor.on_access(ino, chunk, off, len);
+                }
+                if matches!(ev.kind, EventKind::Read { .. }) {
+                    let n = u64::from(ev.times);
                     let r = c.reads.entry(ino).or_default();
-                    r.0 += u64::from(tier == Tier::Ssd);
-                    r.1 += 1;
+                    r.0 += if tier == Tier::Ssd { n } else { 0 };
+                    r.1 += n;
                 }
             }
             _ => {}

@@ -16,6 +16,7 @@
 pub mod account;
 mod chunks;
 pub mod groups;
+mod heat;
 mod measure;
 pub mod rate;
 pub mod record;
@@ -38,6 +39,7 @@ use crate::vfs::Ctx;
 use crate::vfs::{Hooks, IoMode, Volume};
 use account::SsdAccount;
 use groups::{Effective, Groups, Stored};
+use heat::counting;
 use parking_lot::{Condvar, Mutex};
 use rate::{BusyGate, RateLimiter};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -410,6 +412,8 @@ pub struct Engine<S: Store> {
     regulator: Mutex<crate::regulator::Regulator>,
     /// What was served and moved by the minute, over a day (a leaf).
     history: Mutex<crate::stats::history::History>,
+    /// The intake from the heat source (a leaf, taken under `rx`).
+    heat: Mutex<heat::Intake>,
 }
 
 /// Notes kept for `tierfs stats --file` (the latest decision per file).
@@ -562,6 +566,7 @@ impl<S: Store> Engine<S> {
             probe_files: Mutex::new([None, None]),
             regulator: Mutex::new(regulator),
             history: Mutex::new(crate::stats::history::History::default()),
+            heat: Mutex::new(heat::Intake::default()),
             clock,
             cfg,
             sink,
@@ -755,11 +760,11 @@ impl<S: Store> Engine<S> {
             }
             match p.stats.get(ev.ino) {
                 Some(f) => {
-                    self.chunk_event(ev.ino, &f, &ev.kind);
+                    self.chunk_event(&f, ev);
                     self.wb_event(ev.ino, f.group, &ev.kind, f.residence == crate::stats::Residence::Hdd);
                 }
                 None if ev.kind == EventKind::Remove => {
-                    self.chunk_event(ev.ino, &FileStats::default(), &ev.kind);
+                    self.chunk_event(&FileStats::default(), ev);
                     self.wb_event(ev.ino, 0, &ev.kind, false);
                 }
                 None => {}
@@ -964,6 +969,17 @@ impl<S: Store> Engine<S> {
             self.ingest(&batch);
             self.record_trace(&batch);
         }
+        self.sync_heat(heat::Drain::Take);
+    }
+
+    /// Takes in the requests the heat source saw. The caller holds `rx`
+    /// (the queue's events come first: a file's create before its reads).
+    fn sync_heat(&self, drain: heat::Drain) {
+        let batch = self.heat_events(drain);
+        if !batch.is_empty() {
+            self.ingest(&batch);
+            self.record_trace(&batch);
+        }
     }
 
     /// Hands events to the recording, if one runs. A write error ends it;
@@ -972,7 +988,9 @@ impl<S: Store> Engine<S> {
         let mut t = self.trace.lock();
         let Some(r) = t.rec.as_mut() else { return };
         let parent_of = |ino: Ino| self.parent_of(ino);
-        if let Err(e) = batch.iter().try_for_each(|ev| r.push(ev, &parent_of)) {
+        // A sampled event is its requests, each a record.
+        let records = batch.iter().flat_map(|ev| std::iter::repeat_n(ev, ev.times as usize));
+        if let Err(e) = records.into_iter().try_for_each(|ev| r.push(ev, &parent_of)) {
             t.fail(e);
         }
     }
@@ -1052,6 +1070,11 @@ impl<S: Store> Engine<S> {
                 std::thread::sleep(self.cfg.tick);
             }
             self.sync_events();
+            let rx = self.rx.lock();
+            if rx.is_some() {
+                self.sync_heat(if stopping { heat::Drain::Last } else { heat::Drain::Tick });
+            }
+            drop(rx);
             self.gate.lock().sample(self.clock.now(), self.vol.requests());
             self.flush_trace();
             self.maintain(self.clock.now(), &mut last_flush, false);
@@ -1662,6 +1685,7 @@ impl<S: Store> Engine<S> {
             busy: self.gate.lock().busy(),
         };
         let io_mode = self.vol.io_mode();
+        let heat = self.heat_report();
         // The clock first: nothing is taken while `history` is held.
         let now = self.clock.now();
         let history = self.history.lock().report(now);
@@ -1672,10 +1696,8 @@ impl<S: Store> Engine<S> {
                 IoMode::Passthrough => "passthrough".into(),
                 IoMode::Userspace => "userspace".into(),
             },
-            counting: match io_mode {
-                IoMode::Passthrough => "per open (passthrough: reads and writes bypass the daemon)".into(),
-                IoMode::Userspace => "per request".into(),
-            },
+            counting: counting(io_mode, &heat),
+            heat,
             tiers,
             ssd_hit_ratio: served.ssd_hit_ratio(),
             tracked_files: tracked,
@@ -2176,6 +2198,13 @@ impl<S: Store> Hooks for EngineHooks<S> {
         if let Some(e) = self.0.upgrade() {
             e.wb_admitted(area, ino, chunks, reserved);
         }
+    }
+
+    fn counts_chunks(&self, ino: Ino, size: u64) -> bool {
+        let Some(e) = self.0.upgrade() else { return false };
+        let Some(parent) = e.parent_of(ino) else { return false };
+        let (kind, params) = e.setting(e.group_of(parent));
+        kind.policy().chunks() && size > params.sieve
     }
 
     fn passthrough_write_ok(&self, _ino: Ino) -> bool {

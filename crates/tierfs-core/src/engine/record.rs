@@ -143,7 +143,7 @@ mod tests {
     use crate::tier::{Placement, Tier};
 
     fn ev(ino: Ino, ms: u64, kind: EventKind) -> Event {
-        Event { ino, time: Timestamp::from_millis(ms), kind }
+        Event::new(ino, Timestamp::from_millis(ms), kind)
     }
 
     #[test]

@@ -497,7 +497,7 @@ pub fn admit_on_read(v: &View<'_>, ino: Ino, f: &FileStats, ev: &EventKind, mv: 
     let read_from_hdd = matches!(
         *ev,
         EventKind::Read { tier: Tier::Hdd, fragment: false, .. }
-            | EventKind::Open { write: false, tier: Tier::Hdd, passthrough: true, .. }
+            | EventKind::Open { write: false, tier: Tier::Hdd, unseen: true, .. }
     );
     if !read_from_hdd || f.residence != Residence::Hdd {
         return p;

@@ -112,7 +112,7 @@ fn admission_needs_a_counter_above_the_last_eviction() {
 fn passthrough_open_for_reading_counts_as_a_read() {
     let s = stats(&[(5, 64, Residence::Hdd, 100)]);
     let env = Env::new(0, 1 << 30);
-    let open = EventKind::Open { write: false, tier: Tier::Hdd, size: 100, passthrough: true };
+    let open = EventKind::Open { write: false, tier: Tier::Hdd, size: 100, unseen: true };
     let p = env.with(&s, |v| PolicyKind::DynamicColdDst.policy().on_access(v, 5, &s.get(5).unwrap(), &open));
     assert_eq!(moves(&p), vec![(5, Move::Promote)]);
 }

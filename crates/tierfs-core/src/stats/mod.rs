@@ -122,8 +122,8 @@ impl Served {
     pub fn ssd_hit_ratio(&self) -> f64 {
         ssd_share(self.reqs)
     }
-    fn add(&mut self, t: Tier, bytes: u64) {
-        self.reqs[t.idx()] += 1;
+    fn add(&mut self, t: Tier, reqs: u64, bytes: u64) {
+        self.reqs[t.idx()] += reqs;
         self.bytes[t.idx()] += bytes;
     }
 }
@@ -342,29 +342,32 @@ impl Stats {
         }
     }
 
-    fn access(&mut self, ino: Ino, t: Timestamp, pages: u64, write: bool, bytes: u64, tier: Tier) {
+    /// `times` requests of `pages` pages and `bytes` bytes each.
+    #[allow(clippy::too_many_arguments)]
+    fn access(&mut self, ino: Ino, t: Timestamp, pages: u64, write: bool, bytes: u64, tier: Tier, times: u32) {
         self.seq += 1;
         let seq = self.seq;
         let group = self.files.get(ino).map(|f| f.group);
+        let all = bytes.saturating_mul(u64::from(times));
         self.update(ino, |f| {
-            f.counter = counter::bump(f.counter, pages);
+            f.counter = f.counter.saturating_add(counter::weight(pages).saturating_mul(times));
             f.seq = seq;
             f.last_access = t.secs().min(u32::MAX as u64) as u32;
             if write {
-                f.writes = f.writes.saturating_add(1);
-                f.write_bytes = f.write_bytes.saturating_add(bytes);
+                f.writes = f.writes.saturating_add(times);
+                f.write_bytes = f.write_bytes.saturating_add(all);
             } else {
-                f.reads = f.reads.saturating_add(1);
-                f.read_bytes = f.read_bytes.saturating_add(bytes);
+                f.reads = f.reads.saturating_add(times);
+                f.read_bytes = f.read_bytes.saturating_add(all);
             }
             match tier {
-                Tier::Ssd => f.ssd_reqs = f.ssd_reqs.saturating_add(1),
-                Tier::Hdd => f.hdd_reqs = f.hdd_reqs.saturating_add(1),
+                Tier::Ssd => f.ssd_reqs = f.ssd_reqs.saturating_add(times),
+                Tier::Hdd => f.hdd_reqs = f.hdd_reqs.saturating_add(times),
             }
         });
-        self.served.add(tier, bytes);
+        self.served.add(tier, u64::from(times), all);
         if let Some(g) = group {
-            self.served_by_group.entry(g).or_default().add(tier, bytes);
+            self.served_by_group.entry(g).or_default().add(tier, u64::from(times), all);
         }
     }
 
@@ -380,7 +383,7 @@ impl Stats {
                 if fragment {
                     self.fragment(ino, false, len, tier);
                 } else {
-                    self.access(ino, ev.time, counter::pages(off, len), false, len, tier);
+                    self.access(ino, ev.time, counter::pages(off, len), false, len, tier, ev.times);
                 }
             }
             EventKind::Write { off, len, tier, size, fragment } => {
@@ -388,15 +391,15 @@ impl Stats {
                 if fragment {
                     self.fragment(ino, true, len, tier);
                 } else {
-                    self.access(ino, ev.time, counter::pages(off, len), true, len, tier);
+                    self.access(ino, ev.time, counter::pages(off, len), true, len, tier, ev.times);
                 }
             }
-            EventKind::Open { write, tier, size, passthrough } => {
+            EventKind::Open { write, tier, size, unseen } => {
                 self.update(ino, |f| f.size = size);
-                if passthrough {
-                    // The kernel does the I/O: count the open as one access
-                    // to the whole file.
-                    self.access(ino, ev.time, counter::whole_file_pages(size), write, size, tier);
+                if unseen {
+                    // The kernel does the I/O and no heat source sees it:
+                    // the open counts as one access to the whole file.
+                    self.access(ino, ev.time, counter::whole_file_pages(size), write, size, tier, 1);
                 }
             }
             EventKind::Close { size } | EventKind::Resize { size } => {
@@ -752,7 +755,7 @@ mod tests {
     use std::collections::HashMap;
 
     fn ev(ino: Ino, secs: u64, kind: EventKind) -> Event {
-        Event { ino, time: Timestamp::from_secs(secs), kind }
+        Event::new(ino, Timestamp::from_secs(secs), kind)
     }
 
     fn read(ino: Ino, secs: u64, len: u64) -> Event {
@@ -837,18 +840,15 @@ mod tests {
     }
 
     #[test]
-    fn passthrough_opens_count_the_whole_file() {
+    fn opens_whose_io_no_heat_source_sees_count_the_whole_file() {
         let mut s = Stats::new(DEFAULT_AGING);
-        let open = |ino, size| ev(ino, 1, EventKind::Open { write: false, tier: Tier::Hdd, size, passthrough: true });
+        let open = |ino, size| ev(ino, 1, EventKind::Open { write: false, tier: Tier::Hdd, size, unseen: true });
         for i in 1..=3 {
             s.apply(&create(i, Placement::On(Tier::Hdd)), &mut no_groups);
         }
         s.apply(&open(1, 4000), &mut no_groups);
         s.apply(&open(2, 10 << 20), &mut no_groups);
-        s.apply(
-            &ev(3, 1, EventKind::Open { write: false, tier: Tier::Hdd, size: 10, passthrough: false }),
-            &mut no_groups,
-        );
+        s.apply(&ev(3, 1, EventKind::Open { write: false, tier: Tier::Hdd, size: 10, unseen: false }), &mut no_groups);
         assert_eq!(s.get(1).unwrap().counter, 64);
         assert_eq!(s.get(2).unwrap().counter, 1);
         assert_eq!(s.get(3).unwrap().counter, 0, "userspace opens are not accesses");
@@ -881,10 +881,7 @@ mod tests {
             &ev(1, 1, EventKind::Write { off: 0, len: 1, tier: Tier::Ssd, size: 9, fragment: false }),
             &mut no_groups,
         );
-        s.apply(
-            &ev(1, 1, EventKind::Open { write: false, tier: Tier::Ssd, size: 9, passthrough: true }),
-            &mut no_groups,
-        );
+        s.apply(&ev(1, 1, EventKind::Open { write: false, tier: Tier::Ssd, size: 9, unseen: true }), &mut no_groups);
         s.apply(&ev(1, 1, EventKind::Close { size: 9 }), &mut no_groups);
         s.apply(&ev(1, 1, EventKind::Placed { placement: Placement::On(Tier::Hdd) }), &mut no_groups);
         assert_eq!(s.len(), 0);

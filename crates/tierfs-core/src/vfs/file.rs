@@ -270,6 +270,7 @@ impl<S: Store> Volume<S> {
                 handles: 0,
                 backed: 0,
                 kernel_file: None,
+                kernel_seen: crate::heat::Seen::default(),
                 retired: false,
             }),
             order: Mutex::new(()),
@@ -319,7 +320,7 @@ impl<S: Store> Volume<S> {
     fn register(&self, ctx: &Ctx, ino: Ino, oi: Arc<OpenInode<S>>, flags: i32) -> Opened<S> {
         let acc = flags & libc::O_ACCMODE;
         let write = acc != libc::O_RDONLY;
-        let (read_tier, size, backing, direct) = {
+        let (read_tier, size, backing, direct, unseen) = {
             let mut io = oi.io.write();
             let wanted = self.passthrough_for(ino, &oi, &io, write);
             // While other handles pass through, the kernel may have written
@@ -340,7 +341,10 @@ impl<S: Store> Volume<S> {
             };
             if let Some(b) = &backing {
                 io.backed += 1;
-                io.kernel_file.get_or_insert_with(|| b.clone());
+                if io.kernel_file.is_none() {
+                    io.kernel_seen = self.watch(ino, b);
+                    io.kernel_file = Some(b.clone());
+                }
                 oi.passthrough.store(io.backed, Ordering::Release);
                 if write {
                     // The kernel writes this file without telling us (a
@@ -350,9 +354,12 @@ impl<S: Store> Volume<S> {
                     self.note_change(ino);
                 }
             }
-            (io.placement.read_tier(), size, backing, direct)
+            // What the kernel does for this handle that no heat source
+            // sees: the open stands for it.
+            let seen = if write { io.kernel_seen.writes } else { io.kernel_seen.reads };
+            let unseen = backing.is_some() && !direct && !seen;
+            (io.placement.read_tier(), size, backing, direct, unseen)
         };
-        let passthrough = backing.is_some() && !direct;
         let h = Handle {
             ino,
             caller: *ctx,
@@ -365,7 +372,7 @@ impl<S: Store> Volume<S> {
         };
         let fh = self.new_fh();
         self.handles.write().insert(fh, Arc::new(h));
-        self.emit(ino, EventKind::Open { write, tier: read_tier, size, passthrough });
+        self.emit(ino, EventKind::Open { write, tier: read_tier, size, unseen });
         Opened { fh, backing, direct }
     }
 
@@ -383,6 +390,11 @@ impl<S: Store> Volume<S> {
         // the daemon.
         let wb = write && oi.wb.max_write > 0;
         if self.io_mode() != IoMode::Passthrough || oi.split.load(Ordering::Acquire) || wb {
+            return None;
+        }
+        // Its chunks are counted from its requests, which no heat source
+        // would see.
+        if !self.heat().sees().reads && self.hooks().counts_chunks(ino, oi.size.load(Ordering::Acquire)) {
             return None;
         }
         let file = if !write {
@@ -410,16 +422,29 @@ impl<S: Store> Volume<S> {
 
     /// A handle let go of the inode's kernel backing file.
     fn unback(&self, oi: &OpenInode<S>) {
-        Self::unback_locked(oi, &mut oi.io.write());
+        self.unback_locked(oi, &mut oi.io.write());
     }
 
     /// [`Self::unback`] under the I/O lock.
-    fn unback_locked(oi: &OpenInode<S>, io: &mut super::IoState<S>) {
+    fn unback_locked(&self, oi: &OpenInode<S>, io: &mut super::IoState<S>) {
         io.backed = io.backed.saturating_sub(1);
         if io.backed == 0 {
-            io.kernel_file = None;
+            if let Some((t, f)) = io.kernel_file.take() {
+                if io.kernel_seen != crate::heat::Seen::default() {
+                    if let Some(fd) = self.tiers.store(t).raw_fd(&f) {
+                        self.heat().unwatch(fd);
+                    }
+                }
+            }
+            io.kernel_seen = crate::heat::Seen::default();
         }
         oi.passthrough.store(io.backed, Ordering::Release);
+    }
+
+    /// Has the heat source watch the file the kernel is given as `ino`'s
+    /// backing file; what it will see of the kernel's requests.
+    fn watch(&self, ino: Ino, (t, f): &(Tier, Arc<S::File>)) -> crate::heat::Seen {
+        self.tiers.store(*t).raw_fd(f).map_or_else(crate::heat::Seen::default, |fd| self.heat().watch(ino, *t, fd))
     }
 
     /// The kernel refused passthrough for a handle: count it as userspace.
@@ -833,7 +858,7 @@ impl<S: Store> Volume<S> {
             let mut io = h.oi.io.write();
             io.handles = io.handles.saturating_sub(1);
             if h.backed {
-                Self::unback_locked(&h.oi, &mut io);
+                self.unback_locked(&h.oi, &mut io);
             }
             let last = io.handles == 0;
             let mut size = None;

@@ -187,6 +187,13 @@ pub trait Hooks: Send + Sync {
     fn ssd_growth_ok(&self, _ino: Ino, _bytes: u64) -> bool {
         true
     }
+    /// Does the policy of `ino`, `size` bytes long, count its chunks
+    /// (sub-file extents)? Such a file takes the userspace path when no heat
+    /// source sees the kernel's requests, so that its requests reach the
+    /// daemon. Default: no.
+    fn counts_chunks(&self, _ino: Ino, _size: u64) -> bool {
+        false
+    }
     /// May a writable open of this SSD-resident file use passthrough (no
     /// per-write space checks)? Default: yes.
     fn passthrough_write_ok(&self, _ino: Ino) -> bool {
@@ -293,6 +300,8 @@ pub(crate) struct IoState<S: Store> {
     /// The file the kernel holds as the inode's backing file while
     /// `backed > 0`.
     pub kernel_file: Option<(Tier, Arc<S::File>)>,
+    /// What the heat source sees of the kernel's requests to it.
+    pub kernel_seen: crate::heat::Seen,
     /// The last handle closed: this state is leaving the open map, and an
     /// open that finds it there must make a new one.
     pub retired: bool,
@@ -360,6 +369,8 @@ pub struct Volume<S: Store> {
     io_mode: std::sync::atomic::AtomicBool,
     events: Arc<dyn EventSink>,
     hooks: RwLock<Arc<dyn Hooks>>,
+    /// What sees the requests the kernel serves by itself (passthrough).
+    heat: RwLock<Arc<dyn crate::heat::HeatSource>>,
     kernel: RwLock<Option<Arc<dyn KernelCache>>>,
     clock: Arc<dyn Clock>,
     conflicts: Mutex<Vec<Conflict>>,
@@ -450,6 +461,7 @@ impl<S: Store> Volume<S> {
             requests: AtomicU64::new(0),
             events,
             hooks: RwLock::new(Arc::new(NoHooks)),
+            heat: RwLock::new(Arc::new(crate::heat::NoHeat)),
             kernel: RwLock::new(None),
             clock,
             conflicts: Mutex::new(Vec::new()),
@@ -506,6 +518,17 @@ impl<S: Store> Volume<S> {
         self.hooks.read().clone()
     }
 
+    /// Installs the heat source (before the mount serves: files opened
+    /// earlier stay counted per open).
+    pub fn set_heat(&self, h: Arc<dyn crate::heat::HeatSource>) {
+        *self.heat.write() = h;
+    }
+
+    /// The heat source ([`crate::heat::NoHeat`] unless one was installed).
+    pub fn heat(&self) -> Arc<dyn crate::heat::HeatSource> {
+        self.heat.read().clone()
+    }
+
     /// Installs the kernel's caches, to be told of changes tierfs makes
     /// behind them.
     pub fn set_kernel_cache(&self, k: Arc<dyn KernelCache>) {
@@ -555,7 +578,7 @@ impl<S: Store> Volume<S> {
 
     pub(crate) fn emit(&self, ino: Ino, kind: EventKind) {
         tracing::trace!(ino, ?kind, "event");
-        self.events.record(Event { ino, time: self.clock.now(), kind });
+        self.events.record(Event::new(ino, self.clock.now(), kind));
     }
 
     /// Counts a request from the kernel (the FUSE layer calls this once per
