@@ -11,7 +11,10 @@
 //! requests its top 32 chunks get), against the requests themselves, which
 //! is what the eBPF heat source counts.
 //!
-//! cargo run --release --example heat_cachestat -- DIR [SECS]
+//! With `warm` the file stays in the page cache from its writing, as a
+//! file in use does: then no read makes a page resident.
+//!
+//! cargo run --release --example heat_cachestat -- DIR [SECS] [warm]
 
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
@@ -55,22 +58,27 @@ fn cachestat(fd: i32, off: u64, len: u64) -> std::io::Result<Stat> {
 fn main() {
     let mut args = std::env::args().skip(1);
     let Some(dir) = args.next() else {
-        eprintln!("usage: heat_cachestat DIR [SECS]");
+        eprintln!("usage: heat_cachestat DIR [SECS] [warm]");
         std::process::exit(2);
     };
     let secs: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(10);
+    let warm = args.next().as_deref() == Some("warm");
     let path = std::path::Path::new(&dir).join("heat-cachestat.dat");
     std::fs::write(&path, vec![0x5au8; SIZE as usize]).expect("write the file");
     let f = std::fs::File::open(&path).expect("open");
     let fd = f.as_raw_fd();
     f.sync_all().expect("sync");
-    // The page cache starts cold, as after a reboot or under pressure.
-    // SAFETY: fd is open.
-    unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if !warm {
+        // The page cache starts cold, as after a reboot or under pressure.
+        // SAFETY: fd is open.
+        unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
+    }
     let chunks = (SIZE / CHUNK) as usize;
     let mut truth = vec![0u64; chunks];
     let mut seen = vec![0u64; chunks];
-    let mut resident = vec![0u64; chunks];
+    // What is resident before the reads begin.
+    let mut resident: Vec<u64> =
+        (0..chunks).map(|c| cachestat(fd, c as u64 * CHUNK, CHUNK).map_or(0, |st| st.cache)).collect();
     let reader = {
         let f = f.try_clone().expect("dup");
         std::thread::spawn(move || {
@@ -109,7 +117,12 @@ fn main() {
     for (t, n) in truth.iter_mut().zip(reader.join().expect("reader")) {
         *t = n;
     }
+    // Ties are broken at random: a sampler that saw nothing knows nothing.
     let mut by_seen: Vec<usize> = (0..chunks).collect();
+    let mut shuffle = Rng::new(7);
+    for i in (1..by_seen.len()).rev() {
+        by_seen.swap(i, shuffle.below(i as u64 + 1) as usize);
+    }
     by_seen.sort_by_key(|&c| std::cmp::Reverse(seen[c]));
     let top = &by_seen[..HOT as usize];
     let hot_found = top.iter().filter(|&&c| (c as u64) < HOT).count();
@@ -117,7 +130,11 @@ fn main() {
     let covered: u64 = top.iter().map(|&c| truth[c]).sum();
     let ideal: u64 = truth[..HOT as usize].iter().sum();
     let tied = seen.iter().filter(|&&s| s == seen[by_seen[0]]).count();
-    println!("cachestat sampler, {READS} reads over {secs} s of a {} MiB file, {chunks} chunks:", SIZE >> 20);
+    println!(
+        "cachestat sampler, {READS} reads over {secs} s of a {} MiB file, {chunks} chunks, page cache {}:",
+        SIZE >> 20,
+        if warm { "warm" } else { "cold" }
+    );
     println!(
         "  cost: {samples} samples, {calls} calls, {:.1} us a call, {:.2} % of one core",
         spent.as_secs_f64() * 1e6 / calls.max(1) as f64,
