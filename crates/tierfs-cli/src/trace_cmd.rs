@@ -32,8 +32,12 @@ pub fn run(a: &TraceArgs) -> Result<ExitCode> {
             let span = parse_size(span).map_err(|e| anyhow!("--span: {e}"))?;
             let file_size = parse_size(file_size).map_err(|e| anyhow!("--file-size: {e}"))?;
             let recs = w.generate(duration.as_nanos() as u64, span, file_size, *seed);
-            let meta =
-                Meta { source: format!("synthetic:{}", w.name), note: format!("seed {seed}"), ..Meta::default() };
+            let meta = Meta {
+                source: format!("synthetic:{}", w.name),
+                note: format!("seed {seed}"),
+                existing_size: Some(import::cut_size(file_size)),
+                ..Meta::default()
+            };
             let n = write_records(out, &meta, &recs)?;
             eprintln!("tierfs trace: {n} records of {} written to {}", w.name, out.display());
             Ok(ExitCode::SUCCESS)
@@ -207,6 +211,7 @@ fn show(path: &Path, json: bool) -> Result<ExitCode> {
             "format_version": version, "source": meta.source, "note": meta.note,
             "records": counts, "files": files.len(), "directories": dirs.len(),
             "bytes_read": read, "bytes_written": written, "seconds": secs,
+            "existing_size": meta.existing_size,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
@@ -217,6 +222,9 @@ fn show(path: &Path, json: bool) -> Result<ExitCode> {
         println!("note:      {}", meta.note);
     }
     println!("length:    {secs:.3} s");
+    if let Some(size) = meta.existing_size {
+        println!("existing:  the files it does not create exist before it, {} each", format_size(size));
+    }
     println!("files:     {} in {} directories", files.len(), dirs.len());
     println!("read:      {} in {} requests", format_size(read), kinds[0]);
     println!("written:   {} in {} requests", format_size(written), kinds[1]);

@@ -65,6 +65,12 @@ pub struct Meta {
     /// ([`PHASE_RUN`]); a replay times the run from there.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub run_clock: bool,
+    /// Every file the trace names without a `create` record existed
+    /// before it began, this many bytes long, on the HDD (an imported
+    /// block trace: its disks' data, cut into files of this size). Without
+    /// it such a file is taken to be as long as its requests show.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub existing_size: Option<u64>,
 }
 
 /// What happened.
@@ -396,6 +402,7 @@ mod tests {
                 policies: vec![(5, "on-demand-cache".into())],
                 ops: Some(3),
                 run_clock: true,
+                existing_size: Some(1 << 20),
             };
             let (m, back) = decode(&encode(&meta, &recs)).unwrap();
             prop_assert_eq!(m, meta);

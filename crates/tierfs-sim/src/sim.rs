@@ -25,7 +25,11 @@
 //! per request), until the run's duration of virtual time is over, counted
 //! from where the workload starts its clock when the trace marks it. A
 //! trace without marks (an imported block trace, a recording of a mount)
-//! replays open-loop at its recorded times and is measured whole.
+//! replays open-loop at its recorded times and is measured whole, each read
+//! and write an operation. Either way the report's requests are the reads
+//! and writes, the requests its hit ratio is over. A file such a trace
+//! names without creating it is older than the trace: on the HDD, as long
+//! as the trace says ([`Meta::existing_size`]) or its requests show.
 //!
 //! Same trace, same settings: same report, byte for byte (nothing here
 //! reads a real clock or iterates a hash map into the output).
@@ -158,11 +162,12 @@ impl Config {
 pub struct SimReport {
     /// The workload's measure, in the sweep's form.
     pub report: Report,
-    /// Requests replayed in the measured run.
+    /// Reads and writes replayed in the measured run (the requests of the
+    /// hit ratio; creations, opens, closes and listings are not counted).
     pub requests: u64,
     /// Their latencies, microseconds.
     pub request_latency: Latency,
-    /// Requests the SSD served over all.
+    /// The share of those requests the SSD served.
     pub ssd_hit_ratio: f64,
     /// Moves made (promotions, demotions, copies, dropped copies).
     pub moves: u64,
@@ -318,6 +323,8 @@ struct Sim {
     /// whether the pass it waited for freed nothing.
     waited: Option<(Timestamp, bool)>,
     counters: Counters,
+    /// The size of the files older than the trace ([`Meta::existing_size`]).
+    existing_size: Option<u64>,
 }
 
 /// A writer waiting for room.
@@ -426,6 +433,7 @@ impl Sim {
             asking: None,
             waited: None,
             counters: Counters::default(),
+            existing_size: meta.existing_size,
             cfg,
         }
     }
@@ -817,9 +825,21 @@ impl Sim {
         let ino = r.file;
         let known = self.model.files.contains_key(&ino);
         if !known && !matches!(r.kind, Kind::Create | Kind::Remove | Kind::Stat) {
-            // A file that existed before the trace began: on the HDD (the
-            // planner takes it in as the engine does a file it lost).
-            self.model.files.insert(ino, File { dir: r.dir, ..NEW });
+            // A file that existed before the trace began: on the HDD.
+            match self.existing_size {
+                Some(size) => {
+                    // As long as the trace says: the planner learns of it
+                    // as the engine does of a file its reconciliation
+                    // adopts.
+                    self.model.files.insert(ino, File { size, dir: r.dir, ..NEW });
+                    self.event(ino, now, EventKind::Create { placement: NEW.placement, parent: r.dir, size });
+                }
+                // As long as its requests show (the planner takes it in as
+                // the engine does a file it lost).
+                None => {
+                    self.model.files.insert(ino, File { dir: r.dir, ..NEW });
+                }
+            }
         }
         match r.kind {
             Kind::Create => {
@@ -1089,7 +1109,7 @@ enum Mode {
     /// `per_mark` operations per `op` mark.
     Closed { per_mark: f64 },
     /// Each request at its recorded time, from the first one's; every
-    /// request an operation.
+    /// read and write an operation.
     Open { from_ns: u64 },
 }
 
@@ -1357,7 +1377,12 @@ fn run(cfg: &Config, meta: &Meta, mode: Mode, src: &mut dyn Source) -> io::Resul
             Kind::Write => written += r.len,
             _ => {}
         }
-        req_lat.push(done.since(now).as_micros() as u64);
+        // The requests of the hit ratio: reads and writes (a creation, an
+        // open or a listing's attributes are not counted, nor timed).
+        let data = r.kind.is_io();
+        if data {
+            req_lat.push(done.since(now).as_micros() as u64);
+        }
         last_done = last_done.max(done);
         match mode {
             Mode::Closed { .. } => {
@@ -1370,10 +1395,11 @@ fn run(cfg: &Config, meta: &Meta, mode: Mode, src: &mut dyn Source) -> io::Resul
                     c.now = done.plus(overhead);
                 }
             }
-            Mode::Open { .. } => {
+            Mode::Open { .. } if data => {
                 ops += 1;
                 op_lat.push(done.since(now).as_micros() as u64);
             }
+            Mode::Open { .. } => {}
         }
     }
     if !measuring {
@@ -1863,6 +1889,65 @@ mod tests {
         let r = replay(&Config::new(PolicyKind::OnDemandCache, 1 << 30), &meta, &recs).unwrap();
         assert_eq!((r.total_moves, r.moves), (2, 0), "{r:?}");
         assert_eq!(r.ssd_hit_ratio, 1.0);
+    }
+
+    /// A block trace as `trace import` makes it of an MSR CSV: 4 000
+    /// requests of 4 KiB, 20 ms apart, over a 16 MiB disk cut into
+    /// files of 256 KiB, 80 % of them to the first 2 MiB.
+    fn imported() -> (Meta, Vec<Record>) {
+        let mut rng = tierfs_bench::rng::Rng::new(3);
+        let mut csv = String::new();
+        for i in 0..4000u64 {
+            let span = if rng.chance(0.8) { 2 << 20 } else { 16 << 20 };
+            let off = rng.below(span / 4096) * 4096;
+            let kind = if rng.chance(0.2) { "Write" } else { "Read" };
+            csv.push_str(&format!("{},h,0,{kind},{off},4096,1\n", 1_000_000 + i * 200_000));
+        }
+        let mut out = Vec::new();
+        crate::import::import(csv.as_bytes(), crate::import::Format::Msr, 256 << 10, "t.csv", &mut out).unwrap();
+        let rd = tierfs_core::trace::Reader::new(&out[..]).unwrap();
+        let meta = rd.meta().clone();
+        (meta, rd.map(|r| r.unwrap()).collect())
+    }
+
+    #[test]
+    fn an_imported_block_trace_finds_its_data_on_the_hdd_whatever_the_policy() {
+        // The data of a block trace exists before it: a policy that puts
+        // new files on the SSD gets none of it there for nothing. When the
+        // importer created each file at its first request, dynamic cold-DST
+        // found every file it had room for on the SSD.
+        let (meta, recs) = imported();
+        let at = |policy| {
+            let mut cfg = Config::new(policy, 1 << 20);
+            cfg.cache = 0;
+            replay_checked(&cfg, &meta, &recs)
+        };
+        let (hot, cold) = (at(PolicyKind::DynamicHotDst), at(PolicyKind::DynamicColdDst));
+        assert!(hot.ssd_hit_ratio > 0.3, "{hot:?}");
+        assert_eq!((cold.ssd_hit_ratio, cold.moves, cold.bytes_moved), (hot.ssd_hit_ratio, hot.moves, hot.bytes_moved));
+        // Each file is as long as the importer cut it.
+        assert_eq!(hot.bytes_held, 64 * (256 << 10));
+    }
+
+    #[test]
+    fn the_report_counts_and_times_reads_and_writes_not_creations() {
+        // The count took in the creations too while the hit ratio is over
+        // reads and writes only, and a creation's latency (here the
+        // eviction that makes room for it) went into the request figures.
+        let recs = vec![
+            rec(0, 10, Kind::Create, 0, 64 << 10),
+            rec(MS, 10, Kind::Read, 0, 4096),
+            rec(100 * MS, 11, Kind::Create, 0, 64 << 10),
+            rec(200 * MS, 11, Kind::Read, 0, 4096),
+        ];
+        let meta = Meta { dirs: vec![[1, 1]], ..Meta::default() };
+        let mut cfg = Config::new(PolicyKind::DynamicColdDst, 64 << 10);
+        cfg.cache = 0;
+        let r = replay_checked(&cfg, &meta, &recs);
+        assert_eq!(r.evictions, 1, "file 11's creation made room: {r:?}");
+        assert_eq!((r.requests, r.report.ops, r.ssd_hit_ratio), (2, 2, 1.0), "{r:?}");
+        assert!(r.request_latency.max_us < 1000, "{r:?}");
+        assert!(r.report.latency.max_us < 1000, "{r:?}");
     }
 
     fn arb_trace() -> impl Strategy<Value = Vec<Record>> {
