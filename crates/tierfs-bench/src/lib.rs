@@ -2,10 +2,12 @@
 //! the papers' benchmarks ([`workload`]), the sweep over architectures,
 //! SSD sizes and workloads on emulated devices ([`sweep`]), and its
 //! results: CSV, Markdown tables, SVG charts and the check of the expected
-//! findings ([`report`]).
+//! findings ([`report`]), and what a simulated run is measured against:
+//! the offline optimum and the online cache policies ([`reference`]).
 #![warn(missing_docs)]
 
 pub mod capture;
+pub mod reference;
 pub mod report;
 pub mod rng;
 pub mod stream;

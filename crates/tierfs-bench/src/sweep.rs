@@ -367,6 +367,10 @@ pub struct Row {
     /// run, in the order they ran; the row is the run with the median one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub repeats: Vec<f64>,
+    /// A simulated run: the offline optimum and the online cache policies
+    /// over the requests it served ([`crate::reference`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<crate::reference::Reference>,
 }
 
 /// The run of `runs` with the median throughput (the lower of the middle
@@ -747,6 +751,7 @@ impl Runner<'_> {
                     run_moves: Some(run.moves),
                     report: r,
                     repeats: Vec::new(),
+                    reference: None,
                 };
                 let line = format!("{wname}: {label}: {:.0} ops/s", row.report.ops_per_sec);
                 (this.progress)(Progress::Finished { done, total, line: &line });

@@ -4,6 +4,7 @@
 use crate::args::SimArgs;
 use anyhow::{anyhow, bail, Context, Result};
 use std::process::ExitCode;
+use tierfs_bench::reference::{opt::Method, Reference};
 use tierfs_bench::sweep::{Arch, Row};
 use tierfs_bench::workload;
 use tierfs_core::config::{format_size, parse_duration, parse_size};
@@ -104,6 +105,9 @@ pub fn run(a: &SimArgs) -> Result<ExitCode> {
         l.mean_us,
         r.ssd_hit_ratio * 100.0
     );
+    if let Some(b) = &r.reference {
+        print_reference(b, r.ssd_hit_ratio);
+    }
     println!("moves:      {} ({} evictions), {} moved", r.moves, r.evictions, format_size(r.bytes_moved));
     println!("devices:    SSD busy {:.3} s, HDD busy {:.3} s", r.ssd_busy_secs, r.hdd_busy_secs);
     println!(
@@ -116,6 +120,34 @@ pub fn run(a: &SimArgs) -> Result<ExitCode> {
         }
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The baselines of a replay, and how far its hit ratio `hit` is from
+/// them.
+fn print_reference(b: &Reference, hit: f64) {
+    let o = &b.opt;
+    let how = match o.method {
+        Method::OneSize => "exact: every file takes the same room".to_string(),
+        Method::BruteForce => "exact: every set of intervals tried".to_string(),
+        Method::Bounds => format!("at most; a schedule found serves {:.1} %", o.best.hit_ratio() * 100.0),
+    };
+    println!(
+        "optimum:    {:.1} % served by the SSD ({how}), {} copied to it",
+        o.hit_ratio() * 100.0,
+        format_size(o.best.bytes_admitted)
+    );
+    println!(
+        "online:     LRU {:.1} % ({} copied), S3-FIFO {:.1} % ({} copied); moves at once and for nothing",
+        b.lru.hit_ratio() * 100.0,
+        format_size(b.lru.bytes_admitted),
+        b.s3_fifo.hit_ratio() * 100.0,
+        format_size(b.s3_fifo.bytes_admitted)
+    );
+    let of_opt = if o.hit_ratio() > 0.0 { format!("{:.1} %", hit / o.hit_ratio() * 100.0) } else { "-".into() };
+    println!(
+        "this:       {of_opt} of the optimum, {:+.1} points from the best online baseline",
+        (hit - b.best_online()) * 100.0
+    );
 }
 
 /// Where a simulated sweep's requests come from.
@@ -187,6 +219,7 @@ fn simulated_row(
         run_hit_ratio: Some(r.ssd_hit_ratio),
         hdd_busy_secs: Some(r.hdd_busy_secs),
         repeats: Vec::new(),
+        reference: r.reference,
         run_moves: Some(tierfs_bench::sweep::RunMoves {
             moves: r.moves,
             evictions: r.evictions,

@@ -52,6 +52,8 @@ use tierfs_core::stats::{Group, Residence, Stats};
 use tierfs_core::tier::{Placement, Tier};
 use tierfs_core::trace::{Kind, Meta, Record, PHASE_MEASURE, PHASE_RUN, PHASE_WARMUP};
 
+use tierfs_bench::reference::{Access, Reference, Touch};
+
 /// What to simulate.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -94,6 +96,9 @@ pub struct Config {
     /// the workload's first request, which no one chooses and which sets
     /// where the interval runs fall in the workload (see [`leads`]).
     pub lead: Duration,
+    /// Measure the replay against the offline optimum and the online
+    /// cache policies over the same requests ([`SimReport::reference`]).
+    pub reference: bool,
 }
 
 /// The leads at which the sweep simulates an architecture, keeping the
@@ -153,6 +158,7 @@ impl Config {
             alloc_unit: ALLOC_UNIT,
             paused_move: PAUSED_MOVE,
             lead: Duration::ZERO,
+            reference: true,
         }
     }
 }
@@ -206,6 +212,11 @@ pub struct SimReport {
     /// Bytes the files hold at the end (the working set, as the sweep measures it after
     /// the HDD-only run).
     pub bytes_held: u64,
+    /// The offline optimum and the online cache policies over the reads
+    /// and writes this replay served, at its SSD capacity
+    /// ([`tierfs_bench::reference`]); None unless [`Config::reference`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<Reference>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -325,6 +336,9 @@ struct Sim {
     counters: Counters,
     /// The size of the files older than the trace ([`Meta::existing_size`]).
     existing_size: Option<u64>,
+    /// What the SSD could do at each read and write, for the baselines
+    /// (with [`Config::reference`]).
+    log: Option<Vec<Access>>,
 }
 
 /// A writer waiting for room.
@@ -434,6 +448,7 @@ impl Sim {
             waited: None,
             counters: Counters::default(),
             existing_size: meta.existing_size,
+            log: cfg.reference.then(Vec::new),
             cfg,
         }
     }
@@ -462,6 +477,22 @@ impl Sim {
     /// when one is the HDD, so they overlap here instead.
     fn submit_each(&mut self, now: Timestamp, p: Placement, req: Req) -> Timestamp {
         p.tiers().iter().fold(now, |done, &tier| done.max(self.submit(now, tier, req)))
+    }
+
+    /// Logs for the baselines what `touch` does to `ino`, as long as the
+    /// file is now.
+    fn log(&mut self, ino: u64, touch: Touch) {
+        let size = self.model.files.get(&ino).map_or(0, |f| f.size);
+        let charge = self.model.charge(size);
+        if let Some(log) = &mut self.log {
+            log.push(Access { file: ino, charge, touch });
+        }
+    }
+
+    /// A read or write served, for the baselines: counted in the measured
+    /// run.
+    fn log_request(&mut self, ino: u64) {
+        self.log(ino, Touch::Request { counted: !self.paused });
     }
 
     /// An event, for the planner at the next tick (or before a choice of
@@ -813,6 +844,16 @@ impl Sim {
 
     /// Serves one request issued at `now`; returns when it completes.
     fn request(&mut self, now: Timestamp, r: &Record) -> Timestamp {
+        #[cfg(test)]
+        if SETTLED.with(|c| c.get()) {
+            let up = |s: &Step| matches!(s.mv, Move::Promote | Move::Copy);
+            assert!(
+                !self.queue.iter().any(|(_, s)| up(s)) && !self.in_flight.as_ref().is_some_and(|j| up(&j.step)),
+                "a move to the SSD planned before this request is not done: {:?} {:?}",
+                self.queue,
+                self.in_flight
+            );
+        }
         let done = self.serve(now, r);
         #[cfg(test)]
         if CHECK.with(|c| c.get()) {
@@ -865,6 +906,7 @@ impl Sim {
                 }
                 let done = self.submit(now, tier, Req::MetaWrite { key: ino });
                 self.event(ino, now, EventKind::Create { placement, parent: r.dir, size: r.len });
+                self.log(ino, Touch::Anchor);
                 done
             }
             Kind::Remove => {
@@ -876,13 +918,20 @@ impl Sim {
                 // file's copy too).
                 let done = self.submit_each(now, f.placement, Req::MetaWrite { key: ino });
                 self.event(ino, now, EventKind::Remove);
+                self.log(ino, Touch::Gone);
                 done
             }
             Kind::Open => {
                 // A file older than the trace is as long as its opens say.
                 let mut now = now;
                 if r.len > self.model.files.get(&ino).map_or(0, |f| f.size) {
+                    let waiting = now;
                     now = self.resize(now, ino, r.len);
+                    if self.asking.is_some() {
+                        // Served again once the cleaner made room.
+                        return waiting;
+                    }
+                    self.log(ino, Touch::Anchor);
                 }
                 let f = self.model.files.get(&ino).copied().unwrap_or(NEW);
                 let tier = f.placement.read_tier();
@@ -912,7 +961,11 @@ impl Sim {
             }
             Kind::Truncate => {
                 let done = self.resize(now, ino, r.len);
+                if self.asking.is_some() {
+                    return now;
+                }
                 self.event(ino, now, EventKind::Resize { size: r.len });
+                self.log(ino, Touch::Anchor);
                 done
             }
             Kind::Move => {
@@ -926,6 +979,7 @@ impl Sim {
             Kind::Read => {
                 let tier = self.model.placement(ino).read_tier();
                 self.counters.requests[tier.idx()] += 1;
+                self.log_request(ino);
                 let done = self.submit(now, tier, Req::Read { file: ino, off: r.off, len: r.len });
                 self.event(ino, now, EventKind::Read { off: r.off, len: r.len, tier, fragment: false });
                 done
@@ -936,6 +990,11 @@ impl Sim {
                 let size = self.model.files.get(&ino).map_or(0, |f| f.size);
                 if end > size {
                     t = self.resize(now, ino, end);
+                    if self.asking.is_some() {
+                        // Served again once the cleaner made room (or its
+                        // file left the SSD): not now.
+                        return now;
+                    }
                 }
                 let f = self.model.files.get(&ino).copied().unwrap_or(NEW);
                 let req = Req::Write { file: ino, off: r.off, len: r.len };
@@ -943,6 +1002,7 @@ impl Sim {
                 // A cached file's copy is written too, as the mount does.
                 let done = self.submit_each(t, f.placement, req);
                 self.counters.requests[tier.idx()] += 1;
+                self.log_request(ino);
                 let kind = EventKind::Write { off: r.off, len: r.len, tier, size: f.size, fragment: false };
                 self.event(ino, now, kind);
                 done
@@ -1457,6 +1517,7 @@ fn run(cfg: &Config, meta: &Meta, mode: Mode, src: &mut dyn Source) -> io::Resul
         },
         trace_exhausted: matches!(mode, Mode::Closed { .. }) && exhausted && cfg.duration.is_some(),
         bytes_held: sim.model.files.values().map(|f| f.size).sum(),
+        reference: sim.log.as_deref().map(|log| Reference::of(log, cfg.ssd_capacity)),
     })
 }
 
@@ -1646,6 +1707,17 @@ mod tests {
         let (waited, r) = grow_on_a_full_ssd(500_000_000);
         assert!(waited > Duration::from_secs(1), "{waited:?}");
         assert_eq!((r.evictions, r.evacuations), (1, 1), "{r:?}");
+    }
+
+    #[test]
+    fn a_write_that_waits_for_room_is_served_and_counted_once_where_it_lands() {
+        // The write was served (and counted, on the SSD) when it found no
+        // room, and again after its wait: one write, two requests, and an
+        // SSD hit for a write that landed on the HDD.
+        let (_, r) = grow_on_a_full_ssd(60_000_000);
+        assert_eq!((r.requests, r.ssd_hit_ratio), (1, 1.0), "{r:?}");
+        let (_, r) = grow_on_a_full_ssd(500_000_000);
+        assert_eq!((r.requests, r.ssd_hit_ratio), (1, 0.0), "{r:?}");
     }
 
     #[test]
@@ -1966,6 +2038,68 @@ mod tests {
         })
     }
 
+    /// Every simulated policy that admits a file only after an access of
+    /// it and keeps within the SSD's capacity: all but `ssd-only` (which
+    /// ignores the capacity) and the interval policies (which promote the
+    /// hottest files between their accesses, see `reference::opt`).
+    fn demand_policies() -> Vec<PolicyKind> {
+        PolicyKind::ALL
+            .into_iter()
+            .filter(|&k| unsupported(k).is_none())
+            .filter(|k| !matches!(k, PolicyKind::SsdOnly | PolicyKind::IntervalHotDst | PolicyKind::IntervalCache))
+            .collect()
+    }
+
+    /// Requests two seconds apart to 6 files of up to 200 KB: every move a
+    /// request causes is done before the next one comes.
+    fn arb_spaced_trace() -> impl Strategy<Value = Vec<Record>> {
+        let op = (0u64..6, 0usize..10, 0u64..50, 1u64..200_000);
+        proptest::collection::vec(op, 1..60).prop_map(|ops| {
+            ops.into_iter()
+                .enumerate()
+                .map(|(i, (f, k, off, len))| {
+                    let kind = [
+                        Kind::Read,
+                        Kind::Read,
+                        Kind::Read,
+                        Kind::Read,
+                        Kind::Write,
+                        Kind::Write,
+                        Kind::Create,
+                        Kind::Remove,
+                        Kind::Truncate,
+                        Kind::Open,
+                    ][k];
+                    rec(i as u64 * 2000 * MS, 10 + f, kind, off * 4096, len)
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn no_policy_serves_more_requests_from_the_ssd_than_the_optimum(
+            recs in arb_spaced_trace(), cap in 0u64..600_000,
+        ) {
+            let meta = Meta { dirs: vec![[1, 1]], ..Meta::default() };
+            for policy in demand_policies() {
+                let mut cfg = Config::new(policy, cap);
+                cfg.cache = 0;
+                SETTLED.with(|c| c.set(true));
+                let r = replay_checked(&cfg, &meta, &recs);
+                SETTLED.with(|c| c.set(false));
+                let opt = r.reference.expect("measured against the optimum").opt;
+                prop_assert_eq!(opt.best.requests, r.requests);
+                prop_assert!(
+                    r.ssd_hit_ratio <= opt.hit_ratio() + 1e-12,
+                    "{} served {} of {} requests from the SSD, the optimum at most {} ({:?})",
+                    policy, r.ssd_hit_ratio * r.requests as f64, r.requests, opt.bound, opt.method
+                );
+            }
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
         #[test]
@@ -1986,4 +2120,7 @@ mod tests {
 thread_local! {
     /// Tests: check the model after every request.
     static CHECK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Tests: check that every move to the SSD planned is done before the
+    /// next request comes.
+    static SETTLED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
