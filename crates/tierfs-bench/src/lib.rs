@@ -6,6 +6,7 @@
 //! the offline optimum and the online cache policies ([`reference`]).
 #![warn(missing_docs)]
 
+pub mod blocks;
 pub mod capture;
 pub mod reference;
 pub mod report;

@@ -98,23 +98,27 @@ pub enum TraceCmd {
         #[arg(long, default_value = "64M")]
         file_size: String,
     },
-    /// Write one of HybridStore's synthetic workloads (Table IV: SR1..SR3,
-    /// RR1..RR3, SW1..SW3, RW1..RW3) as a trace.
+    /// Write a synthetic block workload as a trace: one of HybridStore's
+    /// (Table IV: SR1..SR3, RR1..RR3, SW1..SW3, RW1..RW3), or `zipf`,
+    /// `scan` or `shifting` (Zipf popularity over 64-KiB regions of a
+    /// 4-GiB disk, with sequential scans, or moving at each third).
     Synth {
         /// The workload's name.
         name: String,
         /// The trace to write.
         #[arg(long)]
         out: PathBuf,
-        /// How long a stretch of the workload.
-        #[arg(long, default_value = "60s")]
-        duration: String,
-        /// The address space the requests fall in.
-        #[arg(long, default_value = "1T")]
-        span: String,
-        /// Size of the files the address space is cut into.
-        #[arg(long, default_value = "1G")]
-        file_size: String,
+        /// How long a stretch of the workload [default: 60s; zipf, scan
+        /// and shifting 4000s, 200 000 requests].
+        #[arg(long)]
+        duration: Option<String>,
+        /// The address space the requests fall in (Table IV's) [default: 1T].
+        #[arg(long)]
+        span: Option<String>,
+        /// Size of the files the address space is cut into [default: 1G;
+        /// zipf, scan and shifting 256K].
+        #[arg(long)]
+        file_size: Option<String>,
         /// Random seed.
         #[arg(long, default_value_t = 42)]
         seed: u64,
@@ -227,6 +231,9 @@ pub struct SimArgs {
     /// on a two-core machine].
     #[arg(long)]
     pub overhead: Option<String>,
+    /// Halve every access counter this often (as `mount --aging`).
+    #[arg(long, value_name = "DURATION", default_value = "10m")]
+    pub aging: String,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,

@@ -43,6 +43,7 @@ pub fn run(a: &SimArgs) -> Result<ExitCode> {
     cfg.type_aware = a.type_aware;
     cfg.duration = a.duration.as_deref().map(parse_duration).transpose().map_err(|e| anyhow!("--duration: {e}"))?;
     cfg.overhead = a.overhead.as_deref().map(parse_duration).transpose().map_err(|e| anyhow!("--overhead: {e}"))?;
+    cfg.aging = parse_duration(&a.aging).map_err(|e| anyhow!("--aging: {e}"))?;
     let (r, input) = match (&a.trace, &a.workload) {
         (Some(trace), _) => {
             let (meta, records) = sim::load(trace)?;
