@@ -42,6 +42,15 @@ pub const SCAN_BYTES: u64 = 256 << 20;
 pub const SCAN_REQUEST: u64 = 1 << 20;
 /// The popularity's phases (`shifting`).
 pub const PHASES: u64 = 3;
+/// The size of the files the disk is cut into unless asked otherwise.
+pub const FILE_SIZE: u64 = 256 << 10;
+/// The length of a trace unless asked otherwise: 200 000 random requests.
+pub const DURATION: std::time::Duration = std::time::Duration::from_secs(4000);
+
+/// The random requests of a trace `duration` long.
+pub fn requests_in(duration: std::time::Duration) -> u64 {
+    (duration.as_nanos() / u128::from(MEAN_GAP_NS)) as u64
+}
 
 /// How the requests are drawn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -167,6 +167,105 @@ pub fn markdown(rows: &[Row]) -> String {
     o
 }
 
+/// The runs against the offline optimum and the online cache policies
+/// over the same requests (simulated runs, [`crate::reference`]): per
+/// workload, each architecture's hit ratio in the measured run at each SSD
+/// size, as a share of the optimum's, in points above (or below) the
+/// better of LRU and S3-FIFO, and the bytes it moved (both ways, in the
+/// measured run); then the baselines' own, with the bytes they copy to
+/// the SSD. None if no run has them.
+pub fn reference_markdown(rows: &[Row]) -> Option<String> {
+    use tierfs_core::config::format_size;
+    rows.iter().find(|r| r.reference.is_some())?;
+    let pct = |h: f64| format!("{:.1}", h * 100.0);
+    let mut o = String::new();
+    for t in tables(rows) {
+        let ws = rows.iter().find(|r| r.workload == t.workload).map(|r| r.working_set).unwrap_or(0);
+        let _ = writeln!(
+            o,
+            "### {}
+
+hit ratio in % of the requests (reads and writes) of the measured run; SSD sizes in % of the footprint ({}); \"of opt.\": the hit ratio over the optimum's; \"vs online\": points above the better of LRU and S3-FIFO; moved: bytes between the tiers in the run (promotions and demotions; for the baselines, bytes copied to the SSD)
+",
+            t.workload,
+            format_size(ws)
+        );
+        let _ = write!(o, "| architecture |");
+        for s in &t.sizes {
+            let _ = write!(o, " {s}%: hit | of opt. | vs online | moved |");
+        }
+        let _ = writeln!(o);
+        let _ = writeln!(o, "|---|{}", "---|---|---|---|".repeat(t.sizes.len()));
+        // The baselines at each size: those of the first run there (the
+        // same for every run of a trace replayed at its recorded times).
+        let first = |s: u32| t.archs.iter().find_map(|a| t.cells.get(&(a.clone(), s)).and_then(|r| r.reference));
+        let mut line = |name: &str, cell: &dyn Fn(&crate::reference::Reference) -> String| {
+            let _ = write!(o, "| {name} |");
+            for &s in &t.sizes {
+                match first(s) {
+                    Some(b) => {
+                        let _ = write!(o, " {} |", cell(&b));
+                    }
+                    None => {
+                        let _ = write!(o, " - | - | - | - |");
+                    }
+                }
+            }
+            let _ = writeln!(o);
+        };
+        line("**optimum**", &|b| {
+            let o = &b.opt;
+            let hit = if o.exact() {
+                pct(o.hit_ratio())
+            } else {
+                format!("≤ {} (≥ {})", pct(o.hit_ratio()), pct(o.best.hit_ratio()))
+            };
+            format!("{hit} | 100 | - | {}", format_size(o.best.bytes_admitted))
+        });
+        let of = |h: f64, b: &crate::reference::Reference| {
+            if b.opt.hit_ratio() > 0.0 {
+                format!("{:.1}", 100.0 * h / b.opt.hit_ratio())
+            } else {
+                "-".into()
+            }
+        };
+        line("LRU", &|b| {
+            format!(
+                "{} | {} | - | {}",
+                pct(b.lru.hit_ratio()),
+                of(b.lru.hit_ratio(), b),
+                format_size(b.lru.bytes_admitted)
+            )
+        });
+        line("S3-FIFO", &|b| {
+            let h = b.s3_fifo.hit_ratio();
+            format!("{} | {} | - | {}", pct(h), of(h, b), format_size(b.s3_fifo.bytes_admitted))
+        });
+        for a in &t.archs {
+            let _ = write!(o, "| {a} |");
+            for s in &t.sizes {
+                match t.cells.get(&(a.clone(), *s)) {
+                    Some(r) => {
+                        let h = r.run_hit_ratio.unwrap_or(r.ssd_hit_ratio);
+                        let moved = r.run_moves.as_ref().map_or(r.bytes_moved, |m| m.bytes_moved);
+                        let (of_opt, online) = match &r.reference {
+                            Some(b) => (of(h, b), format!("{:+.1}", 100.0 * (h - b.best_online()))),
+                            None => ("-".into(), "-".into()),
+                        };
+                        let _ = write!(o, " {} | {of_opt} | {online} | {} |", pct(h), format_size(moved));
+                    }
+                    None => {
+                        let _ = write!(o, " - | - | - | - |");
+                    }
+                }
+            }
+            let _ = writeln!(o);
+        }
+        let _ = writeln!(o);
+    }
+    Some(o)
+}
+
 const COLORS: &[&str] =
     &["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"];
 
@@ -584,6 +683,25 @@ pub fn findings_markdown(f: &[Finding], notes: &BTreeMap<u32, String>) -> String
 mod tests {
     use super::*;
     use crate::workload::Report;
+
+    #[test]
+    fn the_reference_table_puts_each_run_against_the_optimum_and_the_better_online_policy() {
+        use crate::reference::{opt::Optimum, Outcome, Reference};
+        let out = |hits| Outcome { hits, requests: 100, bytes_admitted: 1 << 20 };
+        let b = Reference {
+            opt: Optimum { best: out(60), bound: 60, ..Optimum::default() },
+            lru: out(40),
+            s3_fifo: out(45),
+        };
+        assert!(reference_markdown(&[row("zipf", "x", 5, 1.0)]).is_none(), "no run has them");
+        let mut r = row("zipf", "dynamic-hot-dst", 5, 1.0);
+        r.run_hit_ratio = Some(0.48);
+        r.reference = Some(b);
+        let t = reference_markdown(&[row("zipf", "hdd-only", 0, 1.0), r]).unwrap();
+        assert!(t.contains("| **optimum** | 60.0 | 100 | - | 1M |"), "{t}");
+        assert!(t.contains("| S3-FIFO | 45.0 | 75.0 | - | 1M |"), "{t}");
+        assert!(t.contains("| dynamic-hot-dst | 48.0 | 80.0 | +3.0 | 0 |"), "{t}");
+    }
 
     fn row(w: &str, a: &str, pct: u32, ops: f64) -> Row {
         Row {

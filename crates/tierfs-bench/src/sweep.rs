@@ -96,6 +96,10 @@ pub struct Preset {
     pub sizes: Vec<u32>,
     /// Workloads and the architectures to run on each.
     pub plan: Vec<(String, Vec<Arch>)>,
+    /// Its workloads are block traces (`crate::blocks`, `params.duration`
+    /// long), which only the simulator replays.
+    #[serde(default)]
+    pub simulated_only: bool,
 }
 
 impl Preset {
@@ -103,8 +107,9 @@ impl Preset {
     /// (the papers' sizes; many hours), `extents` (the database workload
     /// at an SSD of 10 % of its data, sub-file extents against whole files)
     /// `writeback` (mail and the real postmark under hystor with a
-    /// write-back area of 0, 20 and 30 %, and the two write caches) or
-    /// `measured` (the write-heavy `updates` workload on a degrading SSD).
+    /// write-back area of 0, 20 and 30 %, and the two write caches),
+    /// `measured` (the write-heavy `updates` workload on a degrading SSD)
+    /// or `blocks` (block traces against the optimum; simulated only).
     pub fn named(name: &str) -> Option<Preset> {
         match name {
             "small" => Some(Preset::small()),
@@ -112,7 +117,49 @@ impl Preset {
             "extents" => Some(Preset::extents()),
             "writeback" => Some(Preset::writeback()),
             "measured" => Some(Preset::measured()),
+            "blocks" => Some(Preset::blocks()),
             _ => None,
+        }
+    }
+
+    /// The block traces (`crate::blocks`: zipf, scan, shifting) at SSDs of
+    /// 5, 10 and 25 % of their footprint, every architecture the simulator
+    /// runs, and dynamic hot-DST under each admission and aging rule; each
+    /// run measured against the offline optimum, LRU and S3-FIFO.
+    fn blocks() -> Preset {
+        let a = Arch::plain;
+        let rules = |admission: &str, aging: &str| Arch {
+            label: format!("dynamic-hot-dst/{admission}/{aging}"),
+            ..Arch::with_options("dynamic-hot-dst", &["--admission", admission, "--aging-rule", aging])
+        };
+        let archs = vec![
+            a("dynamic-hot-dst"),
+            rules("first", "period"),
+            rules("repeat", "period"),
+            rules("first", "shift"),
+            rules("repeat", "requests"),
+            rules("repeat", "shift"),
+            Arch::interval("interval-hot-dst", "80s"),
+            a("plain-cold-dst"),
+            a("dynamic-cold-dst"),
+            a("dynamic-cold-dst-bg"),
+            a("on-demand-cache"),
+            Arch::interval("interval-cache", "80s"),
+            a("write-through-cache"),
+        ];
+        Preset {
+            name: "blocks".into(),
+            params: Params { scale: 1.0, seed: 42, duration: crate::blocks::DURATION, ops_per_file: None },
+            mail_scale: 1.0,
+            warmup: Duration::ZERO,
+            warmup_emulated: false,
+            warmup_ops_per_file: None,
+            ssd: "ssd-sata".into(),
+            hdd: "hdd-7200".into(),
+            cache: 2 << 20,
+            sizes: vec![5, 10, 25],
+            plan: crate::blocks::NAMES.iter().map(|w| (w.to_string(), archs.clone())).collect(),
+            simulated_only: true,
         }
     }
 
@@ -145,6 +192,7 @@ impl Preset {
             hdd: "hdd-7200".into(),
             cache: 2 << 20,
             sizes: vec![25, 50, 75],
+            simulated_only: false,
             plan: vec![
                 ("webserver-zipf".into(), zipf),
                 ("webserver".into(), uniform),
@@ -273,6 +321,7 @@ impl Preset {
             hdd: "hdd-7200".into(),
             cache: 64 << 20,
             sizes: vec![25, 50, 75],
+            simulated_only: false,
             plan: ["mail", "fileserver", "webserver", "webserver-zipf", "shifting"]
                 .iter()
                 .map(|w| (w.to_string(), all()))

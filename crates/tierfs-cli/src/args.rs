@@ -234,6 +234,12 @@ pub struct SimArgs {
     /// Halve every access counter this often (as `mount --aging`).
     #[arg(long, value_name = "DURATION", default_value = "10m")]
     pub aging: String,
+    /// As `mount --admission`.
+    #[arg(long, value_name = "RULE")]
+    pub admission: Option<String>,
+    /// As `mount --aging-rule`.
+    #[arg(long, value_name = "RULE")]
+    pub aging_rule: Option<String>,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -362,6 +368,19 @@ pub struct MountArgs {
     /// directory: user.tierfs.delta).
     #[arg(long, default_value = "1", value_name = "DELTA")]
     pub delta: String,
+    /// Which read of a file from the HDD may admit it to the SSD (the
+    /// dynamic and caching policies): first (any read after which its
+    /// counter passes the admission threshold) or repeat (only one before
+    /// which it already did: files read once are not admitted)
+    /// [default: first].
+    #[arg(long, value_name = "RULE")]
+    pub admission: Option<String>,
+    /// What halves the counters besides --aging: period (nothing else),
+    /// requests (also every 10 accesses per file on the SSD) or shift
+    /// (also when the SSD's share of the requests fell well below its
+    /// average: the hot set moved) [default: period].
+    #[arg(long, value_name = "RULE")]
+    pub aging_rule: Option<String>,
     /// measured: moves per second per policy directory (its token bucket).
     #[arg(long, default_value = "1", value_name = "MOVES")]
     pub measured_rate: f64,
@@ -593,8 +612,10 @@ pub enum BenchCmd {
     /// results folder (CSV, Markdown tables, SVG charts, findings).
     Sweep {
         /// small (under 15 minutes on two cores), full (the papers' sizes),
-        /// extents (the database workload at an SSD of 10 % of its data) or
-        /// writeback (mail and postmark, hystor with write-back areas).
+        /// extents (the database workload at an SSD of 10 % of its data),
+        /// writeback (mail and postmark, hystor with write-back areas),
+        /// measured (updates on a degrading SSD) or blocks (block traces
+        /// against the offline optimum, LRU and S3-FIFO; with --sim).
         #[arg(long, default_value = "small")]
         preset: String,
         /// Results folder.

@@ -91,6 +91,13 @@ fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta,
         hit.to_string()
     };
     let charts: String = report::tables(rows).iter().map(|t| format!("![{0}](chart-{0}.svg)\n", t.workload)).collect();
+    let reference = report::reference_markdown(rows);
+    if let Some(r) = &reference {
+        std::fs::write(out.join("reference.md"), r)?;
+    }
+    let reference = reference.map_or(String::new(), |r| {
+        format!("## Against the optimum and the online cache policies\n\nEach run against the offline optimum (Belady's MIN with the option not to admit; exact where every file takes the same room), LRU and S3-FIFO, replayed over the same reads and writes at the same SSD capacity, with every move at once and for nothing (`tierfs_bench::reference`; also in `reference.md`).\n\n{r}")
+    });
     let (title, how) = if meta.is_simulated() {
         (
             ", simulated",
@@ -100,7 +107,7 @@ fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta,
         ("", "")
     };
     let readme = format!(
-        "# tierfs sweep: preset {}{title}\n\nProduced by `{}` in {:.1} minutes; tables re-rendered from `rows.json` by `tierfs bench report <this folder>` (which merges `notes.md`).\n\n{how}- machine: {}\n- tierfs commit: {}\n- devices: SSD `{}`, HDD `{}`, modelled RAM cache of {} per device\n- workloads at scale {} (mail {}), seed {}, {} s per time-bounded run after a {} s warm-up with the device models {}\n- SSD sizes: {:?} % of the working set measured by the HDD-only run\n- {hit}\n\nFiles: `results.csv` (every run), `table.md` (normalised to HDD-only and SSD-only), `chart-*.svg`, `findings.md`, `rows.json`, `meta.json`, `notes.md`.\n\n## Expected findings\n\n{fm}\n## Charts\n\n{charts}\n## Tables\n\n{table}",
+        "# tierfs sweep: preset {}{title}\n\nProduced by `{}` in {:.1} minutes; tables re-rendered from `rows.json` by `tierfs bench report <this folder>` (which merges `notes.md`).\n\n{how}- machine: {}\n- tierfs commit: {}\n- devices: SSD `{}`, HDD `{}`, modelled RAM cache of {} per device\n- workloads at scale {} (mail {}), seed {}, {} s per time-bounded run after a {} s warm-up with the device models {}\n- SSD sizes: {:?} % of the working set measured by the HDD-only run\n- {hit}\n\nFiles: `results.csv` (every run), `table.md` (normalised to HDD-only and SSD-only), `chart-*.svg`, `findings.md`, `rows.json`, `meta.json`, `notes.md`.\n\n{reference}## Expected findings\n\n{fm}\n## Charts\n\n{charts}\n## Tables\n\n{table}",
         p.name,
         meta.command,
         meta.minutes,
@@ -209,8 +216,12 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
             if !*sim && phases.is_some() {
                 bail!("--phases goes with --sim: a live run's phase is wherever its start puts it");
             }
-            let mut p =
-                Preset::named(preset).ok_or_else(|| anyhow::anyhow!("unknown preset {preset:?} (small or full)"))?;
+            let mut p = Preset::named(preset).ok_or_else(|| {
+                anyhow::anyhow!("unknown preset {preset:?} (small, full, extents, writeback, measured or blocks)")
+            })?;
+            if p.simulated_only && !*sim {
+                bail!("the {preset} preset replays block traces, which only the simulator does: add --sim");
+            }
             if !only.is_empty() {
                 p.plan.retain(|(w, _)| only.contains(w));
                 if p.plan.is_empty() {

@@ -4,6 +4,7 @@
 use crate::args::SimArgs;
 use anyhow::{anyhow, bail, Context, Result};
 use std::process::ExitCode;
+use tierfs_bench::blocks::{self, Blocks};
 use tierfs_bench::reference::{opt::Method, Reference};
 use tierfs_bench::sweep::{Arch, Row};
 use tierfs_bench::workload;
@@ -44,6 +45,8 @@ pub fn run(a: &SimArgs) -> Result<ExitCode> {
     cfg.duration = a.duration.as_deref().map(parse_duration).transpose().map_err(|e| anyhow!("--duration: {e}"))?;
     cfg.overhead = a.overhead.as_deref().map(parse_duration).transpose().map_err(|e| anyhow!("--overhead: {e}"))?;
     cfg.aging = parse_duration(&a.aging).map_err(|e| anyhow!("--aging: {e}"))?;
+    cfg.params.admission = crate::mount_cmd::parse_admission(a.admission.as_deref())?;
+    cfg.params.aging = crate::mount_cmd::parse_aging_rule(a.aging_rule.as_deref())?;
     let (r, input) = match (&a.trace, &a.workload) {
         (Some(trace), _) => {
             let (meta, records) = sim::load(trace)?;
@@ -169,10 +172,9 @@ fn simulate_one(
     phases: u32,
     (arch, pct, cap, ws): (&Arch, u32, u64, u64),
 ) -> Result<std::result::Result<Row, String>> {
-    if !arch.extra.is_empty() {
-        return Ok(Err(format!("not simulated (mount options {:?})", arch.extra)));
-    }
-    let mut cfg = match config(&arch.policy, arch.interval.as_deref(), cap, emulate.clone()) {
+    let mut cfg = match config(&arch.policy, arch.interval.as_deref(), cap, emulate.clone())
+        .and_then(|cfg| with_options(cfg, &arch.extra))
+    {
         Ok(c) => c,
         Err(e) => return Ok(Err(e.to_string())),
     };
@@ -186,6 +188,23 @@ fn simulate_one(
         rows.push(simulated_row(req, wname, time_bounded, &cfg, (arch, pct, cap, ws))?);
     }
     Ok(Ok(tierfs_bench::sweep::median_run(rows).ok_or_else(|| anyhow!("no run of {wname}"))?))
+}
+
+/// `cfg` with an architecture's mount options, those the simulator
+/// models (`--admission`, `--aging-rule`, `--aging`); any other is
+/// refused.
+fn with_options(mut cfg: Config, extra: &[String]) -> Result<Config> {
+    let mut it = extra.iter();
+    while let Some(opt) = it.next() {
+        let value = it.next().map(String::as_str);
+        match (opt.as_str(), value) {
+            ("--admission", Some(v)) => cfg.params.admission = crate::mount_cmd::parse_admission(Some(v))?,
+            ("--aging-rule", Some(v)) => cfg.params.aging = crate::mount_cmd::parse_aging_rule(Some(v))?,
+            ("--aging", Some(v)) => cfg.aging = parse_duration(v).map_err(|e| anyhow!("--aging: {e}"))?,
+            _ => bail!("not simulated (mount options {extra:?})"),
+        }
+    }
+    Ok(cfg)
 }
 
 /// One replay of a simulated run, as its row.
@@ -234,6 +253,52 @@ fn simulated_row(
     })
 }
 
+/// Where the simulated runs of workload `wname` take their requests
+/// from: its generator, or (with `traces`) its recording there, made now
+/// if missing.
+fn workload_requests(
+    runner: &tierfs_bench::sweep::Runner<'_>,
+    traces: Option<&std::path::Path>,
+    wname: &str,
+    w: &dyn workload::Workload,
+    done: &std::cell::Cell<usize>,
+) -> Result<Requests> {
+    let preset = runner.preset;
+    let p = preset.params_for(wname);
+    let warm = (!preset.warmup.is_zero()).then(|| preset.warmup_params(wname));
+    Ok(match traces {
+        None => Requests::Generated(sim_gen::Run {
+            workload: wname.to_string(),
+            params: p,
+            warmup: warm.map(|wp| (wp, preset.warmup_least())),
+            cost: Default::default(),
+        }),
+        Some(dir) => {
+            let path = dir.join(format!(
+                "{wname}-scale{}-seed{}-{}ms-warm{}ms{}.trace",
+                p.scale,
+                p.seed,
+                p.duration.as_millis(),
+                preset.warmup.as_millis(),
+                preset.warmup_ops_per_file.map_or(String::new(), |k| format!("x{k}"))
+            ));
+            if !path.exists() {
+                (runner.progress)(tierfs_bench::sweep::Progress::Run {
+                    done: done.get(),
+                    total: preset.runs(),
+                    label: &format!("{wname}: recording its trace"),
+                });
+                let warm = warm.and_then(|wp| workload::by_name(wname, wp));
+                runner
+                    .record_trace(w, warm.as_deref(), &path)
+                    .with_context(|| format!("recording {wname} for the simulator"))?;
+            }
+            let (meta, records) = sim::load(&path)?;
+            Requests::Recorded(meta, records)
+        }
+    })
+}
+
 /// `tierfs bench sweep --sim`: every run of the preset in the simulator,
 /// the workload's generator running on a model of the file system for each
 /// (or, with `traces`, each workload recorded once on a mount without
@@ -258,41 +323,21 @@ pub fn sweep(
     let mut rows = Vec::new();
     for (wname, archs) in &preset.plan {
         let p = preset.params_for(wname);
-        let w = workload::by_name(wname, p).ok_or_else(|| anyhow!("unknown workload {wname}"))?;
-        let warm = (!preset.warmup.is_zero()).then(|| preset.warmup_params(wname));
-        let req = match traces {
-            None => Requests::Generated(sim_gen::Run {
-                workload: wname.clone(),
-                params: p,
-                warmup: warm.map(|wp| (wp, preset.warmup_least())),
-                cost: Default::default(),
-            }),
-            Some(dir) => {
-                let path = dir.join(format!(
-                    "{wname}-scale{}-seed{}-{}ms-warm{}ms{}.trace",
-                    p.scale,
-                    p.seed,
-                    p.duration.as_millis(),
-                    preset.warmup.as_millis(),
-                    preset.warmup_ops_per_file.map_or(String::new(), |k| format!("x{k}"))
-                ));
-                if !path.exists() {
-                    (runner.progress)(P::Run {
-                        done: done.get(),
-                        total,
-                        label: &format!("{wname}: recording its trace"),
-                    });
-                    let warm = warm.and_then(|wp| workload::by_name(wname, wp));
-                    runner
-                        .record_trace(w.as_ref(), warm.as_deref(), &path)
-                        .with_context(|| format!("recording {wname} for the simulator"))?;
-                }
-                let (meta, records) = sim::load(&path)?;
-                Requests::Recorded(meta, records)
+        // A block trace is generated whole, replayed at its recorded times
+        // and measured whole; a workload is generated as it runs (or
+        // recorded once).
+        let (req, time_bounded, working_set) = match Blocks::by_name(wname, blocks::requests_in(p.duration), p.seed) {
+            Some(b) => {
+                let (meta, records) = tierfs_sim::synth::blocks(&b, blocks::FILE_SIZE);
+                (Requests::Recorded(meta, records), false, None)
+            }
+            None => {
+                let w = workload::by_name(wname, p).ok_or_else(|| anyhow!("unknown workload {wname}"))?;
+                (workload_requests(runner, traces, wname, w.as_ref(), &done)?, w.time_bounded(), w.working_set())
             }
         };
         let one = |arch: &Arch, pct: u32, cap: u64, ws: u64| {
-            simulate_one(&req, wname, w.time_bounded(), p.duration, &emulate, phases, (arch, pct, cap, ws))
+            simulate_one(&req, wname, time_bounded, p.duration, &emulate, phases, (arch, pct, cap, ws))
         };
         let label =
             |arch: &Arch, pct: u32| if pct == 0 { arch.label.clone() } else { format!("{} at {pct}%", arch.label) };
@@ -309,7 +354,7 @@ pub fn sweep(
         // The baselines first: the HDD-only run measures the working set.
         let hdd_arch = Arch::plain("hdd-only");
         (runner.progress)(P::Run { done: done.get(), total, label: &format!("{wname}: hdd-only (simulated)") });
-        let hdd = match one(&hdd_arch, 0, 0, w.working_set().unwrap_or(0)) {
+        let hdd = match one(&hdd_arch, 0, 0, working_set.unwrap_or(0)) {
             Err(e)
                 if e.chain().any(|c| {
                     c.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::Unsupported)

@@ -28,15 +28,20 @@ pub fn run(a: &TraceArgs) -> Result<ExitCode> {
                 parse_size(s.as_deref().unwrap_or(default)).map_err(|e| anyhow!("--{what}: {e}"))
             };
             let blocks = tierfs_bench::blocks::NAMES.contains(&name.as_str());
-            let default_duration = if blocks { "4000s" } else { "60s" };
-            let duration = parse_duration(duration.as_deref().unwrap_or(default_duration))
-                .map_err(|e| anyhow!("--duration: {e}"))?;
+            let duration = match duration {
+                Some(d) => parse_duration(d).map_err(|e| anyhow!("--duration: {e}"))?,
+                None if blocks => tierfs_bench::blocks::DURATION,
+                None => Duration::from_secs(60),
+            };
             let (meta, recs) = if blocks {
                 if span.is_some() {
                     bail!("--span: {name} is a disk of {}", format_size(tierfs_bench::blocks::SPAN));
                 }
-                let file_size = size(file_size, "256K", "file-size")?;
-                let requests = (duration.as_nanos() / tierfs_bench::blocks::MEAN_GAP_NS as u128) as u64;
+                let file_size = match file_size {
+                    Some(_) => size(file_size, "", "file-size")?,
+                    None => tierfs_bench::blocks::FILE_SIZE,
+                };
+                let requests = tierfs_bench::blocks::requests_in(duration);
                 let b = tierfs_bench::blocks::Blocks::by_name(name, requests, *seed)
                     .ok_or_else(|| anyhow!("no block workload {name:?}"))?;
                 synth::blocks(&b, file_size)

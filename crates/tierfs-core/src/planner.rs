@@ -24,7 +24,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::clock::Timestamp;
 use crate::event::{Event, EventKind};
-use crate::policy::{evict_for, Params, Plan, PolicyKind, Reason, Space, Step, View};
+use crate::policy::{evict_for, AgingRule, Params, Plan, PolicyKind, Reason, Space, Step, View};
 use crate::state::ns::Ino;
 use crate::stats::{FileStats, Group, Residence, Stats};
 use crate::store::measured::Speed;
@@ -177,7 +177,9 @@ impl Planner {
     }
 
     /// The periodic plans of `groups` at `now`, each group's interval
-    /// work when its interval has passed since it last ran.
+    /// work when its interval has passed since it last ran; then the
+    /// aging the root's rule asks besides the period (the executor ages by
+    /// the period itself, `Stats::age`).
     pub fn tick(&mut self, now: Timestamp, groups: &[Group], tiers: &dyn Tiers) -> Plan {
         let mut plan = Plan::default();
         for &g in groups {
@@ -188,6 +190,11 @@ impl Planner {
             }
             plan.extend(p);
         }
+        match tiers.setting(0).1.aging {
+            AgingRule::Period => 0,
+            AgingRule::Requests => self.stats.age_by_requests(),
+            AgingRule::Shift => self.stats.age_on_shift(),
+        };
         plan
     }
 
@@ -235,6 +242,7 @@ mod tests {
     /// Two tiers in a table: every file of one group, a small SSD.
     struct Table {
         policy: PolicyKind,
+        aging: AgingRule,
         used: u64,
         limit: u64,
         busy: HashSet<Ino>,
@@ -243,7 +251,7 @@ mod tests {
 
     impl Tiers for Table {
         fn setting(&self, _g: Group) -> (PolicyKind, Params) {
-            (self.policy, Params::default())
+            (self.policy, Params { aging: self.aging, ..Params::default() })
         }
         fn group_of(&self, _dir: Ino) -> Group {
             0
@@ -265,7 +273,14 @@ mod tests {
     }
 
     fn table(policy: PolicyKind) -> Table {
-        Table { policy, used: 0, limit: 1 << 20, busy: HashSet::new(), asked: RefCell::new(Vec::new()) }
+        Table {
+            policy,
+            aging: AgingRule::Period,
+            used: 0,
+            limit: 1 << 20,
+            busy: HashSet::new(),
+            asked: RefCell::new(Vec::new()),
+        }
     }
 
     #[test]
@@ -283,6 +298,24 @@ mod tests {
         // A removal or a creation is never a file to look up.
         p.event(&ev(8, 1, EventKind::Remove), Timestamp::from_secs(1), &t);
         assert_eq!(*t.asked.borrow(), vec![7, 700, 9]);
+    }
+
+    #[test]
+    fn the_roots_aging_rule_ages_the_statistics_at_each_tick() {
+        // One file on the SSD: `requests` halves every ten accesses.
+        let mut t = table(PolicyKind::DynamicHotDst);
+        let mut p = Planner::new(Stats::new(crate::stats::DEFAULT_AGING));
+        let placement = Placement::On(Tier::Ssd);
+        p.event(&ev(1, 1, EventKind::Create { placement, parent: 1, size: 100 }), Timestamp::from_secs(1), &t);
+        for _ in 0..10 {
+            let read = EventKind::Read { off: 0, len: 4096, tier: Tier::Ssd, fragment: false };
+            p.event(&ev(1, 1, read), Timestamp::from_secs(1), &t);
+        }
+        p.tick(Timestamp::from_secs(2), &[0], &t);
+        assert_eq!(p.stats.get(1).unwrap().counter, 640, "the period alone: no halving");
+        t.aging = AgingRule::Requests;
+        p.tick(Timestamp::from_secs(2), &[0], &t);
+        assert_eq!(p.stats.get(1).unwrap().counter, 320);
     }
 
     #[test]

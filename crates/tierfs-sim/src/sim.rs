@@ -2038,6 +2038,8 @@ mod tests {
         })
     }
 
+    use tierfs_core::policy::{Admission, AgingRule};
+
     /// Every simulated policy that admits a file only after an access of
     /// it and keeps within the SSD's capacity: all but `ssd-only` (which
     /// ignores the capacity) and the interval policies (which promote the
@@ -2083,8 +2085,11 @@ mod tests {
             recs in arb_spaced_trace(), cap in 0u64..600_000,
         ) {
             let meta = Meta { dirs: vec![[1, 1]], ..Meta::default() };
-            for policy in demand_policies() {
+            let options = Admission::ALL.into_iter().flat_map(|a| AgingRule::ALL.into_iter().map(move |r| (a, r)));
+            for (policy, (admission, aging)) in demand_policies().into_iter().flat_map(|p| options.clone().map(move |o| (p, o))) {
                 let mut cfg = Config::new(policy, cap);
+                cfg.params.admission = admission;
+                cfg.params.aging = aging;
                 cfg.cache = 0;
                 SETTLED.with(|c| c.set(true));
                 let r = replay_checked(&cfg, &meta, &recs);
@@ -2093,8 +2098,8 @@ mod tests {
                 prop_assert_eq!(opt.best.requests, r.requests);
                 prop_assert!(
                     r.ssd_hit_ratio <= opt.hit_ratio() + 1e-12,
-                    "{} served {} of {} requests from the SSD, the optimum at most {} ({:?})",
-                    policy, r.ssd_hit_ratio * r.requests as f64, r.requests, opt.bound, opt.method
+                    "{} ({:?}, {:?}) served {} of {} requests from the SSD, the optimum at most {} ({:?})",
+                    policy, admission, aging, r.ssd_hit_ratio * r.requests as f64, r.requests, opt.bound, opt.method
                 );
             }
         }

@@ -205,6 +205,8 @@ impl Groups {
                 chunk: s.chunk.unwrap_or(dparams.chunk),
                 write_back: s.write_back.unwrap_or(dparams.write_back),
                 delta: s.delta.unwrap_or(dparams.delta),
+                // The mount's: not a directory setting.
+                ..dparams
             },
             pin: s.pin,
             policy_from: from,

@@ -109,6 +109,29 @@ fn admission_needs_a_counter_above_the_last_eviction() {
 }
 
 #[test]
+fn repeat_admission_needs_the_heat_before_the_read_above_the_threshold() {
+    // 10 read once (64, all of it this read's), 11 read before (96).
+    let mut s = stats(&[(10, 64, Residence::Hdd, 4096), (11, 96, Residence::Hdd, 4096)]);
+    s.last_evicted = Some(20);
+    let mut env = Env::new(0, 1 << 30);
+    let pol = PolicyKind::DynamicHotDst.policy();
+    let p = env.with(&s, |v| pol.on_access(v, 10, &s.get(10).unwrap(), &read_hdd()));
+    assert_eq!(moves(&p), vec![(10, Move::Promote)], "first: any read past the threshold");
+    env.params.admission = Admission::Repeat;
+    let p = env.with(&s, |v| pol.on_access(v, 10, &s.get(10).unwrap(), &read_hdd()));
+    assert_eq!(p.skipped, vec![(10, NotMoved::BelowAdmission { counter: 0, threshold: 20 })]);
+    let p = env.with(&s, |v| pol.on_access(v, 11, &s.get(11).unwrap(), &read_hdd()));
+    assert_eq!(moves(&p), vec![(11, Move::Promote)]);
+    // A passthrough open weighs the whole file: 64 for a page.
+    let open = EventKind::Open { write: false, tier: Tier::Hdd, size: 4096, unseen: true };
+    let p = env.with(&s, |v| PolicyKind::OnDemandCache.policy().on_access(v, 10, &s.get(10).unwrap(), &open));
+    assert!(p.is_empty(), "{p:?}");
+    assert_eq!(Admission::parse("repeat"), Some(Admission::Repeat));
+    assert_eq!(AgingRule::parse(" shift"), Some(AgingRule::Shift));
+    assert_eq!(AgingRule::parse("never"), None);
+}
+
+#[test]
 fn passthrough_open_for_reading_counts_as_a_read() {
     let s = stats(&[(5, 64, Residence::Hdd, 100)]);
     let env = Env::new(0, 1 << 30);
