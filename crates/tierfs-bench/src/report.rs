@@ -172,8 +172,8 @@ pub fn markdown(rows: &[Row]) -> String {
 /// workload, each architecture's hit ratio in the measured run at each SSD
 /// size, as a share of the optimum's, in points above (or below) the
 /// better of LRU and S3-FIFO, and the bytes it moved (both ways, in the
-/// measured run); then the baselines' own, with the bytes they copy to
-/// the SSD. None if no run has them.
+/// measured run); then the baselines' own (and the best fixed set's), with
+/// the bytes they copy to the SSD. None if no run has them.
 pub fn reference_markdown(rows: &[Row]) -> Option<String> {
     use tierfs_core::config::format_size;
     rows.iter().find(|r| r.reference.is_some())?;
@@ -240,6 +240,10 @@ hit ratio in % of the requests (reads and writes) of the measured run; SSD sizes
         line("S3-FIFO", &|b| {
             let h = b.s3_fifo.hit_ratio();
             format!("{} | {} | - | {}", pct(h), of(h, b), format_size(b.s3_fifo.bytes_admitted))
+        });
+        line("best fixed set", &|b| {
+            let h = b.fixed.hit_ratio();
+            format!("{} | {} | - | {}", pct(h), of(h, b), format_size(b.fixed.bytes_admitted))
         });
         for a in &t.archs {
             let _ = write!(o, "| {a} |");
@@ -692,6 +696,7 @@ mod tests {
             opt: Optimum { best: out(60), bound: 60, ..Optimum::default() },
             lru: out(40),
             s3_fifo: out(45),
+            fixed: out(50),
         };
         assert!(reference_markdown(&[row("zipf", "x", 5, 1.0)]).is_none(), "no run has them");
         let mut r = row("zipf", "dynamic-hot-dst", 5, 1.0);
@@ -700,6 +705,7 @@ mod tests {
         let t = reference_markdown(&[row("zipf", "hdd-only", 0, 1.0), r]).unwrap();
         assert!(t.contains("| **optimum** | 60.0 | 100 | - | 1M |"), "{t}");
         assert!(t.contains("| S3-FIFO | 45.0 | 75.0 | - | 1M |"), "{t}");
+        assert!(t.contains("| best fixed set | 50.0 | 83.3 | - | 1M |"), "{t}");
         assert!(t.contains("| dynamic-hot-dst | 48.0 | 80.0 | +3.0 | 0 |"), "{t}");
     }
 

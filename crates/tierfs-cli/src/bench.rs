@@ -96,7 +96,7 @@ fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta,
         std::fs::write(out.join("reference.md"), r)?;
     }
     let reference = reference.map_or(String::new(), |r| {
-        format!("## Against the optimum and the online cache policies\n\nEach run against the offline optimum (Belady's MIN with the option not to admit; exact where every file takes the same room), LRU and S3-FIFO, replayed over the same reads and writes at the same SSD capacity, with every move at once and for nothing (`tierfs_bench::reference`; also in `reference.md`).\n\n{r}")
+        format!("## Against the optimum and the online cache policies\n\nEach run against the offline optimum (Belady's MIN with the option not to admit; exact where every file takes the same room), LRU, S3-FIFO and the best fixed set (the files that come back most, kept from their first access: the ceiling of ranking files by use on a trace whose popularity does not change), replayed over the same reads and writes at the same SSD capacity, with every move at once and for nothing (`tierfs_bench::reference`; also in `reference.md`).\n\n{r}")
     });
     let (title, how) = if meta.is_simulated() {
         (

@@ -147,6 +147,11 @@ fn print_reference(b: &Reference, hit: f64) {
         b.s3_fifo.hit_ratio() * 100.0,
         format_size(b.s3_fifo.bytes_admitted)
     );
+    println!(
+        "fixed set:  {:.1} % ({} copied): the files that come back most, as many as the SSD holds, never evicted",
+        b.fixed.hit_ratio() * 100.0,
+        format_size(b.fixed.bytes_admitted)
+    );
     let of_opt = if o.hit_ratio() > 0.0 { format!("{:.1} %", hit / o.hit_ratio() * 100.0) } else { "-".into() };
     println!(
         "this:       {of_opt} of the optimum, {:+.1} points from the best online baseline",

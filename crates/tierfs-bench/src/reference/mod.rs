@@ -1,7 +1,8 @@
 //! What a replay's architecture is measured against: the offline optimum
 //! ([`opt`]) and the online cache policies a researcher compares with
 //! ([`lru`], [`s3_fifo`]), each run over the same file requests the
-//! replay served, at the same SSD capacity and file cut.
+//! replay served, at the same SSD capacity and file cut; and the best
+//! fixed set of files ([`fixed`]), the ceiling of frequency ranking.
 //!
 //! The replay logs what the SSD could do at each of its reads and writes
 //! ([`Access`]); the baselines run over that log as a cache simulator
@@ -11,6 +12,7 @@
 //! tick and no migrator: they are what the choice of files alone can
 //! reach, where the architectures also pay for their moves' time.
 
+pub mod fixed;
 pub mod lru;
 pub mod opt;
 pub mod s3_fifo;
@@ -85,6 +87,10 @@ pub struct Reference {
     pub lru: Outcome,
     /// S3-FIFO (Yang et al., SOSP'23).
     pub s3_fifo: Outcome,
+    /// The best fixed set of files ([`fixed`]): the ceiling of policies
+    /// that rank files by use on a trace whose popularity does not change.
+    #[serde(default)]
+    pub fixed: Outcome,
 }
 
 impl Reference {
@@ -94,6 +100,7 @@ impl Reference {
             opt: opt::optimum(log, capacity),
             lru: lru::run(log, capacity),
             s3_fifo: s3_fifo::run(log, capacity),
+            fixed: fixed::run(log, capacity),
         }
     }
 
@@ -126,6 +133,60 @@ impl Held {
                 true
             }
             None => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Up to `len` points over 5 files whose charges are drawn from
+    /// `sizes`: mostly requests, in the measured run or not, some
+    /// creations and removals.
+    fn arb_log(sizes: Vec<u64>, len: usize) -> impl Strategy<Value = Vec<Access>> {
+        let touch = prop_oneof![
+            8 => any::<bool>().prop_map(|counted| Touch::Request { counted }),
+            1 => Just(Touch::Anchor),
+            1 => Just(Touch::Gone),
+        ];
+        proptest::collection::vec((0u64..5, proptest::sample::select(sizes), touch), 1..len)
+            .prop_map(|v| v.into_iter().map(|(file, charge, touch)| Access { file, charge, touch }).collect())
+    }
+
+    fn never_beaten(log: &[Access], capacity: u64) -> Result<(), TestCaseError> {
+        let r = Reference::of(log, capacity);
+        let requests = log.iter().filter(|a| a.counted()).count() as u64;
+        for (name, o) in [("LRU", r.lru), ("S3-FIFO", r.s3_fifo), ("fixed set", r.fixed)] {
+            prop_assert_eq!(o.requests, requests, "{}", name);
+            prop_assert!(
+                o.hits <= r.opt.bound,
+                "{} served {} of {} requests, the optimum at most {} ({:?})",
+                name,
+                o.hits,
+                requests,
+                r.opt.bound,
+                r.opt.method
+            );
+        }
+        prop_assert!(r.opt.best.hits <= r.opt.bound);
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn no_baseline_beats_the_optimum_when_files_take_the_same_room(
+            log in arb_log(vec![4096], 60), slots in 0u64..5,
+        ) {
+            never_beaten(&log, slots * 4096)?;
+        }
+
+        #[test]
+        fn no_baseline_beats_the_optimum_whatever_the_sizes(
+            log in arb_log(vec![0, 4096, 8192, 20480], 40), cap in 0u64..40_000,
+        ) {
+            never_beaten(&log, cap)?;
         }
     }
 }
