@@ -82,10 +82,7 @@ pub fn run(log: &[Access], capacity: u64) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn req(file: u64, charge: u64) -> Access {
-        Access { file, charge, touch: Touch::Request { counted: true } }
-    }
+    use crate::reference::test_log::req;
 
     #[test]
     fn the_files_that_come_back_most_the_ssd_holds_from_their_first_access() {

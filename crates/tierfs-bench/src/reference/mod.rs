@@ -137,15 +137,21 @@ impl Held {
     }
 }
 
+/// Logs for the baselines' tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod test_log {
+    use super::{Access, Touch};
     use proptest::prelude::*;
 
-    /// Up to `len` points over 5 files whose charges are drawn from
+    /// A read or write of the measured run.
+    pub fn req(file: u64, charge: u64) -> Access {
+        Access { file, charge, touch: Touch::Request { counted: true } }
+    }
+
+    /// Fewer than `len` points over 5 files whose charges are drawn from
     /// `sizes`: mostly requests, in the measured run or not, some
     /// creations and removals.
-    fn arb_log(sizes: Vec<u64>, len: usize) -> impl Strategy<Value = Vec<Access>> {
+    pub fn arb_log(sizes: Vec<u64>, len: usize) -> impl Strategy<Value = Vec<Access>> {
         let touch = prop_oneof![
             8 => any::<bool>().prop_map(|counted| Touch::Request { counted }),
             1 => Just(Touch::Anchor),
@@ -154,6 +160,13 @@ mod tests {
         proptest::collection::vec((0u64..5, proptest::sample::select(sizes), touch), 1..len)
             .prop_map(|v| v.into_iter().map(|(file, charge, touch)| Access { file, charge, touch }).collect())
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_log::arb_log;
+    use super::*;
+    use proptest::prelude::*;
 
     fn never_beaten(log: &[Access], capacity: u64) -> Result<(), TestCaseError> {
         let r = Reference::of(log, capacity);

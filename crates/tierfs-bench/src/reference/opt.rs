@@ -281,11 +281,8 @@ pub fn optimum(log: &[Access], capacity: u64) -> Optimum {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reference::test_log::{arb_log, req};
     use proptest::prelude::*;
-
-    fn req(file: u64, charge: u64) -> Access {
-        Access { file, charge, touch: Touch::Request { counted: true } }
-    }
 
     #[test]
     fn belady_keeps_what_comes_back_soonest_and_may_leave_the_new_file_out() {
@@ -331,20 +328,10 @@ mod tests {
         assert_eq!(optimum(&log, 20).method, Method::BruteForce);
     }
 
-    fn arb_log(sizes: Vec<u64>) -> impl Strategy<Value = Vec<Access>> {
-        let touch = prop_oneof![
-            8 => any::<bool>().prop_map(|counted| Touch::Request { counted }),
-            1 => Just(Touch::Anchor),
-            1 => Just(Touch::Gone),
-        ];
-        proptest::collection::vec((0u64..5, proptest::sample::select(sizes), touch), 1..18)
-            .prop_map(|v| v.into_iter().map(|(file, charge, touch)| Access { file, charge, touch }).collect())
-    }
-
     proptest! {
         #[test]
         fn belady_matches_the_brute_force_optimum_when_files_take_the_same_room(
-            log in arb_log(vec![4096]), slots in 0u64..5,
+            log in arb_log(vec![4096], 18), slots in 0u64..5,
         ) {
             let o = optimum(&log, slots * 4096);
             prop_assert_eq!(o.method, Method::OneSize);
@@ -353,7 +340,7 @@ mod tests {
 
         #[test]
         fn the_bounds_hold_the_brute_force_optimum_whatever_the_sizes(
-            log in arb_log(vec![0, 4096, 8192, 20480]), cap in 0u64..40_000,
+            log in arb_log(vec![0, 4096, 8192, 20480], 18), cap in 0u64..40_000,
         ) {
             let exact = brute_force(&log, cap).hits;
             let (low, high) = bounds(&log, cap);
