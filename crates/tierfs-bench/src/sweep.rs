@@ -163,6 +163,15 @@ impl Preset {
         }
     }
 
+    /// The expected findings over this preset's runs. A preset of block
+    /// traces speaks to none of them, though one of its traces has the
+    /// name of a workload they are about (`shifting`): a block trace
+    /// replays at its recorded times, so its runs' throughputs are equal
+    /// whatever serves them.
+    pub fn findings(&self, rows: &[Row]) -> Vec<crate::report::Finding> {
+        crate::report::findings(if self.simulated_only { &[] } else { rows })
+    }
+
     fn small() -> Preset {
         let a = Arch::plain;
         let zipf = vec![
@@ -908,5 +917,30 @@ mod tests {
         let old: RunMoves =
             serde_json::from_str(r#"{"moves":1,"evictions":0,"bytes_moved":0,"hdd_requests":0}"#).unwrap();
         assert!(old.by_reason.is_empty());
+    }
+
+    #[test]
+    fn the_blocks_presets_shifting_trace_is_not_taken_for_the_shifting_workload() {
+        // A block trace replays at its recorded times: every architecture's
+        // throughput is the same, which finding 3 read as plain cold-DST
+        // not collapsing.
+        use crate::report::Verdict;
+        let row = |arch: &str, pct, ops| Row {
+            workload: "shifting".into(),
+            arch: arch.into(),
+            pct,
+            report: Report { ops_per_sec: ops, ..Report::default() },
+            working_set: 1 << 30,
+            ..Row::default()
+        };
+        let rows = vec![
+            row("hdd-only", 0, 50.0),
+            row("ssd-only", 0, 50.0),
+            row("plain-cold-dst", 5, 50.0),
+            row("dynamic-cold-dst", 5, 50.0),
+        ];
+        let third = |p: Preset| p.findings(&rows).into_iter().find(|f| f.n == 3).map(|f| f.verdict);
+        assert_eq!(third(Preset::named("small").unwrap()), Some(Verdict::DoesNotHold));
+        assert_eq!(third(Preset::named("blocks").unwrap()), Some(Verdict::NotMeasured));
     }
 }

@@ -73,7 +73,7 @@ fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta,
     for t in report::tables(rows) {
         std::fs::write(out.join(format!("chart-{}.svg", t.workload)), report::svg(&t))?;
     }
-    let f = report::findings(rows);
+    let f = meta.preset.findings(rows);
     let fm = report::findings_markdown(&f, &report::parse_notes(notes));
     std::fs::write(out.join("findings.md"), &fm)?;
     let p = &meta.preset;
