@@ -304,6 +304,19 @@ fn workload_requests(
     })
 }
 
+/// The block trace a preset's workload `wname` names: one of a preset of
+/// block traces (the `blocks` preset), none of any other, whose `shifting`
+/// is the workload generator of that name.
+fn block_trace(preset: &tierfs_bench::sweep::Preset, wname: &str) -> Result<Option<Blocks>> {
+    if !preset.simulated_only {
+        return Ok(None);
+    }
+    let p = preset.params_for(wname);
+    Blocks::by_name(wname, blocks::requests_in(p.duration), p.seed)
+        .map(Some)
+        .ok_or_else(|| anyhow!("unknown block trace {wname} (one of {})", blocks::NAMES.join(", ")))
+}
+
 /// `tierfs bench sweep --sim`: every run of the preset in the simulator,
 /// the workload's generator running on a model of the file system for each
 /// (or, with `traces`, each workload recorded once on a mount without
@@ -331,7 +344,7 @@ pub fn sweep(
         // A block trace is generated whole, replayed at its recorded times
         // and measured whole; a workload is generated as it runs (or
         // recorded once).
-        let (req, time_bounded, working_set) = match Blocks::by_name(wname, blocks::requests_in(p.duration), p.seed) {
+        let (req, time_bounded, working_set) = match block_trace(preset, wname)? {
             Some(b) => {
                 let (meta, records) = tierfs_sim::synth::blocks(&b, blocks::FILE_SIZE);
                 (Requests::Recorded(meta, records), false, None)
@@ -419,4 +432,27 @@ pub fn sweep(
         rows.extend(results.into_iter().flatten().filter_map(|r| r.ok()));
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tierfs_bench::sweep::Preset;
+
+    #[test]
+    fn the_small_presets_shifting_workload_is_not_replaced_by_the_shifting_block_trace() {
+        // The simulated sweep took every workload named as a block trace
+        // for one, so the small and full presets' `shifting` workload ran
+        // as the block trace (50 requests a second whatever serves them).
+        for name in ["small", "full"] {
+            let p = Preset::named(name).unwrap();
+            assert!(p.plan.iter().any(|(w, _)| w == "shifting"), "{name}");
+            assert!(block_trace(&p, "shifting").unwrap().is_none(), "{name}");
+        }
+        let p = Preset::named("blocks").unwrap();
+        for w in blocks::NAMES {
+            assert!(block_trace(&p, w).unwrap().is_some(), "{w}");
+        }
+        assert!(block_trace(&p, "webserver").is_err());
+    }
 }
