@@ -956,20 +956,17 @@ impl<S: Store> Engine<S> {
     pub fn sync_events(&self) {
         let rx = self.rx.lock();
         let Some(rx) = rx.as_ref() else { return };
-        let mut batch = Vec::new();
+        // The heat source first: every file it has a sample of had its
+        // create queued before, so the queue drained next holds it.
+        let heat = self.heat_events(heat::Drain::Take);
+        let mut queued = Vec::new();
         while let Ok(ev) = rx.try_recv() {
-            batch.push(ev);
-            if batch.len() >= 4096 {
-                self.ingest(&batch);
-                self.record_trace(&batch);
-                batch.clear();
-            }
+            queued.push(ev);
         }
-        if !batch.is_empty() {
-            self.ingest(&batch);
-            self.record_trace(&batch);
+        for batch in heat::merge(queued, heat).chunks(4096) {
+            self.ingest(batch);
+            self.record_trace(batch);
         }
-        self.sync_heat(heat::Drain::Take);
     }
 
     /// Takes in the requests the heat source saw. The caller holds `rx`

@@ -270,7 +270,7 @@ impl<S: Store> Volume<S> {
                 handles: 0,
                 backed: 0,
                 kernel_file: None,
-                kernel_seen: crate::heat::Seen::default(),
+                kernel_watch: None,
                 retired: false,
             }),
             order: Mutex::new(()),
@@ -280,6 +280,9 @@ impl<S: Store> Volume<S> {
             // Under the inode lock, which the chunk mover holds for writing.
             split: std::sync::atomic::AtomicBool::new(self.is_split(ino)),
             wb: self.hooks().write_back(ino, parent),
+            chunks_counted: self.io_mode() == IoMode::Passthrough
+                && Tier::ALL.iter().any(|t| !self.heat().sees(*t).reads)
+                && self.hooks().counts_chunks(ino, size),
         });
         loop {
             let here = self.open.lock().entry(ino).or_insert_with(|| oi.clone()).clone();
@@ -342,7 +345,7 @@ impl<S: Store> Volume<S> {
             if let Some(b) = &backing {
                 io.backed += 1;
                 if io.kernel_file.is_none() {
-                    io.kernel_seen = self.watch(ino, b);
+                    io.kernel_watch = self.watch(ino, b);
                     io.kernel_file = Some(b.clone());
                 }
                 oi.passthrough.store(io.backed, Ordering::Release);
@@ -356,7 +359,15 @@ impl<S: Store> Volume<S> {
             }
             // What the kernel does for this handle that no heat source
             // sees: the open stands for it.
-            let seen = if write { io.kernel_seen.writes } else { io.kernel_seen.reads };
+            let seen = io.kernel_watch.is_some_and(|w| {
+                if flags & libc::O_DIRECT != 0 {
+                    w.seen.direct
+                } else if write {
+                    w.seen.writes
+                } else {
+                    w.seen.reads
+                }
+            });
             let unseen = backing.is_some() && !direct && !seen;
             (io.placement.read_tier(), size, backing, direct, unseen)
         };
@@ -392,11 +403,6 @@ impl<S: Store> Volume<S> {
         if self.io_mode() != IoMode::Passthrough || oi.split.load(Ordering::Acquire) || wb {
             return None;
         }
-        // Its chunks are counted from its requests, which no heat source
-        // would see.
-        if !self.heat().sees().reads && self.hooks().counts_chunks(ino, oi.size.load(Ordering::Acquire)) {
-            return None;
-        }
         let file = if !write {
             match self.live_copy(oi, io) {
                 Some(c) => Some((Tier::Ssd, c.clone())),
@@ -417,7 +423,11 @@ impl<S: Store> Volume<S> {
                 _ => None,
             }
         };
-        file.filter(|(t, f)| self.tiers.store(*t).raw_fd(f).is_some())
+        // Its chunks are counted from its requests: the kernel must not
+        // serve them where the heat source would not see them.
+        file.filter(|(t, f)| {
+            self.tiers.store(*t).raw_fd(f).is_some() && (!oi.chunks_counted || self.heat().sees(*t).reads)
+        })
     }
 
     /// A handle let go of the inode's kernel backing file.
@@ -429,22 +439,18 @@ impl<S: Store> Volume<S> {
     fn unback_locked(&self, oi: &OpenInode<S>, io: &mut super::IoState<S>) {
         io.backed = io.backed.saturating_sub(1);
         if io.backed == 0 {
-            if let Some((t, f)) = io.kernel_file.take() {
-                if io.kernel_seen != crate::heat::Seen::default() {
-                    if let Some(fd) = self.tiers.store(t).raw_fd(&f) {
-                        self.heat().unwatch(fd);
-                    }
-                }
+            io.kernel_file = None;
+            if let Some(w) = io.kernel_watch.take() {
+                self.heat().unwatch(&w);
             }
-            io.kernel_seen = crate::heat::Seen::default();
         }
         oi.passthrough.store(io.backed, Ordering::Release);
     }
 
     /// Has the heat source watch the file the kernel is given as `ino`'s
     /// backing file; what it will see of the kernel's requests.
-    fn watch(&self, ino: Ino, (t, f): &(Tier, Arc<S::File>)) -> crate::heat::Seen {
-        self.tiers.store(*t).raw_fd(f).map_or_else(crate::heat::Seen::default, |fd| self.heat().watch(ino, *t, fd))
+    fn watch(&self, ino: Ino, (t, f): &(Tier, Arc<S::File>)) -> Option<crate::heat::Watched> {
+        self.tiers.store(*t).raw_fd(f).and_then(|fd| self.heat().watch(ino, *t, fd))
     }
 
     /// The kernel refused passthrough for a handle: count it as userspace.

@@ -283,6 +283,11 @@ pub struct OpenInode<S: Store> {
     /// The write-back area its writes may use, as it was when the file was
     /// opened (a settings change reaches open files at their next open).
     pub(crate) wb: WriteBackUse,
+    /// Its policy counts its chunks (`Hooks::counts_chunks`), asked when it
+    /// was opened, in passthrough mode on a volume whose heat source misses
+    /// the reads of some tier: where it does, the file takes the userspace
+    /// path.
+    pub(crate) chunks_counted: bool,
 }
 
 pub(crate) struct IoState<S: Store> {
@@ -300,8 +305,8 @@ pub(crate) struct IoState<S: Store> {
     /// The file the kernel holds as the inode's backing file while
     /// `backed > 0`.
     pub kernel_file: Option<(Tier, Arc<S::File>)>,
-    /// What the heat source sees of the kernel's requests to it.
-    pub kernel_seen: crate::heat::Seen,
+    /// The heat source's watch of it, if it watches it.
+    pub kernel_watch: Option<crate::heat::Watched>,
     /// The last handle closed: this state is leaving the open map, and an
     /// open that finds it there must make a new one.
     pub retired: bool,
