@@ -144,16 +144,26 @@ struct {
 	__type(value, __u32);
 } every SEC(".maps");
 
-// This CPU's last write piece sampled or not, so that every piece of one
-// write gets the decision its first piece got (a piece that starts within
-// or right after it, by the same thread, on the same file); and the last
-// call that reported a page read from the device, which it does once.
+// This CPU's last decisions, so that every piece of one request gets the
+// decision its first piece got: a write piece that starts within or right
+// after the last one, by the same thread, on the same file; a read batch or
+// a page read from the device in the same read call (the thread's read
+// count) on the same file, and for a read the same end (every batch of one
+// read reports its end; a device page comes before the batch that asked for
+// it and does not know it). And the last call that reported a page read
+// from the device, which it does once.
 struct last {
 	__u64 ino;
 	__u64 start;
 	__u64 end;
 	__u32 task;
 	__u32 keep;
+	__u64 r_ino;
+	__u64 r_end;
+	__u32 r_task;
+	__u32 r_seq;
+	__u32 r_keep;
+	__u32 r_pad;
 	__u64 dev_ino;
 	__u32 dev_task;
 	__u32 dev_seq;
@@ -177,19 +187,21 @@ volatile const __u64 pidns_dev = 0;
 volatile const __u64 pidns_ino = 0;
 static long (*get_ns_current_pid_tgid)(__u64 dev, __u64 ino, struct pidns_info *nsdata, __u32 size) = (void *)120;
 static __u64 (*ktime_get_ns)(void) = (void *)5;
+static __u32 (*prandom_u32)(void) = (void *)7;
 
-static __attribute__((always_inline)) __u32 mix(__u32 task, __u64 salt, __u64 ino)
+// One in `weight`, drawn afresh: a decision that depended only on the
+// thread and the offset would sample the same pages of a hot chunk every
+// time and never the others, and the chunk's count would be as wrong at the
+// end of a run as at its start.
+static __attribute__((always_inline)) __u32 draw(__u32 weight)
 {
-	__u64 h = (salt ^ (ino << 20) ^ ((__u64)task << 40)) * 0x9E3779B97F4A7C15ULL;
-	return (__u32)(h >> 32);
+	return weight <= 1 || prandom_u32() % weight == 0 ? weight : 0;
 }
 
-// A request is sampled or not before anything costly is asked (the
-// thread's call count, the daemon's process): those cost more than the
-// rest, and past the sampling rate most requests are not sampled. `salt`
-// is the same for every batch of one read (its end), so that a read is
-// sampled from its first batch or not at all.
-static __attribute__((always_inline)) int emit(struct inode *inode, __u64 off, __u64 len, __u32 op, __u64 salt)
+// A request is sampled or not before the costliest question is asked (is
+// this the daemon's process): past the sampling rate most requests are not
+// sampled. `end` is the read's end for a read batch, 0 otherwise.
+static __attribute__((always_inline)) int emit(struct inode *inode, __u64 off, __u64 len, __u32 op, __u64 end)
 {
 	__u32 zero = 0;
 	if (!inode)
@@ -212,22 +224,37 @@ static __attribute__((always_inline)) int emit(struct inode *inode, __u64 off, _
 	struct last *l = map_lookup(&last, &zero);
 	if (!l)
 		return 0;
+	struct task_struct *t = current_task_btf();
+	__u32 seq = (op == OP_WRITE || op == OP_DIO_WRITE) ? t->ioac.syscw : t->ioac.syscr;
 	if (op == OP_WRITE) {
 		if (l->task == id && l->ino == ino && off >= l->start && off <= l->end) {
 			weight = l->keep;
 			if (off + len > l->end)
 				l->end = off + len;
 		} else {
-			__u32 keep = weight <= 1 || mix(id, off, ino) % weight == 0 ? weight : 0;
 			l->task = id;
 			l->ino = ino;
 			l->start = off;
 			l->end = off + len;
-			l->keep = keep;
-			weight = keep;
+			l->keep = draw(weight);
+			weight = l->keep;
 		}
-	} else if (weight > 1 && mix(id, salt, ino) % weight) {
-		weight = 0;
+	} else if (op == OP_READ || op == OP_DEVICE) {
+		if (l->r_task == id && l->r_seq == seq && l->r_ino == ino &&
+		    (op == OP_DEVICE || l->r_end == end || l->r_end == 0)) {
+			weight = l->r_keep;
+			if (op == OP_READ)
+				l->r_end = end;
+		} else {
+			l->r_task = id;
+			l->r_seq = seq;
+			l->r_ino = ino;
+			l->r_end = end;
+			l->r_keep = draw(weight);
+			weight = l->r_keep;
+		}
+	} else {
+		weight = draw(weight);
 	}
 	if (!weight)
 		return 0;
@@ -235,8 +262,6 @@ static __attribute__((always_inline)) int emit(struct inode *inode, __u64 off, _
 	struct pidns_info ns = {};
 	if (get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns, sizeof(ns)) == 0 && ns.tgid == daemon_tgid)
 		return 0;
-	struct task_struct *t = current_task_btf();
-	__u32 seq = (op == OP_WRITE || op == OP_DIO_WRITE) ? t->ioac.syscw : t->ioac.syscr;
 	if (op == OP_DEVICE) {
 		if (l->dev_task == id && l->dev_seq == seq && l->dev_ino == ino)
 			return 0;
@@ -290,7 +315,7 @@ SEC("tp_btf/mm_filemap_fault")
 int fault(__u64 *ctx)
 {
 	struct address_space *m = (struct address_space *)ctx[0];
-	return emit(m->host, ctx[1] << 12, 4096, OP_FAULT, ctx[1]);
+	return emit(m->host, ctx[1] << 12, 4096, OP_FAULT, 0);
 }
 
 SEC("tp_btf/mm_filemap_add_to_page_cache")
@@ -300,7 +325,7 @@ int add_page(__u64 *ctx)
 	struct address_space *m = f->mapping;
 	if (!m)
 		return 0;
-	return emit(m->host, f->index << 12, 4096, OP_DEVICE, f->index);
+	return emit(m->host, f->index << 12, 4096, OP_DEVICE, 0);
 }
 
 SEC("tp_btf/ext4_da_write_begin")
@@ -328,8 +353,7 @@ int dio(__u64 *ctx)
 {
 	struct kiocb *k = (struct kiocb *)ctx[0];
 	struct iov_iter *it = (struct iov_iter *)ctx[1];
-	return emit(k->ki_filp->f_inode, k->ki_pos, it->count, it->data_source ? OP_DIO_WRITE : OP_DIO_READ,
-		    k->ki_pos);
+	return emit(k->ki_filp->f_inode, k->ki_pos, it->count, it->data_source ? OP_DIO_WRITE : OP_DIO_READ, 0);
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -685,4 +685,43 @@ mod live {
         assert!(samples_of(&h, 9, 0).is_empty());
         assert_eq!(h.lost_and_watched(), (0, 0));
     }
+
+    #[test]
+    fn under_sampling_every_page_of_a_hot_chunk_is_counted_near_its_reads() {
+        // Sampling decided by thread and offset took the same pages of a hot
+        // chunk every time and the others never: each page came out at 0 or
+        // `every` times its reads, however long the run.
+        if !root() {
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let h = KernelHeat::start(dir.path(), dir.path()).expect("the heat source starts as root");
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![7u8; 64 << 10]).expect("write");
+        let f = std::fs::File::open(&path).expect("open");
+        let _w = h.watch(9, Tier::Hdd, f.as_fd()).expect("watched");
+        let every = 8;
+        h.set_every(every);
+        // Another process reads each of the 16 pages 2 000 times.
+        let rounds = 2000u64;
+        let st = Command::new("perl")
+            .args([
+                "-e",
+                "open F, '<', $ARGV[0] or die; for (1..$ARGV[1]) { for $p (0..15) { sysseek F, $p * 4096, 0; sysread F, $b, 4096 } }",
+                &path.display().to_string(),
+                &rounds.to_string(),
+            ])
+            .status()
+            .expect("perl");
+        assert!(st.success());
+        let want = (16 * rounds / u64::from(every)) as usize;
+        let got = samples_of(&h, 9, want * 9 / 10);
+        let mut per_page = [0u64; 16];
+        for s in got.iter().filter(|s| s.op == Op::Read && s.len == 4096) {
+            per_page[(s.off / 4096) as usize] += u64::from(s.weight);
+        }
+        // Each page's estimate is binomial: a standard deviation of 6 % here.
+        let off: Vec<_> = per_page.iter().enumerate().filter(|(_, &n)| n.abs_diff(rounds) > rounds * 3 / 10).collect();
+        assert!(off.is_empty(), "pages counted far from their {rounds} reads: {off:?} (all: {per_page:?})");
+    }
 }
