@@ -2,10 +2,11 @@
 //! the papers' benchmarks ([`workload`]), the sweep over architectures,
 //! SSD sizes and workloads on emulated devices ([`sweep`]), and its
 //! results: CSV, Markdown tables, SVG charts and the check of the expected
-//! findings ([`report`]).
+//! findings ([`report`]); modelled devices under the kernel ([`devices`]).
 #![warn(missing_docs)]
 
 pub mod capture;
+pub mod devices;
 pub mod report;
 pub mod rng;
 pub mod stream;

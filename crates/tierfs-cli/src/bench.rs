@@ -297,6 +297,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
             std::fs::write(sim.join("fidelity.md"), &text)?;
             println!("{text}");
         }
+        BenchCmd::Devices { cmd } => return crate::devices_cmd::run(cmd),
         BenchCmd::Report { dir } => {
             let rows = read_rows(dir)?;
             let meta: Meta =
