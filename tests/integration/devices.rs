@@ -188,3 +188,83 @@ fn devices_up_twice_is_refused_and_down_without_devices_does_nothing() {
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("nothing"), "{}", String::from_utf8_lossy(&o.stdout));
 }
+
+/// A sweep on the devices: tierfs's baselines and one architecture beside
+/// every peer (the plain file systems, mergerfs and its tiered-cache
+/// recipe with the mover), each run's device counts kept, nothing left
+/// mounted afterwards.
+#[test]
+fn a_sweep_on_the_devices_runs_tierfs_beside_its_peers() {
+    let area = Area::new();
+    let dir = area.path("devices");
+    let up = DevicesUp::up(&dir, &["--ssd-size", "256M", "--hdd-size", "512M"]);
+    let (out, work) = (area.path("out"), area.path("work"));
+    let o = tierfs(&[
+        "bench",
+        "sweep",
+        "--devices",
+        dir.to_str().unwrap(),
+        "--preset",
+        "compare",
+        "--only",
+        "mail",
+        "--arch",
+        "dynamic-hot-dst",
+        "--arch",
+        "hdd-alone",
+        "--arch",
+        "ssd-alone",
+        "--arch",
+        "mergerfs",
+        "--arch",
+        "mergerfs-cache",
+        "--sizes",
+        "50",
+        "--scale",
+        "0.002",
+        "--out",
+        out.to_str().unwrap(),
+        "--work",
+        work.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: Vec<tierfs_bench::sweep::Row> =
+        serde_json::from_str(&fs::read_to_string(out.join("rows.json")).unwrap()).unwrap();
+    let labels: Vec<(&str, u32)> = rows.iter().map(|r| (r.arch.as_str(), r.pct)).collect();
+    assert_eq!(
+        labels,
+        [
+            ("hdd-only", 0),
+            ("ssd-only", 0),
+            ("dynamic-hot-dst", 50),
+            ("hdd-alone", 0),
+            ("ssd-alone", 0),
+            ("mergerfs", 0),
+            ("mergerfs-cache", 50)
+        ]
+    );
+    for r in &rows {
+        let d = r.devices.as_ref().unwrap_or_else(|| panic!("{}: no device counts", r.arch));
+        assert!(r.report.ops > 0 && r.report.txn_time_secs.is_some(), "{r:?}");
+        assert!(r.report.txn_time_secs.unwrap() >= d.flush_secs, "the write-back counts in the run: {r:?}");
+        let (ssd, hdd) = (d.disk("ssd").unwrap(), d.disk("hdd").unwrap());
+        // Whatever a system keeps where, the devices it writes to see it.
+        let wrote = |x: &tierfs_bench::sweep::DiskRun| x.model.writes > 0 && x.block.writes > 0;
+        match r.arch.as_str() {
+            "hdd-only" | "hdd-alone" | "mergerfs" => assert!(wrote(hdd) && !wrote(ssd), "{}: {d:?}", r.arch),
+            "ssd-only" | "ssd-alone" => assert!(wrote(ssd) && !wrote(hdd), "{}: {d:?}", r.arch),
+            _ => assert!(wrote(ssd) || wrote(hdd), "{}: {d:?}", r.arch),
+        }
+    }
+    let recipe = rows.last().unwrap();
+    assert!(recipe.mover.is_some_and(|m| m.runs > 0), "the mover ran: {recipe:?}");
+    assert!(rows[2].run_hit_ratio.is_some() && recipe.run_hit_ratio.is_none());
+    let readme = fs::read_to_string(out.join("README.md")).unwrap();
+    assert!(readme.contains("modelled devices under the kernel") && readme.contains("mergerfs-cache"), "{readme}");
+    let table = fs::read_to_string(out.join("table.md")).unwrap();
+    assert!(table.contains("run once, on the same devices: hdd-alone"), "{table}");
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(!mounts.contains(work.to_str().unwrap()), "a run's mount is left: {mounts}");
+    let o = up.down();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}

@@ -585,9 +585,11 @@ pub enum BenchCmd {
     /// Architectures x SSD sizes x workloads on emulated devices; writes a
     /// results folder (CSV, Markdown tables, SVG charts, findings).
     Sweep {
-        /// small (under 15 minutes on two cores), full (the papers' sizes),
-        /// extents (the database workload at an SSD of 10 % of its data) or
-        /// writeback (mail and postmark, hystor with write-back areas).
+        /// small (under 15 minutes on two cores), compare (small's workloads
+        /// and postmark), full (the papers' sizes), extents (the database
+        /// workload at an SSD of 10 % of its data), writeback (mail and
+        /// postmark, hystor with write-back areas) or measured (a degrading
+        /// SSD).
         #[arg(long, default_value = "small")]
         preset: String,
         /// Results folder.
@@ -632,6 +634,13 @@ pub enum BenchCmd {
         /// workload starts); 4 unless given.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=32))]
         phases: Option<u32>,
+        /// Run on the modelled devices of `bench devices up` (their folder;
+        /// /tmp/tierfs-devices when not given) instead of emulating the
+        /// devices in tierfs, with tierfs's peers beside it on every
+        /// workload: hdd-alone, ssd-alone, mergerfs over the HDD and
+        /// mergerfs's tiered-cache recipe (mergerfs-cache).
+        #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = DEVICES_DIR)]
+        devices: Option<PathBuf>,
     },
     /// Modelled devices under the kernel: an "SSD" and an "HDD" that are
     /// loop devices (with direct I/O) over a server delaying every request
