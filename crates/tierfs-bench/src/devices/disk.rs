@@ -313,10 +313,12 @@ fn os_errno(e: &io::Error) -> Errno {
 
 impl Filesystem for ModelledDisk {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        // Several requests of a loop device in flight at once (they queue
-        // in the model, as at one device); big requests in one piece.
-        let want = (InitFlags::FUSE_ASYNC_DIO | InitFlags::FUSE_MAX_PAGES) & config.capabilities();
-        let _ = config.add_capabilities(want);
+        // Big requests in one piece. No FUSE_ASYNC_DIO: the loop device's
+        // requests then come one at a time and in order, as the model
+        // serves them; with it, the pieces of one request came in
+        // parallel, out of order, and each paid a seek the disk would not
+        // (sequential 1-MiB reads at 59 MB/s of the HDD's 126).
+        let _ = config.add_capabilities(InitFlags::FUSE_MAX_PAGES & config.capabilities());
         let _ = config.set_max_write(1 << 20);
         Ok(())
     }
