@@ -897,9 +897,120 @@ pub fn fidelity_markdown(f: &[Fidelity]) -> String {
     s
 }
 
+/// The findings whose verdicts differ between two sweeps of one preset
+/// (a finding one of them did not measure is left out).
+pub fn differing_findings(a: &[Row], b: &[Row]) -> Vec<u32> {
+    findings(a)
+        .iter()
+        .zip(findings(b))
+        .filter(|(x, y)| {
+            x.verdict != y.verdict && x.verdict != Verdict::NotMeasured && y.verdict != Verdict::NotMeasured
+        })
+        .map(|(x, _)| x.n)
+        .collect()
+}
+
+fn verdict_word(v: &Verdict) -> &'static str {
+    match v {
+        Verdict::Holds => "**holds**",
+        Verdict::DoesNotHold => "does not hold",
+        Verdict::NotMeasured => "not measured",
+    }
+}
+
+/// Two sweeps of one preset side by side, `a` first: each finding's
+/// verdict in both (with the note from `notes` on each that differs),
+/// Kendall's tau of the architectures' order per workload, and every run
+/// of tierfs as a multiple of its own sweep's HDD-only.
+pub fn compare_markdown(a: &[Row], b: &[Row], (na, nb): (&str, &str), notes: &BTreeMap<u32, String>) -> String {
+    let mut o = format!("| # | expected finding | {na} | {nb} | why the verdicts differ |\n|---|---|---|---|---|\n");
+    let differ = differing_findings(a, b);
+    for (x, y) in findings(a).iter().zip(findings(b)) {
+        let why = match notes.get(&x.n) {
+            Some(n) if differ.contains(&x.n) => n.as_str(),
+            None if differ.contains(&x.n) => "(no note yet)",
+            _ => "",
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {why} |",
+            x.n,
+            x.claim,
+            verdict_word(&x.verdict),
+            verdict_word(&y.verdict)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\nKendall's tau-b of the runs' throughputs (tierfs's architectures and sizes, baselines included; 1: the same order):\n\n| workload | tau | runs |\n|---|---|---|"
+    );
+    let own = |rows: &[Row]| rows.iter().filter(|r| !is_peer(&r.arch)).cloned().collect::<Vec<Row>>();
+    let (a, b) = (own(a), own(b));
+    for f in fidelity(&a, &b) {
+        let _ = writeln!(o, "| {} | {:.2} | {} |", f.workload, f.tau, f.runs);
+    }
+    let (ta, tb) = (tables(&a), tables(&b));
+    for t in &ta {
+        let Some(u) = tb.iter().find(|u| u.workload == t.workload) else { continue };
+        let _ = writeln!(o, "\n### {}\n\n| architecture | SSD | {na} | {nb} |\n|---|---|---|---|", t.workload);
+        let cell = |v: Option<f64>, base: f64| match v {
+            Some(v) => format!("{v:.1} (×{} HDD-only)", ratio(v, base)),
+            None => "-".into(),
+        };
+        let _ = writeln!(o, "| hdd-only | - | {:.1} | {:.1} |", t.hdd, u.hdd);
+        let _ = writeln!(o, "| ssd-only | - | {} | {} |", cell(Some(t.ssd), t.hdd), cell(Some(u.ssd), u.hdd));
+        for arch in &t.archs {
+            for &s in &t.sizes {
+                let _ = writeln!(
+                    o,
+                    "| {arch} | {s}% | {} | {} |",
+                    cell(t.get(arch, s), t.hdd),
+                    cell(u.get(arch, s), u.hdd)
+                );
+            }
+        }
+    }
+    o
+}
+
 #[cfg(test)]
 mod fidelity_tests {
     use super::*;
+
+    #[test]
+    fn a_comparison_names_the_findings_whose_verdicts_differ_and_wants_a_note_for_each() {
+        let r = |a: &str, p: u32, v: f64| Row {
+            workload: "shifting".into(),
+            arch: a.into(),
+            pct: p,
+            report: crate::workload::Report { ops_per_sec: v, ..Default::default() },
+            ..Row::default()
+        };
+        let devices = vec![
+            r("hdd-only", 0, 10.0),
+            r("ssd-only", 0, 90.0),
+            r("plain-cold-dst", 25, 30.0),
+            r("dynamic-cold-dst", 25, 20.0),
+            r("mergerfs-cache", 25, 50.0),
+        ];
+        let emulated = vec![
+            r("hdd-only", 0, 10.0),
+            r("ssd-only", 0, 90.0),
+            r("plain-cold-dst", 25, 12.0),
+            r("dynamic-cold-dst", 25, 40.0),
+        ];
+        assert_eq!(differing_findings(&devices, &emulated), vec![3]);
+        let md = compare_markdown(&devices, &emulated, ("devices", "emulated"), &BTreeMap::new());
+        assert!(md.contains("| 3 | Plain cold-DST collapses under shifting locality; dynamic cold-DST recovers. | does not hold | **holds** | (no note yet) |"), "{md}");
+        let notes = parse_notes("3: because\n");
+        assert!(
+            compare_markdown(&devices, &emulated, ("devices", "emulated"), &notes).contains("| **holds** | because |")
+        );
+        assert!(md.contains("| plain-cold-dst | 25% | 30.0 (×3.00 HDD-only) | 12.0 (×1.20 HDD-only) |"), "{md}");
+        assert!(!md.contains("mergerfs-cache"), "the peers have no emulated runs: {md}");
+        // Five pairs of runs in the same order, one (plain, dynamic) reversed.
+        assert!(md.contains("| shifting | 0.67 | 4 |"), "{md}");
+    }
 
     #[test]
     fn kendalls_tau_b_leaves_ties_out_of_the_count_and_the_norm() {

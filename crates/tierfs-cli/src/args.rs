@@ -642,6 +642,17 @@ pub enum BenchCmd {
         #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = DEVICES_DIR)]
         devices: Option<PathBuf>,
     },
+    /// Compare two sweeps of one preset (a sweep on the modelled devices
+    /// and the same preset emulated, say): each finding's verdict in both,
+    /// with the note from FIRST/comparison-notes.md ("N: sentence") on each
+    /// that differs, and every run side by side; writes
+    /// FIRST/comparison.md.
+    Compare {
+        /// The first results folder.
+        first: PathBuf,
+        /// The second results folder.
+        second: PathBuf,
+    },
     /// Modelled devices under the kernel: an "SSD" and an "HDD" that are
     /// loop devices (with direct I/O) over a server delaying every request
     /// as a device profile says, formatted ext4 and mounted in DIR/ssd and

@@ -351,6 +351,24 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
             std::fs::write(sim.join("fidelity.md"), &text)?;
             println!("{text}");
         }
+        BenchCmd::Compare { first, second } => {
+            let name = |d: &std::path::Path| d.file_name().map_or("?".into(), |n| n.to_string_lossy().into_owned());
+            let (a, b) = (read_rows(first)?, read_rows(second)?);
+            let notes = std::fs::read_to_string(first.join("comparison-notes.md")).unwrap_or_default();
+            let (na, nb) = (name(first), name(second));
+            let text = format!(
+                "# `{}` against `{}`\n\nThe same preset in two sweeps: `{}` and `{}`. Re-rendered by `tierfs bench compare {} {}` (which merges `comparison-notes.md`).\n\n{}",
+                first.display(),
+                second.display(),
+                first.display(),
+                second.display(),
+                first.display(),
+                second.display(),
+                report::compare_markdown(&a, &b, (&na, &nb), &report::parse_notes(&notes))
+            );
+            std::fs::write(first.join("comparison.md"), &text)?;
+            println!("{text}");
+        }
         BenchCmd::Devices { cmd } => return crate::devices_cmd::run(cmd),
         BenchCmd::Report { dir } => {
             let rows = read_rows(dir)?;
