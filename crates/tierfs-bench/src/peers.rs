@@ -6,6 +6,7 @@
 //! files with the oldest access time to a pool of the HDD when the SSD is
 //! fuller than a threshold; `benches/mergerfs-mover.sh`).
 
+use crate::devices::run;
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -67,19 +68,6 @@ impl Peer {
 /// caching of `cache.files=partial`); no free space kept on a branch (its
 /// default of 4G is more than the devices hold) unless a branch says so.
 const MERGERFS_OPTS: &str = "cache.files=off,allow_other,use_ino,minfreespace=0";
-
-fn run(cmd: &mut Command) -> io::Result<String> {
-    let out = cmd.stdin(Stdio::null()).output()?;
-    if !out.status.success() {
-        return Err(io::Error::other(format!(
-            "{:?} {:?} failed: {}",
-            cmd.get_program(),
-            cmd.get_args().collect::<Vec<_>>(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
 
 /// Mounts a mergerfs pool of `branches` (as mergerfs takes them:
 /// `a=RW,MINFREE:b`) on `mnt` with `options` besides the common ones.

@@ -138,7 +138,8 @@ fn is_mounted(p: &Path) -> bool {
     mounts().iter().any(|(m, _, _)| m == p)
 }
 
-fn run(cmd: &mut Proc) -> io::Result<String> {
+/// Runs a command to its end; its output, or an error with its stderr.
+pub(crate) fn run(cmd: &mut Proc) -> io::Result<String> {
     let out = cmd.stdin(Stdio::null()).output()?;
     if !out.status.success() {
         return Err(io::Error::other(format!(
@@ -508,13 +509,11 @@ pub fn down(dir: &Path) -> io::Result<Vec<String>> {
                 );
             }
         }
+        // A detached loop device lets go of its backing file only when
+        // the last opener (udev's probe, say) closes it: until then the
+        // server's mount is busy, so the unmount is retried.
         if is_mounted(&server) {
-            note(
-                &mut done,
-                &mut failed,
-                run(Proc::new("umount").arg(&server)).map(drop),
-                format!("unmounted {}", server.display()),
-            );
+            note(&mut done, &mut failed, unmount(&server), format!("unmounted {}", server.display()));
         }
         if let Some(pid) = state.as_ref().and_then(|s| s.devices.iter().find(|d| d.name == name)).map(|d| d.pid) {
             let t = Instant::now();
