@@ -154,7 +154,15 @@ fn direct_random_reads_on_the_modelled_hdd_take_the_profiles_service_time() {
     eprintln!("4-KiB random O_DIRECT reads: HDD {hdd_mean:?} (profile {service:?}), SSD {ssd_mean:?}");
     assert!(ssd_mean * 20 < hdd_mean, "SSD {ssd_mean:?}, HDD {hdd_mean:?}");
 
-    // Idle past the standby time: asleep; the next read spins it up.
+    // Idle past the standby time: asleep; the next read spins it up. The
+    // timed reads dirtied the file's atime, and ext4's journal commit of
+    // it, seconds later, would wake the disk by itself (as it wakes a real
+    // one): written out now, nothing else reaches the disk meanwhile.
+    {
+        let d = fs::File::open(&hdd).unwrap();
+        // SAFETY: a valid descriptor, open for the call.
+        assert_eq!(unsafe { libc::syncfs(std::os::unix::io::AsRawFd::as_raw_fd(&d)) }, 0);
+    }
     let spinups = |s: &serde_json::Value| device(s, "hdd")["model"]["spinups"].as_u64().unwrap();
     let was = spinups(&up.status());
     assert!(crate::harness::wait_for(10, || device(&up.status(), "hdd")["model"]["asleep"] == true), "{}", up.status());
