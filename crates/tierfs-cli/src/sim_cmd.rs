@@ -187,6 +187,8 @@ fn simulated_row(
         run_hit_ratio: Some(r.ssd_hit_ratio),
         hdd_busy_secs: Some(r.hdd_busy_secs),
         repeats: Vec::new(),
+        devices: None,
+        mover: None,
         run_moves: Some(tierfs_bench::sweep::RunMoves {
             moves: r.moves,
             evictions: r.evictions,
