@@ -49,6 +49,9 @@ impl<S: Store> Volume<S> {
             match found {
                 Some((ino, _)) => match self.getattr(ino) {
                     Ok(a) => return Ok(Some(a)),
+                    // Removed (or renamed over) since it was found: look
+                    // again.
+                    Err(e) if e.is(libc::ESTALE) && attempt == 0 => continue,
                     // The backing copy went away behind our back: look again.
                     Err(e) if e.is(libc::ENOENT) && attempt == 0 => self.reconcile(parent, true)?,
                     Err(e) => return Err(e),
@@ -253,10 +256,10 @@ impl<S: Store> Volume<S> {
             return err(libc::EPERM);
         }
         self.reconcile(new_parent, false)?;
-        if self.record(ino)?.kind == FileKind::Dir {
+        if self.kernel_record(ino)?.kind == FileKind::Dir {
             return err(libc::EPERM);
         }
-        let (p, n) = self.link_of(ino)?;
+        let (p, n) = self.kernel_link(ino)?;
         let _g = self.locks.lock(&[p, new_parent]);
         // The file's tiers are read, and linked on, with its inode lock held:
         // a migration cannot move it in between.
@@ -267,7 +270,7 @@ impl<S: Store> Volume<S> {
             drop(_g);
             return self.link(ino, new_parent, new_name);
         }
-        let rec = self.record(ino)?;
+        let rec = self.kernel_record(ino)?;
         self.parent_dir_record(new_parent)?;
         if self.ns.lookup(new_parent, new_name)?.is_some() {
             return err(libc::EEXIST);

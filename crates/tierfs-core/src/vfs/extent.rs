@@ -25,8 +25,8 @@ use std::ffi::OsString;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// How long the scrubber waits for a file's directories and inode lock.
-const SCRUB_NAMES_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+/// How long the scrubber waits for a file's inode lock.
+const SCRUB_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The directory of the shadow files, `.tierfs/shadow` on the SSD tier.
 pub const SHADOW_DIR: &str = "shadow";
@@ -200,7 +200,7 @@ impl<S: Store> Volume<S> {
         if !add && !self.is_split(ino) {
             return Ok(Outcome::Skipped(Skip::AlreadyThere));
         }
-        let Some((names, _il)) = self.lock_names(ino, ctl.io_wait())? else {
+        let Some(_il) = self.lock_file(ino, ctl.io_wait()) else {
             return Ok(Outcome::Skipped(Skip::Busy));
         };
         let rec = self.ns.record(ino)?;
@@ -250,8 +250,6 @@ impl<S: Store> Volume<S> {
         } else {
             self.existing_shadow(ino)?
         };
-        // The HDD file is open: renames may go on.
-        drop(names);
         let split = self.split_view(ino, &home, &shadow);
         let hooks = self.hooks();
         let mut reserved = 0;
@@ -467,7 +465,7 @@ impl<S: Store> Volume<S> {
         // No chunk move, migration or other scrub of the file until its
         // time is put back (each would read a time this one moved).
         let Some(_only) = self.exclusive(ino) else { return Ok(None) };
-        let Some((names, il)) = self.lock_names(ino, Some(SCRUB_NAMES_WAIT))? else { return Ok(None) };
+        let Some(il) = self.lock_file(ino, Some(SCRUB_LOCK_WAIT)) else { return Ok(None) };
         let oi = self.open_inode(ino);
         let io = oi.as_ref().map(|o| o.io.write());
         let home = match &io {
@@ -478,7 +476,6 @@ impl<S: Store> Volume<S> {
                 None => return Ok(None),
             },
         };
-        drop(names);
         let Some(shadow) = self.shadow(ino, false)? else { return Ok(None) };
         let split = self.split_view(ino, &home, &shadow);
         let Some(copy) = split.read_dirty(&self.extents, id.index)? else {
@@ -514,12 +511,11 @@ impl<S: Store> Volume<S> {
             tracing::debug!(ino, "the file is busy: a scrub leaves its mtime moved");
             false
         };
-        let Ok(Some((names, _il))) = self.lock_names(ino, Some(SCRUB_NAMES_WAIT)) else { return busy() };
-        drop(names);
+        let Some(_il) = self.lock_file(ino, Some(SCRUB_LOCK_WAIT)) else { return busy() };
         let oi = self.open_inode(ino);
         let io = match &oi {
             None => None,
-            Some(o) => match o.io.try_write_for(SCRUB_NAMES_WAIT) {
+            Some(o) => match o.io.try_write_for(SCRUB_LOCK_WAIT) {
                 Some(g) => Some(g),
                 None => return busy(),
             },
@@ -534,31 +530,15 @@ impl<S: Store> Volume<S> {
         kept
     }
 
-    /// The directory stripes of `ino`'s parents, then its inode lock for
-    /// writing (the lock hierarchy's order), its names checked unchanged in
-    /// between; each waited for at most `wait` (None: as long as it takes).
-    /// While the stripes are held no rename can put another file under one
-    /// of its names, so its HDD file can be opened by name. Review finding:
-    /// opened by name under the inode lock alone, a rename over that name
-    /// in between gave the scrubber another file's HDD copy to write a
-    /// chunk into. `None`: busy, or its names changed.
-    fn lock_names(
-        &self,
-        ino: Ino,
-        wait: Option<std::time::Duration>,
-    ) -> Result<Option<(super::locks::DirGuard<'_>, parking_lot::RwLockWriteGuard<'_, ()>)>> {
-        let links = self.ns.links(ino)?;
-        let parents: Vec<Ino> = links.iter().map(|l| l.0).collect();
+    /// The inode lock of `ino` for writing, waited for at most `wait`
+    /// (None: as long as it takes). While it is held the file's names are
+    /// its own (a rename of the file, or over one of its names, waits for
+    /// it), so its HDD file can be opened by name. `None`: busy.
+    fn lock_file(&self, ino: Ino, wait: Option<std::time::Duration>) -> Option<parking_lot::RwLockWriteGuard<'_, ()>> {
         let lock = self.ilocks.get(ino);
-        let locked = match wait {
-            None => Some((self.locks.lock(&parents), lock.write())),
-            Some(d) => {
-                self.locks.try_lock_for(&parents, d).and_then(|names| lock.try_write_for(d).map(|il| (names, il)))
-            }
-        };
-        match locked {
-            Some(l) if self.ns.links(ino)? == links => Ok(Some(l)),
-            _ => Ok(None),
+        match wait {
+            None => Some(lock.write()),
+            Some(d) => lock.try_write_for(d),
         }
     }
 
@@ -654,7 +634,7 @@ impl<S: Store> Volume<S> {
         if !self.is_split(ino) {
             return Ok(false);
         }
-        let (p, n) = self.link_of(ino)?;
+        let (p, n) = self.kernel_link(ino)?;
         let d = self.tiers.dir(p, Tier::Hdd, false)?;
         let home = self.tiers.store(Tier::Hdd).open(&d, &n, libc::O_WRONLY, 0)?;
         let shadow = self.existing_shadow(ino)?;

@@ -128,12 +128,11 @@ impl<S: Store> Volume<S> {
         self.handles.read().get(&fh).cloned().ok_or_else(|| Error::errno(libc::EBADF))
     }
 
-    /// Opens the backing copies of a file: the primary read-write if
-    /// possible (else with the access the caller asked for), and the SSD
-    /// copy of a cached file.
-    /// Opens the primary copy of a file, read-write when possible.
+    /// Opens the primary copy of a file, read-write when possible, by its
+    /// name: the caller holds the file's inode lock, or the I/O lock of its
+    /// open state, either of which a rename of the file waits for.
     fn open_primary(&self, ino: Ino, placement: Placement, want_write: bool) -> Result<(Arc<S::File>, bool)> {
-        let (p, n) = self.link_of(ino)?;
+        let (p, n) = self.kernel_link(ino)?;
         let t = placement.primary();
         let d = self.tiers.dir(p, t, false)?;
         let s = self.tiers.store(t);
@@ -148,7 +147,8 @@ impl<S: Store> Volume<S> {
         Ok((Arc::new(primary), writable))
     }
 
-    /// The primary descriptor of an open file, opening it on first use.
+    /// The primary descriptor of an open file, opening it on first use
+    /// (the caller holds the open state's I/O lock).
     pub(crate) fn primary_of(&self, ino: Ino, io: &IoState<S>) -> Result<Arc<S::File>> {
         if let Some(p) = io.primary.get() {
             return Ok(p.0.clone());
@@ -175,7 +175,7 @@ impl<S: Store> Volume<S> {
     /// possible) unless the file is cached and only read, and the SSD copy
     /// of a cached file.
     fn open_backing(&self, ino: Ino, placement: Placement, want_write: bool) -> Result<Backing<S>> {
-        let (p, n) = self.link_of(ino)?;
+        let (p, n) = self.kernel_link(ino)?;
         let copy = if placement == Placement::Cached && !self.copy_is_stale(ino) {
             let r = self
                 .tiers
@@ -234,7 +234,7 @@ impl<S: Store> Volume<S> {
             // A file `create_node` just made exclusively is empty.
             Some((t, f)) => (Placement::On(t), Some((Arc::new(f), true)), None, 0),
             None => {
-                let rec = self.record(ino)?;
+                let rec = self.kernel_record(ino)?;
                 if rec.kind != FileKind::File {
                     return err(if rec.kind == FileKind::Dir { libc::EISDIR } else { libc::EINVAL });
                 }

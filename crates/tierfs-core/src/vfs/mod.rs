@@ -583,6 +583,20 @@ impl<S: Store> Volume<S> {
         self.ns.first_link(ino)?.ok_or_else(|| Error::errno(libc::ENOENT))
     }
 
+    /// The record of an inode the kernel names by its number (getattr,
+    /// setattr, open, readlink, xattrs, link), or ESTALE if it is gone:
+    /// the kernel then looks the name up again, and may find another file
+    /// under it now, where ENOENT failed the call.
+    pub(crate) fn kernel_record(&self, ino: Ino) -> Result<InodeRecord> {
+        self.ns.record(ino)?.ok_or_else(|| Error::errno(libc::ESTALE))
+    }
+
+    /// One name of an inode the kernel names by its number, or ESTALE (see
+    /// [`Volume::kernel_record`]).
+    pub(crate) fn kernel_link(&self, ino: Ino) -> Result<(Ino, OsString)> {
+        self.ns.first_link(ino)?.ok_or_else(|| Error::errno(libc::ESTALE))
+    }
+
     /// The open state of an inode, if it has open handles.
     pub fn open_inode(&self, ino: Ino) -> Option<Arc<OpenInode<S>>> {
         self.open.lock().get(&ino).cloned()

@@ -793,13 +793,13 @@ fn a_truncate_during_a_scrub_waits_for_it_and_is_not_undone() {
 }
 
 /// Review of a torture failure (`torture_write_back_cache`): the scrubber
-/// opened a closed file's HDD copy by name under its inode lock alone; a
-/// rename over that name in between gave it another file, and it wrote
-/// the chunk there (the other file's first bytes changed). It now opens by
-/// name only while it holds the directory stripes a rename takes, and
-/// gives up (tries later) while a rename holds them.
+/// opened a closed file's HDD copy by name; a rename over that name in
+/// between gave it another file, and it wrote the chunk there (the other
+/// file's first bytes changed). It opens by name only while it holds the
+/// file's inode lock, which a rename of the file (or over one of its
+/// names) takes, and gives up (tries later) while a rename holds it.
 #[test]
-fn a_scrub_opens_the_hdd_file_by_name_only_under_the_directory_lock_a_rename_takes() {
+fn a_scrub_opens_the_hdd_file_by_name_only_under_the_inode_lock_a_rename_takes() {
     let rig = Rig::new();
     let v = mount(&rig);
     let ino = make(&v, "f", &pattern(1, C as usize));
@@ -810,8 +810,8 @@ fn a_scrub_opens_the_hdd_file_by_name_only_under_the_directory_lock_a_rename_tak
     let id = ChunkId::new(ino, 0);
     assert_eq!(v.chunk_dirty(id), Some(true));
     {
-        // As a rename into the directory holds it.
-        let _rename = v.locks.lock(&[ROOT_INO]);
+        // As a rename of the file holds it.
+        let _rename = v.ilocks.write_all(&[ino]);
         assert_eq!(v.scrub_chunk(id, &mut never).unwrap(), None, "must not resolve the name now");
         assert_eq!(v.chunk_dirty(id), Some(true));
     }
