@@ -745,14 +745,14 @@ impl<S: Store> Volume<S> {
             JournalOp::Move { .. } => Placement::On(to),
             _ => Placement::Cached,
         };
-        if let JournalOp::Move { .. } = op {
-            let logical = match rec.ctime_fix {
-                Some(f) if f.backing == st0.ctime => f.logical,
-                _ => st0.ctime,
-            };
-            // Linking set the copy's ctime: that is its ctime now.
-            rec.ctime_fix = Some(CtimeFix { backing: linked.ctime, logical });
-        }
+        // The file's attributes come from the new copy now (a cached
+        // file's from its SSD copy): linking set its ctime, which is
+        // reported as the ctime the file had until the copy changes.
+        let logical = match rec.ctime_fix {
+            Some(f) if f.backing == st0.ctime => f.logical,
+            _ => st0.ctime,
+        };
+        rec.ctime_fix = Some(CtimeFix { backing: linked.ctime, logical });
         rec.placement = placement;
         // What tierfs reports, from the stats taken under the locks: a move
         // keeps the size, the times (the ctime through `ctime_fix`) and

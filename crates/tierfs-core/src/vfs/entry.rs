@@ -177,15 +177,18 @@ impl<S: Store> Volume<S> {
             s.mknod(pd, name, kind.mode_bits() | perm, rdev)
         })?;
         drop(il);
-        self.after_naming(parent, self.getattr(ino))
+        self.after_naming(parent, name, self.getattr(ino))
     }
 
-    /// The answer of an operation that has committed a name in `parent`.
-    /// The kernel drops its copy of the directory's listing only when the
-    /// operation succeeds, so if it fails after all the kernel is told.
-    pub(crate) fn after_naming<T>(&self, parent: Ino, r: Result<T>) -> Result<T> {
+    /// The answer of an operation that has committed `name` in `parent`.
+    /// The kernel drops its copy of the directory's listing, and of what
+    /// it knew of the name (its absence, from the lookup before a create),
+    /// only when the operation succeeds: if it fails after all the kernel
+    /// is told, or it would answer the name absent for the cache timeout.
+    pub(crate) fn after_naming<T>(&self, parent: Ino, name: &OsStr, r: Result<T>) -> Result<T> {
         if r.is_err() {
             self.listing_changed(parent);
+            self.entry_changed(parent, name);
         }
         r
     }
@@ -198,7 +201,7 @@ impl<S: Store> Volume<S> {
         let (ino, _, _, il) =
             self.create_node(ctx, parent, name, FileKind::Symlink, 0, |s, pd| s.symlink(target, pd, name))?;
         drop(il);
-        self.after_naming(parent, self.getattr(ino))
+        self.after_naming(parent, name, self.getattr(ino))
     }
 
     /// Creates a directory on the meta tier.
@@ -245,7 +248,7 @@ impl<S: Store> Volume<S> {
         self.mark_verified(ino);
         let r = self.getattr(ino);
         drop(_g);
-        self.after_naming(parent, r)
+        self.after_naming(parent, name, r)
     }
 
     /// Adds the name `new_name` in `new_parent` for `ino`, on every tier
@@ -311,7 +314,7 @@ impl<S: Store> Volume<S> {
         drop(il);
         self.touch_dir(new_parent, rec.placement.primary());
         drop(_g);
-        self.after_naming(new_parent, self.getattr(ino))
+        self.after_naming(new_parent, new_name, self.getattr(ino))
     }
 
     /// Removes a non-directory name.
@@ -472,3 +475,6 @@ pub(super) fn restore_id_bits<S: Store>(s: &S, pd: &S::Dir, name: &OsStr, want: 
         _ => {}
     }
 }
+
+#[cfg(test)]
+mod tests;

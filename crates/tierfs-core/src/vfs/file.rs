@@ -158,14 +158,17 @@ impl<S: Store> Volume<S> {
         Ok(io.primary.get().map(|p| p.0.clone()).expect("just set"))
     }
 
-    /// Attributes of an open file: from the primary if it is open, else from
-    /// the cached copy.
+    /// Attributes of an open file: a cached file's from its copy (kept in
+    /// step with the primary, and where a closed cached file's come from:
+    /// taken from the primary while a writer had it open, the ctime
+    /// flipped between the copies' as writers opened and closed the file),
+    /// else from the primary.
     pub(crate) fn io_stat(&self, oi: &OpenInode<S>, io: &IoState<S>) -> Result<Stat> {
-        if let Some(p) = io.primary_open() {
-            return Ok(self.tiers.store(io.placement.primary()).fstat(p)?);
-        }
         if let Some(c) = self.live_copy(oi, io) {
             return Ok(self.tiers.store(Tier::Ssd).fstat(c)?);
+        }
+        if let Some(p) = io.primary_open() {
+            return Ok(self.tiers.store(io.placement.primary()).fstat(p)?);
         }
         let p = self.primary_of(oi.ino, io)?;
         Ok(self.tiers.store(io.placement.primary()).fstat(&p)?)
@@ -477,9 +480,9 @@ impl<S: Store> Volume<S> {
             self.create_node(ctx, parent, name, FileKind::File, perm & super::entry::ID_BITS, |s, pd| {
                 s.open(pd, name, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, perm)
             })?;
-        let oi = self.after_naming(parent, self.acquire(ino, true, Some((t, f, il, parent))))?;
+        let oi = self.after_naming(parent, name, self.acquire(ino, true, Some((t, f, il, parent))))?;
         let opened = self.register(ctx, ino, oi, flags);
-        match self.after_naming(parent, self.getattr(ino)) {
+        match self.after_naming(parent, name, self.getattr(ino)) {
             Ok(a) => Ok((a, opened)),
             Err(e) => {
                 let _ = self.release(opened.fh);
@@ -571,7 +574,11 @@ impl<S: Store> Volume<S> {
         let order = (may_extend || copy.is_some()).then(|| h.oi.order.lock());
         let t = io.placement.primary();
         let s = self.tiers.store(t);
-        let cur = if h.append { s.fstat(&primary)?.size } else { h.oi.size.load(Ordering::Acquire) };
+        // A write that may extend the file takes its size from the file:
+        // what tierfs last knew may be older (the kernel writes through
+        // passthrough handles without telling), and a failed growing write
+        // cuts the file back to it.
+        let cur = if may_extend { s.fstat(&primary)?.size } else { h.oi.size.load(Ordering::Acquire) };
         let off = if h.append { cur } else { off };
         let extends = may_extend && off >= cur;
         let end = off + len;
@@ -1146,3 +1153,6 @@ impl<S: Store> Volume<S> {
         matches!(self.migrate(ino, mv, &crate::migrate::NoCrash), Ok(crate::migrate::Outcome::Done(_)))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -130,6 +130,10 @@ pub trait KernelCache: Send + Sync {
     fn attrs_changed(&self, ino: Ino);
     /// The listing of directory `dir` changed (and its attributes).
     fn listing_changed(&self, dir: Ino);
+    /// What the kernel knows of the name `name` in `parent` (an entry, or
+    /// its absence) is wrong now. Called from a request that may hold the
+    /// kernel's lock of `parent`: the adapter must not wait for it.
+    fn entry_changed(&self, _parent: Ino, _name: &OsStr) {}
 }
 
 /// What the tiering engine tells the file system, and what it is told.
@@ -518,6 +522,15 @@ impl<S: Store> Volume<S> {
         let k = self.kernel.read().clone();
         if let Some(k) = k {
             k.attrs_changed(ino);
+        }
+    }
+
+    /// What the kernel knows of `name` in `parent` is wrong now (see
+    /// [`KernelCache::entry_changed`]).
+    pub(crate) fn entry_changed(&self, parent: Ino, name: &OsStr) {
+        let k = self.kernel.read().clone();
+        if let Some(k) = k {
+            k.entry_changed(parent, name);
         }
     }
 
