@@ -106,12 +106,26 @@ pub struct Split<'a, S: Store> {
     pub shadow: &'a S::File,
     /// The file.
     pub ino: Ino,
+    /// Who writes (a request's caller): the bytes of a write, and the
+    /// growth of the file, land as that user (quotas, the space a file
+    /// system keeps for root). Nothing else runs so: the extent map's
+    /// commits write the state database, which only the daemon's user may
+    /// reach (run as the writer, a buffered write failed with EACCES, and a
+    /// commit that rotated the database's journal broke it for everyone).
+    pub caller: Option<crate::vfs::Ctx>,
 }
 
 impl<S: Store> Split<'_, S> {
     /// The file's size (the HDD file's).
     pub fn size(&self) -> Result<u64> {
         Ok(self.hdd.fstat(self.home)?.size)
+    }
+
+    /// Runs `f`, a backing call that writes a write's bytes or grows the
+    /// file, as the writer if there is one (see [`Split::caller`]).
+    fn as_writer<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _as = self.caller.as_ref().map(|c| crate::vfs::creds::AsCaller::new(c, false));
+        f()
     }
 
     fn chunk(&self, map: &Mutex<ExtentMap>, default: ChunkSize) -> ChunkSize {
@@ -185,14 +199,14 @@ impl<S: Store> Split<'_, S> {
         let old = if split { Some(self.size().map_err(hdd_err)?) } else { None };
         let grown = old.filter(|&old| end > old);
         if grown.is_some() {
-            self.hdd.set_len(self.home, end).map_err(|e| hdd_err(e.into()))?;
+            self.as_writer(|| self.hdd.set_len(self.home, end)).map_err(|e| hdd_err(e.into()))?;
         }
         for p in &pieces {
             let src = &data[(p.off - off) as usize..(p.off - off + p.len) as usize];
-            let r = match p.tier {
+            let r = self.as_writer(|| match p.tier {
                 Tier::Ssd => write_full(self.ssd, self.shadow, src, p.off),
                 Tier::Hdd => write_full(self.hdd, self.home, src, p.off),
-            };
+            });
             if let Err(e) = r {
                 if let Some(old) = grown {
                     // Best effort: the error is the answer either way.
@@ -411,7 +425,7 @@ impl<S: Store> Split<'_, S> {
                 image[(a - start) as usize..(b - start) as usize]
                     .copy_from_slice(&data[(a - off) as usize..(b - off) as usize]);
             }
-            write_full(self.ssd, self.shadow, &image, start)?;
+            self.as_writer(|| write_full(self.ssd, self.shadow, &image, start))?;
             if image_end - start < chunk.bytes() {
                 // Past the size the shadow reads as zeros (I4).
                 self.ssd.fallocate(self.shadow, PUNCH, image_end, start + chunk.bytes() - image_end)?;

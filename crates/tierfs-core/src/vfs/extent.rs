@@ -9,7 +9,6 @@
 //! start to end. Open files carry a copy of "has chunks" that is read
 //! without the map's lock, so unsplit files pay nothing for the feature.
 
-use super::creds::AsCaller;
 use super::file::Handle;
 use super::{OpenInode, Volume};
 use crate::error::{Error, Result};
@@ -110,7 +109,7 @@ impl<S: Store> Volume<S> {
 
     /// A split file's two copies as the extent code sees them.
     pub(crate) fn split_view<'a>(&'a self, ino: Ino, home: &'a S::File, shadow: &'a S::File) -> Split<'a, S> {
-        Split { hdd: self.tiers.store(Tier::Hdd), home, ssd: self.tiers.store(Tier::Ssd), shadow, ino }
+        Split { hdd: self.tiers.store(Tier::Hdd), home, ssd: self.tiers.store(Tier::Ssd), shadow, ino, caller: None }
     }
 
     /// The shadow of a file the map says is split, which must exist.
@@ -380,10 +379,8 @@ impl<S: Store> Volume<S> {
                 return Ok(None);
             }
         };
-        let split = self.split_view(h.ino, &home, &shadow);
-        let as_caller = AsCaller::new(&h.caller, false);
+        let split = Split { caller: Some(h.caller), ..self.split_view(h.ino, &home, &shadow) };
         let r = split.buffer(&self.extents, off, data, chunk, crash);
-        drop(as_caller);
         let split_now = self.is_split(h.ino);
         h.oi.split.store(split_now, Ordering::Release);
         // What the map has now (a write that failed after the commit left

@@ -660,15 +660,14 @@ impl<S: Store> Volume<S> {
         let order = may_extend.then(|| h.oi.order.lock());
         let off = if h.append { hdd.fstat(home)?.size } else { off };
         let end = off + len;
-        let split = self.split_view(h.ino, home, shadow);
-        let as_caller = AsCaller::new(&h.caller, false);
+        // The bytes land as the writer (see `Split::caller`).
+        let split = crate::extent::split::Split { caller: Some(h.caller), ..self.split_view(h.ino, home, shadow) };
         let all_ssd = match split.write_pieces(&self.extents, off, data) {
             Ok(all) => all,
             // Only the shadow's ENOSPC is a full SSD; the HDD's is the answer.
             Err((Tier::Ssd, e)) if e.is(libc::ENOSPC) => return Ok(Attempt::Full(len)),
             Err((_, e)) => return Err(e),
         };
-        drop(as_caller);
         if all_ssd {
             self.touch_home(h.ino, home);
         }
@@ -989,15 +988,16 @@ impl<S: Store> Volume<S> {
         // allocation past the end must not race it.
         let _order = h.oi.order.lock();
         let hdd = self.tiers.store(Tier::Hdd);
-        let as_caller = AsCaller::new(&h.caller, false);
         // The HDD file first: a mode its file system refuses changes
-        // nothing.
-        hdd.fallocate(home, mode, off, len)?;
+        // nothing. As the writer: it may allocate.
+        let as_caller = AsCaller::new(&h.caller, false);
+        let r = hdd.fallocate(home, mode, off, len);
+        drop(as_caller);
+        r?;
         if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0 {
             self.split_view(h.ino, home, shadow).punch_shadow(&self.extents, off, len)?;
             self.hooks().settle_ssd(h.ino, 0, Some(self.ssd_alloc(shadow)));
         }
-        drop(as_caller);
         self.note_change(h.ino);
         let resizes = mode & libc::FALLOC_FL_KEEP_SIZE == 0;
         let size = if resizes {

@@ -16,7 +16,7 @@
 
 mod adopt;
 mod attr;
-mod creds;
+pub(crate) mod creds;
 mod dir;
 mod entry;
 pub mod extent;
