@@ -132,6 +132,16 @@ impl<S: Store> Split<'_, S> {
         map.lock().chunk_size(self.ino).unwrap_or(default)
     }
 
+    /// The HDD file's backing identity, for a file about to get its first
+    /// chunk (the map records it then); `None` if the map knows the file.
+    fn first_home(&self, map: &Mutex<ExtentMap>) -> Result<Option<crate::state::ns::BackingId>> {
+        if map.lock().chunk_size(self.ino).is_some() {
+            return Ok(None);
+        }
+        let st = self.hdd.fstat(self.home)?;
+        Ok(Some((st.dev, st.ino)))
+    }
+
     /// Reads up to `buf.len()` bytes at `off`, each piece from its tier.
     /// Returns the bytes read and whether the SSD served all of them.
     pub fn read(&self, map: &Mutex<ExtentMap>, off: u64, buf: &mut [u8]) -> Result<(usize, bool)> {
@@ -334,7 +344,8 @@ impl<S: Store> Split<'_, S> {
         crash(points::ADD_COPIED)?;
         self.ssd.fsync(self.shadow, true)?;
         crash(points::ADD_SYNCED)?;
-        map.lock().commit_present(id, chunk)?;
+        let home = self.first_home(map)?;
+        map.lock().commit_present(id, chunk, home)?;
         crash(points::ADD_COMMITTED)
     }
 
@@ -435,7 +446,8 @@ impl<S: Store> Split<'_, S> {
         if !new.is_empty() {
             self.ssd.fsync(self.shadow, true)?;
             crash(points::BUFFER_SYNCED)?;
-            map.lock().commit_new(self.ino, chunk, &new, ChunkState::Dirty)?;
+            let home = self.first_home(map)?;
+            map.lock().commit_new(self.ino, chunk, &new, ChunkState::Dirty, home)?;
             crash(points::BUFFER_COMMITTED)?;
         }
         // The HDD file grows only now, by the write itself (which cuts it

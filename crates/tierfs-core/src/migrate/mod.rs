@@ -765,6 +765,9 @@ impl<S: Store> Volume<S> {
         j.state = JournalState::Committed;
         let mut b = self.ns.batch();
         b.put_record(ino, &rec).put_journal(&j);
+        if op == JournalOp::Copy {
+            b.put_copy_id(ino, target);
+        }
         if let Err(e) = self.ns.commit(b, true) {
             // Applied but not made durable, or not applied at all: the
             // record says which. Not applied, the file stays where it was.
@@ -1158,7 +1161,7 @@ impl<S: Store> Volume<S> {
         if rep.unclean {
             for ino in self.ns.cached()? {
                 let links = self.ns.links(ino)?;
-                let removed = self.unlink_names(Tier::Ssd, &links)?;
+                let removed = self.drop_copy_at_recovery(ino, &links)?;
                 self.sync_dirs(Tier::Ssd, &removed)?;
                 if let Some(mut rec) = self.ns.record(ino)? {
                     rec.placement = Placement::On(Tier::Hdd);
@@ -1177,6 +1180,53 @@ impl<S: Store> Volume<S> {
             tracing::info!(?rep, "recovery at mount");
         }
         Ok(rep)
+    }
+
+    /// Removes the SSD names of cached file `ino` that are its copy, as
+    /// the copy's making recorded it (`Namespace::copy_id`); anything else
+    /// under one of them is set aside (`Volume::put_aside`), never deleted:
+    /// a rename over the file, killed between its backing renames and its
+    /// commit, leaves the only copy of another file there. A copy made by
+    /// an older build, whose identity is unknown, is taken for the file's
+    /// if it has the size and modification time of the file's HDD copy
+    /// under the same name (as a copy is made). Returns the directories it
+    /// removed names from.
+    fn drop_copy_at_recovery(&self, ino: Ino, links: &[(Ino, OsString)]) -> Result<Vec<Ino>> {
+        let id = self.ns.copy_id(ino)?;
+        let s = self.tiers.store(Tier::Ssd);
+        let mut removed = Vec::new();
+        for (p, n) in links {
+            let d = match self.tiers.dir(*p, Tier::Ssd, false) {
+                Ok(d) => d,
+                Err(e) if e.is(libc::ENOENT) => continue,
+                Err(e) => return Err(e),
+            };
+            let st = match s.stat(Target::Entry(&d, n)) {
+                Ok(st) => st,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            if st.kind() == Some(FileKind::Dir) {
+                tracing::warn!(ino, name = ?n, "left alone: a directory under a cached file's name");
+                continue;
+            }
+            // The inode number, as `unlink_checked` compares it.
+            let ours = match id {
+                Some(id) => id.1 == st.ino,
+                None => self.stat_on(*p, n, Tier::Hdd).is_ok_and(|h| (h.size, h.mtime) == (st.size, st.mtime)),
+            };
+            if ours {
+                s.unlink(&d, n)?;
+                if !removed.contains(p) {
+                    removed.push(*p);
+                }
+                continue;
+            }
+            let aside = self.put_aside(Tier::Ssd, &d, n, *p, n)?;
+            tracing::warn!(ino, name = ?n, aside = ?aside, known = id.is_some(),
+                "recovery: not the cached copy it recorded under the file's name on the SSD: set aside");
+        }
+        Ok(removed)
     }
 
     /// Marks a clean shutdown (after everything else is flushed).

@@ -27,6 +27,17 @@ use std::sync::Arc;
 /// How long the scrubber waits for a file's inode lock.
 const SCRUB_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// Where a split file's HDD file stands (see `Volume::find_home`).
+enum Home<F> {
+    /// Found under the file's first name, and it is the file's.
+    File(F),
+    /// The file is gone, or no longer a plain file on the HDD.
+    Gone,
+    /// Not under the file's first name (parent, name): the name is gone,
+    /// or (`true`) another file has it.
+    Lost(Ino, OsString, bool),
+}
+
 /// The directory of the shadow files, `.tierfs/shadow` on the SSD tier.
 pub const SHADOW_DIR: &str = "shadow";
 
@@ -539,6 +550,11 @@ impl<S: Store> Volume<S> {
         }
     }
 
+    /// True if some chunk of `ino` on the SSD is dirty.
+    fn dirty_chunks(&self, ino: Ino) -> bool {
+        self.extents.lock().chunks(ino).any(|(_, s)| s == ChunkState::Dirty)
+    }
+
     /// Whether a chunk is on the SSD and dirty (`Some(true)`), clean
     /// (`Some(false)`), or not on the SSD (`None`).
     pub fn chunk_dirty(&self, id: ChunkId) -> Option<bool> {
@@ -643,23 +659,45 @@ impl<S: Store> Volume<S> {
         Ok(true)
     }
 
-    /// The HDD file of a split file, opened for reading and writing; None
-    /// if it is not a regular file on the HDD or its name is gone.
-    fn open_home(&self, ino: Ino) -> Result<Option<S::File>> {
+    /// Where a split file's HDD file (its home) stands: found by its first
+    /// name, and checked against the identity the map recorded with its
+    /// first chunk.
+    fn find_home(&self, ino: Ino) -> Result<Home<S::File>> {
         match self.ns.record(ino)? {
             Some(r) if r.kind == crate::store::FileKind::File && r.placement == Placement::On(Tier::Hdd) => {}
-            _ => return Ok(None),
+            _ => return Ok(Home::Gone),
         }
-        let open = || -> Result<S::File> {
-            let (p, n) = self.link_of(ino)?;
-            let d = self.tiers.dir(p, Tier::Hdd, false)?;
-            Ok(self.tiers.store(Tier::Hdd).open(&d, &n, libc::O_RDWR, 0)?)
+        let Some((p, n)) = self.ns.first_link(ino)? else { return Ok(Home::Gone) };
+        let hdd = self.tiers.store(Tier::Hdd);
+        let opened = self.tiers.dir(p, Tier::Hdd, false).and_then(|d| Ok(hdd.open(&d, &n, libc::O_RDWR, 0)?));
+        let f = match opened {
+            Ok(f) => f,
+            Err(e) if e.is(libc::ENOENT) => return Ok(Home::Lost(p, n, false)),
+            Err(e) => return Err(e),
         };
-        match open() {
-            Ok(f) => Ok(Some(f)),
-            Err(e) if e.is(libc::ENOENT) => Ok(None),
-            Err(e) => Err(e),
+        // The inode number, as recovery compares it everywhere: a device
+        // number may change across reboots.
+        let recorded = self.extents.lock().home(ino);
+        if let Some((_, i)) = recorded {
+            if hdd.fstat(&f)?.ino != i {
+                return Ok(Home::Lost(p, n, true));
+            }
         }
+        Ok(Home::File(f))
+    }
+
+    /// The HDD file of a split file, opened for reading and writing; None
+    /// if it is not a regular file on the HDD, its name is gone, or another
+    /// file has it.
+    fn open_home(&self, ino: Ino) -> Result<Option<S::File>> {
+        Ok(match self.find_home(ino)? {
+            Home::File(f) => Some(f),
+            Home::Lost(_, n, true) => {
+                tracing::error!(ino, name = ?n, "another file has the name of a split file's HDD file: its chunks stay on the SSD");
+                None
+            }
+            Home::Lost(..) | Home::Gone => None,
+        })
     }
 
     /// Loads the extent map at mount (after an unclean shutdown every chunk
@@ -673,22 +711,37 @@ impl<S: Store> Volume<S> {
         let mut fixed = 0;
         let files: Vec<Ino> = self.extents.lock().files().collect();
         for ino in files {
-            // A name that did not survive a power cut (its directory was
-            // not synced) is dropped by reconciliation later: its chunks go
-            // now.
-            let home = self.open_home(ino)?;
+            let home = self.find_home(ino)?;
             let shadow = self.shadow(ino, false)?;
             match (home, shadow) {
-                (Some(home), Some(shadow)) => {
+                (Home::File(home), Some(shadow)) => {
                     self.split_view(ino, &home, &shadow).recover(&self.extents).map_err(|e| {
                         // The mount stops (its chunks may hold the only copy
                         // of acknowledged writes): say which file.
                         Error::State(format!("recovering the chunks of split file inode {ino}: {e}"))
                     })?;
                 }
+                (Home::Lost(p, n, other), Some(_)) if self.dirty_chunks(ino) => {
+                    // Its name is gone (a rename of the file, or a power
+                    // cut before its directory was synced), or another file
+                    // has it (a rename over the file, killed between the
+                    // backing renames and the commit): the dirty chunks, the
+                    // only copy of acknowledged writes, cannot be written
+                    // back, and into another file they must not be. The
+                    // shadow, the file's image with those chunks, is set
+                    // aside where the file was.
+                    let d = self.tiers.reserved(Tier::Ssd, SHADOW_DIR)?;
+                    let from = OsString::from(ino.to_string());
+                    let aside = self.put_aside(Tier::Ssd, &d, &from, p, &n)?;
+                    tracing::warn!(ino, name = ?n, aside = ?aside, other_file = other,
+                        "recovery: a split file's HDD file is not where its name is; its chunks are set aside");
+                    self.forget_chunks(ino);
+                    fixed += 1;
+                }
                 _ => {
                     // The file is gone (removed while open, then a crash),
-                    // or the shadow is: nothing of the chunks can be used.
+                    // its chunks are copies of its HDD bytes, or the shadow
+                    // is gone: nothing of the chunks can be used.
                     tracing::warn!(ino, "chunks of a file that is gone or has no shadow are dropped");
                     self.forget_chunks(ino);
                     fixed += 1;

@@ -818,3 +818,37 @@ fn a_scrub_opens_the_hdd_file_by_name_only_under_the_inode_lock_a_rename_takes()
     assert_eq!(v.scrub_chunk(id, &mut never).unwrap(), Some(true));
     same(&home(&rig, "f"), &vec![7u8; C as usize], "written back to its own file");
 }
+
+/// rename(b, a) over a split `a`, killed between the backing rename and
+/// the commit, leaves `b`'s file under the name `a` on the HDD: recovery
+/// took it for `a`'s home, cut `a`'s shadow to its size and the scrubber
+/// then wrote `a`'s dirty chunks into `b`'s bytes. Recovery checks the
+/// home's identity now; chunks it cannot place are set aside, not lost.
+#[test]
+fn a_crashed_rename_over_a_split_file_gets_neither_its_chunks_into_the_other_file_nor_lost() {
+    let rig = Rig::new();
+    let v = mount(&rig);
+    let a = make(&v, "a", &pattern(1, 3 * C as usize));
+    let theirs = pattern(7, 2 * C as usize);
+    make(&v, "b", &theirs);
+    add(&v, a, 1);
+    let o = v.open(a, libc::O_RDWR).unwrap();
+    v.write(o.fh, C, b"dirty!").unwrap();
+    v.fsync(o.fh, true).unwrap();
+    v.release(o.fh).unwrap();
+    let root = rig.hdd.root().unwrap();
+    rig.hdd.rename(&root, OsStr::new("b"), &root, OsStr::new("a"), 0).unwrap();
+    rig.hdd.sync_dir(&root).unwrap();
+    drop(v);
+    rig.kv.crash();
+    let v = mount(&rig);
+    // What the scrubber would do next.
+    let _ = v.scrub_chunk(ChunkId::new(a, 1), &mut never);
+    same(&home(&rig, "a"), &theirs, "the other file's bytes");
+    let aside = rig.ssd.dump().into_iter().find(|(p, k, d)| {
+        *k == crate::store::FileKind::File
+            && !p.starts_with("/.tierfs/")
+            && d.get(C as usize..C as usize + 6) == Some(b"dirty!")
+    });
+    assert!(aside.is_some(), "a's dirty chunk is gone");
+}
