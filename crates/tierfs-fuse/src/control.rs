@@ -88,8 +88,8 @@ impl ServerThread {
                     }
                 }
             });
-            // A status call still running in the blocking pool does not
-            // hold up the unmount.
+            // A connection's task still running does not hold up the
+            // unmount.
             rt.shutdown_timeout(std::time::Duration::from_secs(1));
         })?;
         Ok(ServerThread { stop: Some(tx), thread: Some(thread) })
