@@ -117,7 +117,7 @@ impl ControlServer {
     /// Listens on `path` (replacing a stale socket), owner-only.
     pub fn start(path: &Path, handler: Arc<dyn Handler>) -> std::io::Result<Self> {
         if let Some(d) = path.parent() {
-            std::fs::create_dir_all(d)?;
+            crate::runtime::private_dir(d)?;
         }
         let _ = std::fs::remove_file(path);
         let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
