@@ -1222,7 +1222,10 @@ impl<S: Store> Volume<S> {
                 }
                 continue;
             }
-            let aside = self.put_aside(Tier::Ssd, &d, n, *p, n)?;
+            let aside = self.put_aside(Tier::Ssd, &d, n, *p, n).map_err(|e| {
+                // The mount stops rather than delete what it cannot place.
+                Error::State(format!("setting aside what is under the name {n:?} of cached file inode {ino}: {e}"))
+            })?;
             tracing::warn!(ino, name = ?n, aside = ?aside, known = id.is_some(),
                 "recovery: not the cached copy it recorded under the file's name on the SSD: set aside");
         }

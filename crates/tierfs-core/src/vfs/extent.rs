@@ -732,7 +732,10 @@ impl<S: Store> Volume<S> {
                     // aside where the file was.
                     let d = self.tiers.reserved(Tier::Ssd, SHADOW_DIR)?;
                     let from = OsString::from(ino.to_string());
-                    let aside = self.put_aside(Tier::Ssd, &d, &from, p, &n)?;
+                    let aside = self.put_aside(Tier::Ssd, &d, &from, p, &n).map_err(|e| {
+                        // The mount stops rather than lose the chunks.
+                        Error::State(format!("setting aside the chunks of split file inode {ino}: {e}"))
+                    })?;
                     tracing::warn!(ino, name = ?n, aside = ?aside, other_file = other,
                         "recovery: a split file's HDD file is not where its name is; its chunks are set aside");
                     self.forget_chunks(ino);
