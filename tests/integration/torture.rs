@@ -756,24 +756,25 @@ fn torture_hystor() {
 /// them, chunks move under the operations.
 #[test]
 fn torture_hystor_write_back() {
-    torture(
-        "torture_hystor_write_back",
-        &[
-            "--policy",
-            "hystor",
-            "--io-mode",
-            "userspace",
-            "--sieve",
-            "8K",
-            "--chunk",
-            "4K",
-            "--chunk-period",
-            "200ms",
-            "--write-back",
-            "30",
-        ],
-    );
+    torture("torture_hystor_write_back", HYSTOR_WRITE_BACK);
 }
+
+/// Hystor on files small enough for the tiny SSD, with a write-back area
+/// of 30 % of it.
+const HYSTOR_WRITE_BACK: &[&str] = &[
+    "--policy",
+    "hystor",
+    "--io-mode",
+    "userspace",
+    "--sieve",
+    "8K",
+    "--chunk",
+    "4K",
+    "--chunk-period",
+    "200ms",
+    "--write-back",
+    "30",
+];
 
 /// Several users under write-back caching (whole small files buffered
 /// on the SSD, each write as its writer) and hystor with a write-back
@@ -792,26 +793,7 @@ fn torture_users_write_back_cache() {
 
 #[test]
 fn torture_users_hystor_write_back() {
-    torture_as(
-        "torture_users_hystor_write_back",
-        &[
-            "--policy",
-            "hystor",
-            "--io-mode",
-            "userspace",
-            "--sieve",
-            "8K",
-            "--chunk",
-            "4K",
-            "--chunk-period",
-            "200ms",
-            "--write-back",
-            "30",
-            "--cache-timeout",
-            "0",
-        ],
-        true,
-    );
+    torture_as("torture_users_hystor_write_back", &[HYSTOR_WRITE_BACK, &["--cache-timeout", "0"]].concat(), true);
 }
 
 /// Racers in the shared directory: each also runs as a user of its own.

@@ -302,21 +302,30 @@ impl<S: Store> Engine<S> {
         }
         for id in free {
             self.doing("scrubber", format!("freeing chunk {} of inode {}", id.index, id.ino));
-            let r = self.vol.chunk_op(id.ino, ChunkOp::Drop(id.index), &NoCrash, &mut |_| Ok(()));
-            match r {
-                Ok(Outcome::Done(_)) | Ok(Outcome::Skipped(Skip::AlreadyThere | Skip::Gone)) => {
-                    let mut wb = self.wb.lock();
-                    wb.freed += 1;
-                    for a in wb.areas.values_mut() {
-                        a.forget(id);
-                    }
-                }
-                Ok(Outcome::Skipped(_)) => {}
-                Err(e) => tracing::warn!(ino = id.ino, chunk = id.index, error = %e, "freeing a clean chunk failed"),
-            }
+            self.wb_free(id, &NoCrash);
         }
         self.doing("scrubber", "idle");
         left
+    }
+
+    /// Takes clean chunk `id` off the SSD (and out of its area); true if
+    /// it is off the SSD now.
+    fn wb_free(&self, id: ChunkId, ctl: &dyn crate::migrate::Control) -> bool {
+        match self.vol.chunk_op(id.ino, ChunkOp::Drop(id.index), ctl, &mut |_| Ok(())) {
+            Ok(Outcome::Done(_)) | Ok(Outcome::Skipped(Skip::AlreadyThere | Skip::Gone)) => {
+                let mut wb = self.wb.lock();
+                wb.freed += 1;
+                for a in wb.areas.values_mut() {
+                    a.forget(id);
+                }
+                true
+            }
+            Ok(Outcome::Skipped(_)) => false,
+            Err(e) => {
+                tracing::warn!(ino = id.ino, chunk = id.index, error = %e, "freeing a clean chunk failed");
+                false
+            }
+        }
     }
 
     /// Frees clean chunks of the write-back areas (their bytes are on the
@@ -337,22 +346,10 @@ impl<S: Store> Engine<S> {
                 break;
             }
             self.doing("cleaner", format!("freeing clean chunk {} of inode {}", id.index, id.ino));
-            let r =
-                self.vol.chunk_op(id.ino, ChunkOp::Drop(id.index), &super::Bounded(self, CLEAN_WAIT), &mut |_| Ok(()));
-            match r {
-                Ok(Outcome::Done(_)) | Ok(Outcome::Skipped(Skip::AlreadyThere | Skip::Gone)) => {
-                    let mut wb = self.wb.lock();
-                    wb.freed += 1;
-                    for a in wb.areas.values_mut() {
-                        a.forget(id);
-                    }
-                    drop(wb);
-                    freed += bytes;
-                    // Waiters may have room already.
-                    self.room_cv.notify_all();
-                }
-                Ok(Outcome::Skipped(_)) => {}
-                Err(e) => tracing::warn!(ino = id.ino, chunk = id.index, error = %e, "freeing a clean chunk failed"),
+            if self.wb_free(id, &super::Bounded(self, CLEAN_WAIT)) {
+                freed += bytes;
+                // Waiters may have room already.
+                self.room_cv.notify_all();
             }
         }
         freed

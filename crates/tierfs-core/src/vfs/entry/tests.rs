@@ -1,11 +1,7 @@
 //! Names committed by an operation that then fails.
 
-use crate::clock::{ManualClock, Timestamp};
-use crate::event::NoEvents;
-use crate::state::ns::{Ino, Namespace, ROOT_INO};
-use crate::state::MemKv;
-use crate::store::mem::MemStore;
-use crate::vfs::{Ctx, KernelCache, Volume, VolumeConfig};
+use crate::state::ns::{Ino, ROOT_INO};
+use crate::vfs::{Ctx, KernelCache};
 use parking_lot::Mutex;
 use std::ffi::{OsStr, OsString};
 use std::sync::Arc;
@@ -32,17 +28,7 @@ fn a_name_committed_by_a_create_whose_answer_failed_is_not_left_absent_in_the_ke
     // entry it keeps for the cache timeout). The create committed the name
     // and then its final getattr failed: the kernel, told of the failure
     // only, kept the name absent for a minute while it existed.
-    crate::lockcheck::watch();
-    let hdd = MemStore::new();
-    let v = Volume::new(
-        MemStore::new(),
-        hdd.clone(),
-        Namespace::new(Arc::new(MemKv::new())),
-        VolumeConfig::default(),
-        Arc::new(NoEvents),
-        Arc::new(ManualClock::new(Timestamp::from_secs(1))),
-    )
-    .unwrap();
+    let (v, hdd) = crate::testutil::hdd_volume();
     let told = Arc::new(Told::default());
     v.set_kernel_cache(told.clone());
     hdd.fail_once("fstat", "", libc::EIO);

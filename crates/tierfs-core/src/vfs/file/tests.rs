@@ -1,35 +1,16 @@
 //! The data path's regressions that need a file changed behind the
 //! daemon's back or attributes compared across opens.
 
-use crate::clock::{ManualClock, Timestamp};
-use crate::event::NoEvents;
 use crate::migrate::{Move, NoCrash, Outcome};
-use crate::state::ns::{Ino, Namespace, ROOT_INO};
-use crate::state::MemKv;
+use crate::state::ns::{Ino, ROOT_INO};
 use crate::store::mem::MemStore;
 use crate::store::Store;
+use crate::testutil::hdd_volume as volume;
 use crate::tier::Tier;
-use crate::vfs::{Ctx, Volume, VolumeConfig};
+use crate::vfs::{Ctx, Volume};
 use std::ffi::OsStr;
-use std::sync::Arc;
 
 const CTX: Ctx = Ctx { uid: 0, gid: 0, pid: 1 };
-
-/// A volume whose new files go to the HDD, and its HDD store.
-fn volume() -> (Volume<MemStore>, MemStore) {
-    crate::lockcheck::watch();
-    let hdd = MemStore::new();
-    let v = Volume::new(
-        MemStore::new(),
-        hdd.clone(),
-        Namespace::new(Arc::new(MemKv::new())),
-        VolumeConfig::default(),
-        Arc::new(NoEvents),
-        Arc::new(ManualClock::new(Timestamp::from_secs(1))),
-    )
-    .unwrap();
-    (v, hdd)
-}
 
 fn file(v: &Volume<MemStore>, name: &str, data: &[u8]) -> Ino {
     let (a, o) = v.create(&CTX, ROOT_INO, OsStr::new(name), 0o644, 0, libc::O_RDWR).unwrap();

@@ -5,15 +5,12 @@
 //! another thread renames the file away and creates another file under the
 //! name. What the held operation then does must reach its own file.
 
-use crate::clock::{ManualClock, Timestamp};
-use crate::event::NoEvents;
 use crate::migrate::tests::read_all;
 use crate::migrate::{Move, NoCrash, Outcome};
-use crate::state::ns::{Ino, Namespace, ROOT_INO};
-use crate::state::MemKv;
+use crate::state::ns::{Ino, ROOT_INO};
 use crate::store::mem::MemStore;
 use crate::testutil::hold;
-use crate::vfs::{Ctx, SetAttr, Volume, VolumeConfig};
+use crate::vfs::{Ctx, SetAttr, Volume};
 use std::ffi::OsStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,17 +19,7 @@ const CTX: Ctx = Ctx { uid: 0, gid: 0, pid: 1 };
 
 /// A volume whose new files go to the HDD, and its HDD store.
 fn volume() -> (Arc<Volume<MemStore>>, MemStore) {
-    crate::lockcheck::watch();
-    let hdd = MemStore::new();
-    let v = Volume::new(
-        MemStore::new(),
-        hdd.clone(),
-        Namespace::new(Arc::new(MemKv::new())),
-        VolumeConfig::default(),
-        Arc::new(NoEvents),
-        Arc::new(ManualClock::new(Timestamp::from_secs(1))),
-    )
-    .unwrap();
+    let (v, hdd) = crate::testutil::hdd_volume();
     (Arc::new(v), hdd)
 }
 
