@@ -30,9 +30,11 @@ pub type Ino = u64;
 /// The root directory.
 pub const ROOT_INO: Ino = 1;
 /// Version of the state schema written by this build: 2 added the backing
-/// identities to journal entries. A database of an older schema is read
-/// (and marked with this one); one of a newer schema is refused.
-pub const SCHEMA_VERSION: u32 = 2;
+/// identities to journal entries, 3 those of cached copies (`k`) and of
+/// split files' HDD files (the extent map's file keys, format 2, which an
+/// older build cannot read). A database of an older schema is read (and
+/// marked with this one); one of a newer schema is refused.
+pub const SCHEMA_VERSION: u32 = 3;
 const REC_V1: u8 = 1;
 /// Journal entries with the backing identities of their copies.
 const JOURNAL_V2: u8 = 2;
