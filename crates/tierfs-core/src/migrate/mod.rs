@@ -276,6 +276,14 @@ enum CatchUp {
     Changed,
 }
 
+/// The times of a directory's meta copy before a migration changed its
+/// names (see `Volume::meta_dir_times`).
+struct DirTimes {
+    dir: Ino,
+    mtime: TimeSpec,
+    ctime: TimeSpec,
+}
+
 /// Copies bytes `start..end` of `src` to the same offsets of `dst`
 /// (sparse-aware: holes stay holes) and sets `dst`'s length to `end`.
 fn copy_range<S: Store>(
@@ -969,32 +977,51 @@ impl<S: Store> Volume<S> {
     /// restore, with the directories' stripes held, so that no change of
     /// their names (each moves the time itself, under the stripe) runs in
     /// between.
-    fn meta_dir_times(&self, dirs: &[Ino], t: Tier) -> Vec<(Ino, TimeSpec)> {
+    fn meta_dir_times(&self, dirs: &[Ino], t: Tier) -> Vec<DirTimes> {
         let meta = self.tiers.meta;
         if t != meta {
             return Vec::new();
         }
-        let mut saved: Vec<(Ino, TimeSpec)> = Vec::new();
+        let mut saved: Vec<DirTimes> = Vec::new();
         for &p in dirs {
-            if saved.iter().any(|s| s.0 == p) {
+            if saved.iter().any(|s| s.dir == p) {
                 continue;
             }
             if let Ok(st) = self.meta_dir(p).and_then(|d| Ok(self.tiers.store(meta).stat(Target::This(&d))?)) {
-                saved.push((p, st.mtime));
+                saved.push(DirTimes { dir: p, mtime: st.mtime, ctime: st.ctime });
             }
         }
         saved
     }
 
     /// Puts back the times [`Volume::meta_dir_times`] saved (a failure
-    /// leaves the directory's time moved, as before).
-    fn restore_dir_times(&self, saved: &[(Ino, TimeSpec)]) {
+    /// leaves the directory's time moved, as before). Its ctime, which the
+    /// names and setting the mtime back moved, cannot be set: the
+    /// directory's record reports the one it had until its meta copy
+    /// changes again (`ctime_fix`, as a moved file's).
+    fn restore_dir_times(&self, saved: &[DirTimes]) {
         let s = self.tiers.store(self.tiers.meta);
-        for (p, mtime) in saved {
-            if let Ok(d) = self.meta_dir(*p) {
-                if let Err(e) = s.utimens(Target::This(&d), SetTime::Omit, SetTime::At(*mtime)) {
-                    tracing::debug!(dir = p, error = %e, "could not put back a directory's time after a migration");
-                }
+        let mut b = self.ns.batch();
+        for t in saved {
+            let Ok(d) = self.meta_dir(t.dir) else { continue };
+            if let Err(e) = s.utimens(Target::This(&d), SetTime::Omit, SetTime::At(t.mtime)) {
+                tracing::debug!(dir = t.dir, error = %e, "could not put back a directory's time after a migration");
+                continue;
+            }
+            let (Ok(now), Ok(Some(mut rec))) = (s.stat(Target::This(&d)), self.ns.record(t.dir)) else { continue };
+            if now.ctime == t.ctime {
+                continue;
+            }
+            let logical = match rec.ctime_fix {
+                Some(f) if f.backing == t.ctime => f.logical,
+                _ => t.ctime,
+            };
+            rec.ctime_fix = Some(CtimeFix { backing: now.ctime, logical });
+            b.put_record(t.dir, &rec);
+        }
+        if !b.is_empty() {
+            if let Err(e) = self.ns.commit(b, false) {
+                tracing::debug!(error = %e, "could not keep the ctime of a migrated file's directories");
             }
         }
     }

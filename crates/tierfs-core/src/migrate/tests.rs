@@ -1122,3 +1122,34 @@ fn recovery_sets_aside_what_a_crashed_rename_left_under_a_cached_files_name() {
     assert_eq!(read_all(&v, lookup(&v, &aside)), b_data, "the set-aside copy is a file of the mount");
     assert_eq!(read_all(&v, lookup(&v, "a")), a_data, "a keeps its HDD copy");
 }
+
+#[test]
+fn a_migration_leaves_the_ctime_of_the_files_directories_alone() {
+    // A migration adds and removes backing names in the directories' meta
+    // copies and sets their mtime back, which moved their ctime: pjdfstest
+    // (link/00.t, "unsuccessful link(2) does not update ctime") saw a
+    // directory's ctime move while an interval run promoted a file in it.
+    let rig = Rig::new();
+    setup(&rig);
+    let v = rig.mount();
+    let d = lookup(&v, "d");
+    let dirs = || [v.getattr(ROOT_INO).unwrap().ctime, v.getattr(d).unwrap().ctime];
+    for (path, mv) in [
+        ("d/one", Move::Promote),
+        ("d/one", Move::Demote),
+        ("two", Move::Promote),
+        ("two", Move::Demote),
+        ("two", Move::Copy),
+        ("two", Move::DropCopy),
+    ] {
+        let before = dirs();
+        let ino = lookup(&v, path);
+        assert!(matches!(v.migrate(ino, mv, &NoCrash).unwrap(), Outcome::Done(_)), "{path} {mv:?}");
+        assert_eq!(dirs(), before, "{path} {mv:?}");
+    }
+    // A name made in a directory still moves its ctime.
+    let before = dirs();
+    let (_, o) = v.create(&CTX, d, OsStr::new("new"), 0o644, 0, libc::O_RDWR).unwrap();
+    v.release(o.fh).unwrap();
+    assert!(dirs()[1] > before[1]);
+}
