@@ -9,7 +9,9 @@
 # fresh ssd/hdd directories under a temporary directory (default options:
 # --io-mode userspace, so that every request reaches the daemon), runs the
 # whole suite with prove -j2 from inside the mount, prints the failing
-# tests and the total, and always unmounts. TIERFS_PJD_JOBS sets the jobs.
+# tests and the total, and always unmounts. TIERFS_PJD_JOBS sets the jobs;
+# CARGO the command that builds tierfs (e.g. a wrapper that serialises
+# builds on a shared machine).
 set -euo pipefail
 src=${1:?usage: scripts/pjdfstest.sh PJDFSTEST_SOURCE [-- tierfs mount options]}
 shift
@@ -28,7 +30,7 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "pjdfstest: installing ${need[*]}"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-cargo build --release -q
+${CARGO:-cargo} build --release -q
 work=$(mktemp -d /tmp/tierfs-pjd-XXXXXX)
 mnt="$work/mnt"
 pid=""
