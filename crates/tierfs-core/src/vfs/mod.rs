@@ -16,7 +16,7 @@
 
 mod adopt;
 mod attr;
-mod creds;
+pub(crate) mod creds;
 mod dir;
 mod entry;
 pub mod extent;
@@ -130,6 +130,10 @@ pub trait KernelCache: Send + Sync {
     fn attrs_changed(&self, ino: Ino);
     /// The listing of directory `dir` changed (and its attributes).
     fn listing_changed(&self, dir: Ino);
+    /// What the kernel knows of the name `name` in `parent` (an entry, or
+    /// its absence) is wrong now. Called from a request that may hold the
+    /// kernel's lock of `parent`: the adapter must not wait for it.
+    fn entry_changed(&self, _parent: Ino, _name: &OsStr) {}
 }
 
 /// What the tiering engine tells the file system, and what it is told.
@@ -549,6 +553,15 @@ impl<S: Store> Volume<S> {
         }
     }
 
+    /// What the kernel knows of `name` in `parent` is wrong now (see
+    /// [`KernelCache::entry_changed`]).
+    pub(crate) fn entry_changed(&self, parent: Ino, name: &OsStr) {
+        let k = self.kernel.read().clone();
+        if let Some(k) = k {
+            k.entry_changed(parent, name);
+        }
+    }
+
     /// The listing of directory `dir` changed other than through a request
     /// on it (the kernel may hold the old one).
     pub(crate) fn listing_changed(&self, dir: Ino) {
@@ -609,6 +622,20 @@ impl<S: Store> Volume<S> {
     /// One name of an inode, or ENOENT.
     pub fn link_of(&self, ino: Ino) -> Result<(Ino, OsString)> {
         self.ns.first_link(ino)?.ok_or_else(|| Error::errno(libc::ENOENT))
+    }
+
+    /// The record of an inode the kernel names by its number (getattr,
+    /// setattr, open, readlink, xattrs, link), or ESTALE if it is gone:
+    /// the kernel then looks the name up again, and may find another file
+    /// under it now, where ENOENT failed the call.
+    pub(crate) fn kernel_record(&self, ino: Ino) -> Result<InodeRecord> {
+        self.ns.record(ino)?.ok_or_else(|| Error::errno(libc::ESTALE))
+    }
+
+    /// One name of an inode the kernel names by its number, or ESTALE (see
+    /// [`Volume::kernel_record`]).
+    pub(crate) fn kernel_link(&self, ino: Ino) -> Result<(Ino, OsString)> {
+        self.ns.first_link(ino)?.ok_or_else(|| Error::errno(libc::ESTALE))
     }
 
     /// The open state of an inode, if it has open handles.
