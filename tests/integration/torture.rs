@@ -859,7 +859,7 @@ fn race_step(
         }
     };
     let name = |k: u64| shared.join(format!("n{k}"));
-    if r % 2 == 0 {
+    if r.is_multiple_of(2) {
         if rng.below(4) == 0 {
             let (a, b) = (rng.below(RACE_NAMES), rng.below(RACE_NAMES));
             begin(format!("rename n{a} over n{b}"));
