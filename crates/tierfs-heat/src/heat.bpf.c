@@ -224,8 +224,9 @@ static __attribute__((always_inline)) int emit(struct inode *inode, __u64 off, _
 	struct last *l = map_lookup(&last, &zero);
 	if (!l)
 		return 0;
-	struct task_struct *t = current_task_btf();
-	__u32 seq = (op == OP_WRITE || op == OP_DIO_WRITE) ? t->ioac.syscw : t->ioac.syscr;
+	// The thread's read count keys a read call's decision; the others need
+	// their count only once sampled.
+	__u32 seq = 0;
 	if (op == OP_WRITE) {
 		if (l->task == id && l->ino == ino && off >= l->start && off <= l->end) {
 			weight = l->keep;
@@ -240,6 +241,7 @@ static __attribute__((always_inline)) int emit(struct inode *inode, __u64 off, _
 			weight = l->keep;
 		}
 	} else if (op == OP_READ || op == OP_DEVICE) {
+		seq = current_task_btf()->ioac.syscr;
 		if (l->r_task == id && l->r_seq == seq && l->r_ino == ino &&
 		    (op == OP_DEVICE || l->r_end == end || l->r_end == 0)) {
 			weight = l->r_keep;
@@ -258,6 +260,10 @@ static __attribute__((always_inline)) int emit(struct inode *inode, __u64 off, _
 	}
 	if (!weight)
 		return 0;
+	if (op != OP_READ && op != OP_DEVICE) {
+		struct task_struct *t = current_task_btf();
+		seq = (op == OP_WRITE || op == OP_DIO_WRITE) ? t->ioac.syscw : t->ioac.syscr;
+	}
 	// The daemon's own I/O (the userspace path, migrations).
 	struct pidns_info ns = {};
 	if (get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns, sizeof(ns)) == 0 && ns.tgid == daemon_tgid)
