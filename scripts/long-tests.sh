@@ -2,14 +2,17 @@
 # The long versions of the hardening tests, on demand (CI runs the short
 # ones through scripts/test.sh):
 #   - the torture test, TIERFS_TORTURE_SECS seconds of operations per
-#     configuration (default 180: 11 configurations, 33 minutes in all);
+#     configuration (default 180: 17 configurations, 51 minutes in all);
 #   - the kill -9 loop of issue 16, TIERFS_KILL_ROUNDS rounds per policy
 #     (default 20: 7 policies, 140 rounds).
 # The daemon is built with deadlock detection. Prints each test's result
 # and the total time; a failure names its seed (TIERFS_TORTURE_SEED) and
 # the file with every operation. Then the scale benchmark at 10^5 files
 # (benches/scale.sh: adopting a tree, listing, memory, the state database;
-# TIERFS_SCALE=0 skips it).
+# TIERFS_SCALE=0 skips it). With PJDFSTEST_SOURCE set (a pjdfstest checkout
+# or bare clone: CI has no GitHub), then pjdfstest under every policy and
+# both I/O modes on a small SSD (scripts/pjdfstest-policies.sh, about an
+# hour; its report in results/pjdfstest/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -30,5 +33,8 @@ fi
 rm -f "$log"
 if [ "${TIERFS_SCALE:-1}" != 0 ]; then
     DIRS=100 FILES=1000 BIG=100000 bash benches/scale.sh
+fi
+if [ -n "${PJDFSTEST_SOURCE:-}" ]; then
+    bash scripts/pjdfstest-policies.sh "$PJDFSTEST_SOURCE"
 fi
 echo "long tests passed in $(( $(date +%s) - start )) s"

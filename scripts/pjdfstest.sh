@@ -9,7 +9,9 @@
 # fresh ssd/hdd directories under a temporary directory (default options:
 # --io-mode userspace, so that every request reaches the daemon), runs the
 # whole suite with prove -j2 from inside the mount, prints the failing
-# tests and the total, and always unmounts. TIERFS_PJD_JOBS sets the jobs.
+# tests, the total and what the mount moved meanwhile, and always
+# unmounts. TIERFS_PJD_JOBS sets the jobs; CARGO the command that builds
+# tierfs (e.g. a wrapper that serialises builds on a shared machine).
 set -euo pipefail
 src=${1:?usage: scripts/pjdfstest.sh PJDFSTEST_SOURCE [-- tierfs mount options]}
 shift
@@ -28,7 +30,7 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "pjdfstest: installing ${need[*]}"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-cargo build --release -q
+${CARGO:-cargo} build --release -q
 work=$(mktemp -d /tmp/tierfs-pjd-XXXXXX)
 mnt="$work/mnt"
 pid=""
@@ -57,6 +59,9 @@ set +e
 set -e
 grep -E "^(Failed|Files=|Result)" "$work/prove.log" | head -5 || true
 sed -n '/Test Summary Report/,$p' "$work/prove.log" | head -60
+# What the mount moved meanwhile: a small SSD is meant to make files move
+# (and chunks, and buffered writes) while the suite runs.
+"$root/target/release/tierfs" stats "$mnt" 2>&1 | grep -E "^(policy:|sub-file extents:|write-back area:)" || true
 echo "pjdfstest on tierfs (${opts[*]}) took $(( $(date +%s) - start )) s"
 if grep -q "Result: PASS" "$work/prove.log"; then exit 0; fi
 grep -iE "panicked|DEADLOCK|ERROR" "$work/tierfs.log" | head -20 || true

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what tierfs needs on a fresh Debian (bookworm) machine, as root:
 # FUSE 3 (fusermount3, mount.fuse3), build tools, and the tools the tests and
-# benchmarks drive (attr for getfattr/setfattr, fio, postmark, mergerfs,
+# benchmarks drive (attr for getfattr/setfattr, fio, postmark, mergerfs and
+# rsync for the mover of its tiered-cache recipe,
 # prometheus for promtool and a server that scrapes a mount), and clang,
 # which compiles the eBPF heat source (crates/tierfs-heat).
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 
-packages=(fuse3 libfuse3-dev pkg-config attr e2fsprogs fio postmark mergerfs util-linux procps prometheus curl clang)
+packages=(fuse3 libfuse3-dev pkg-config attr e2fsprogs fio postmark mergerfs rsync util-linux procps prometheus curl clang)
 missing=()
 for p in "${packages[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

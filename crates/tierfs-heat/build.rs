@@ -21,9 +21,15 @@ fn main() {
         // The program is part of the source: a compiler that rejects it is
         // a bug to fix, not a reason to build without it.
         Ok(s) => panic!("{clang} could not compile src/heat.bpf.c ({s})"),
-        Err(e) => println!(
-            "cargo:warning=tierfs-heat: {clang} not found ({e}): built without the eBPF heat source; \
-             passthrough files are counted per open (run scripts/setup.sh)"
-        ),
+        Err(e) => {
+            // Built again once clang may be there (scripts/setup.sh adds it;
+            // a new PATH may find it).
+            println!("cargo:rerun-if-env-changed=PATH");
+            println!("cargo:rerun-if-changed=/usr/bin/clang");
+            println!(
+                "cargo:warning=tierfs-heat: {clang} not found ({e}): built without the eBPF heat source; \
+                 passthrough files are counted per open (run scripts/setup.sh)"
+            )
+        }
     }
 }

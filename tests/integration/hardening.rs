@@ -198,3 +198,48 @@ fn operations_below_a_directory_being_renamed_on_a_tier_do_not_fail() {
         left.iter().take(5).map(|e| &e.name).collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn a_passthrough_writer_filling_the_ssd_does_not_stop_the_state_database() {
+    // A writer passing through to an SSD file (no capacity limit: the
+    // kernel writes it, the daemon sees only the open) filled the file
+    // system the state database is on: the database's next journal write
+    // failed, and it refused every change of every user (creates,
+    // renames, unlinks: EIO) until a remount, also once there was room
+    // again. The user's write fails first now, and the database goes on.
+    let area = Area::new();
+    // Passthrough for writers of SSD files needs 1 GiB free on the SSD.
+    let ssd = crate::harness::LoopFs::new(&area, "ssdfs", 1200);
+    let m = Mounted::with(&ssd.dir, &area.hdd(), &area.mnt(), &["--policy", "ssd-only", "--io-mode", "passthrough"]);
+    let big = m.p("big");
+    // Held open while the rest runs: nothing can move it off the SSD.
+    let mut writer = fs::File::create(&big).unwrap();
+    for size in [1 << 20, 4096, 512] {
+        let block = vec![7u8; size];
+        let full = loop {
+            use std::io::Write;
+            if let Err(e) = writer.write_all(&block) {
+                break e;
+            }
+        };
+        assert_eq!(full.raw_os_error(), Some(libc::ENOSPC), "{full}");
+    }
+    let mnt = m.mnt.clone();
+    let r = within(60, "changes of the namespace on a full SSD", move || -> Result<(), String> {
+        for i in 0..200 {
+            let (f, g) = (mnt.join(format!("f{i}")), mnt.join(format!("g{i}")));
+            fs::File::create(&f).map_err(|e| format!("create {i}: {e}"))?;
+            fs::rename(&f, &g).map_err(|e| format!("rename {i}: {e}"))?;
+            fs::remove_file(&g).map_err(|e| format!("unlink {i}: {e}"))?;
+        }
+        Ok(())
+    });
+    let log = m.log_tail(20);
+    drop(writer);
+    let removed = fs::remove_file(&big);
+    let after = fs::write(m.p("after"), b"room again");
+    m.unmount();
+    r.unwrap_or_else(|e| panic!("{e}\n{log}"));
+    removed.unwrap_or_else(|e| panic!("unlink of the big file: {e}\n{log}"));
+    after.unwrap();
+}

@@ -141,10 +141,10 @@ fn hystor_puts_the_hot_chunks_of_a_file_read_through_passthrough_on_the_ssd() {
         .success());
     let path = m.p("db/big");
     hot_head_reads(&path);
-    // Past 50 000 requests a second the source samples them, and counts
+    // Past 20 000 requests a second the source samples them, and counts
     // each sample as the requests it stands for: the count is then close,
-    // not exact.
-    let near = |v: &serde_json::Value| v["reads"].as_u64().is_some_and(|n| n.abs_diff(20_000) <= 400);
+    // not exact (one in five of 20 000: some 1.6 % off, one time in three).
+    let near = |v: &serde_json::Value| v["reads"].as_u64().is_some_and(|n| n.abs_diff(20_000) <= 2_000);
     assert!(wait_for(10, || near(&file_stats(&path))), "the file's reads: {}", file_stats(&path));
     // The reader closed the file: its chunks may move now.
     let hot = |v: &serde_json::Value| {
@@ -166,7 +166,7 @@ fn hystor_puts_the_hot_chunks_of_a_file_read_through_passthrough_on_the_ssd() {
     assert!(v["split"]["ssd_chunks"].as_u64().unwrap() <= 128, "more chunks than the SSD holds: {v}");
     // The human view says how the reads were counted.
     let text = String::from_utf8(tierfs(&["stats", "--file", path.to_str().unwrap()]).stdout).unwrap();
-    assert!(text.contains("reads 19") || text.contains("reads 20"), "{text}");
+    assert!(["reads 18", "reads 19", "reads 20", "reads 21"].iter().any(|r| text.contains(r)), "{text}");
     m.unmount();
 }
 
@@ -381,4 +381,22 @@ fn the_db_workloads_hot_chunks_on_a_passthrough_mount_cover_what_the_userspace_p
         "the passthrough run's chunks hold {:.1} % of the userspace run's requests",
         overlap * 100.0
     );
+}
+
+#[test]
+fn a_new_files_counts_are_its_own_when_it_gets_the_backing_inode_of_one_just_removed() {
+    // ext4 gives a removed file's inode number to the next file made: the
+    // removed one's samples, still in the ring, went to the new one.
+    let area = Area::new();
+    let m = Mounted::new(&area, &["--policy", "hdd-only"]);
+    for i in 0..100 {
+        fs::write(m.p("gone"), vec![1u8; 8192]).unwrap();
+        fs::remove_file(m.p("gone")).unwrap();
+        fs::write(m.p(&format!("kept-{i}")), vec![2u8; 4096]).unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let wrong: Vec<_> =
+        (0..100).map(|i| (i, counts(&m.p(&format!("kept-{i}"))))).filter(|(_, c)| (c.1, c.3) != (1, 4096)).collect();
+    assert!(wrong.is_empty(), "files with other files' writes (writes, bytes): {wrong:?}");
+    m.unmount();
 }

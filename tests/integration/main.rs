@@ -7,6 +7,7 @@ mod bench;
 mod cache;
 mod cli;
 mod crash;
+mod devices;
 mod extents;
 mod hardening;
 mod harness;

@@ -12,6 +12,13 @@
 //! track exactly the live files, and the SSD account must be within one
 //! block per file of what the SSD holds.
 //!
+//! Two configurations (`torture_users_*`) run each worker as a user of its
+//! own, in a directory it owns, under write-back caching and hystor with a
+//! write-back area, with racers of more users beside them: some rename new
+//! files over shared names, the others stat, open and read those names at
+//! the same time and check that each read is one whole file, reported with
+//! that file's owner and size ([`race_step`]).
+//!
 //! A watchdog fails the run if one operation takes more than
 //! [`OP_LIMIT`]: a hang is a failure, not a hung CI. A failure prints the
 //! seed and each worker's last operations. The seed fixes each worker's
@@ -520,8 +527,37 @@ fn mount_tiny(area: &Area, args: &[&str]) -> Mounted {
     Mounted::new(area, &args)
 }
 
-/// Runs the torture test for one configuration.
+/// Runs the torture test for one configuration, as root.
 fn torture(name: &str, args: &[&str]) {
+    torture_as(name, args, false);
+}
+
+/// The user worker `w` runs as in a configuration with several users.
+fn worker_uid(w: usize) -> u32 {
+    60_000 + w as u32
+}
+
+/// Makes the calling thread act on files as user `uid` (group `uid`, no
+/// supplementary groups): its requests reach the mount as that user's.
+/// Credentials are per thread: the raw system calls change only this one.
+fn become_user(uid: u32) {
+    // SAFETY: no memory is passed but an empty group list; each call
+    // changes only the calling thread's credentials.
+    unsafe {
+        libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>());
+        libc::syscall(libc::SYS_setfsgid, uid);
+        libc::syscall(libc::SYS_setfsuid, uid);
+    }
+    // SAFETY: as above; u32::MAX changes nothing and returns the current.
+    let now = unsafe { libc::syscall(libc::SYS_setfsuid, u32::MAX) };
+    assert_eq!(now as u32, uid, "setfsuid");
+}
+
+/// Runs the torture test for one configuration; with `users`, each worker
+/// runs as a user of its own in a directory it owns, and racers (more
+/// users) replace names in a shared directory with renames while others
+/// stat, open and read them there ([`race_step`]).
+fn torture_as(name: &str, args: &[&str], users: bool) {
     let seed = base_seed() ^ name.bytes().fold(0u64, |h, b| h.wrapping_mul(131).wrapping_add(b as u64));
     let area = Area::new();
     let m = mount_tiny(&area, args);
@@ -531,6 +567,9 @@ fn torture(name: &str, args: &[&str]) {
     for w in 0..WORKERS {
         let root = m.p(&format!("w{w}"));
         fs::create_dir(&root).unwrap();
+        if users {
+            std::os::unix::fs::chown(&root, Some(worker_uid(w)), Some(worker_uid(w))).unwrap();
+        }
         let p = Arc::new(Mutex::new(Progress::default()));
         progress.push(p.clone());
         let stop = stop.clone();
@@ -542,6 +581,9 @@ fn torture(name: &str, args: &[&str]) {
             progress: p,
         };
         handles.push(std::thread::spawn(move || {
+            if users {
+                become_user(worker_uid(w));
+            }
             let mut r = Ok(());
             while !stop.load(Ordering::Relaxed) {
                 r = worker.step().map_err(|e| format!("worker {w}: {e}"));
@@ -555,6 +597,34 @@ fn torture(name: &str, args: &[&str]) {
             drop(p);
             (worker, r)
         }));
+    }
+    let mut racers = Vec::new();
+    if users {
+        let shared = m.p("shared");
+        fs::create_dir(&shared).unwrap();
+        fs::set_permissions(&shared, fs::Permissions::from_mode(0o777)).unwrap();
+        for r in 0..RACERS {
+            let p = Arc::new(Mutex::new(Progress::default()));
+            progress.push(p.clone());
+            let (stop, shared) = (stop.clone(), shared.clone());
+            let mut rng = Rng(seed.wrapping_add(0x5151 * (r as u64 + 1)) | 1);
+            racers.push(std::thread::spawn(move || {
+                let uid = worker_uid(WORKERS + r);
+                become_user(uid);
+                let mut made = 0u64;
+                let mut res = Ok(());
+                while !stop.load(Ordering::Relaxed) {
+                    res = race_step(r, uid, &shared, &mut rng, &mut made, &p).map_err(|e| format!("racer {r}: {e}"));
+                    if res.is_err() {
+                        break;
+                    }
+                }
+                let mut g = p.lock().unwrap();
+                g.op = None;
+                g.done = true;
+                res
+            }));
+        }
     }
     // The watchdog: every operation answers within OP_LIMIT.
     let end = Instant::now() + Duration::from_secs(seconds());
@@ -596,6 +666,11 @@ fn torture(name: &str, args: &[&str]) {
         }
         if progress.iter().all(|p| p.lock().unwrap().done) {
             break;
+        }
+    }
+    for r in racers {
+        if let Err(e) = r.join().unwrap() {
+            panic!("{e}\n{}\n{}", report(&progress), m.log_text());
         }
     }
     let mut workers = Vec::new();
@@ -681,23 +756,170 @@ fn torture_hystor() {
 /// them, chunks move under the operations.
 #[test]
 fn torture_hystor_write_back() {
-    torture(
-        "torture_hystor_write_back",
-        &[
-            "--policy",
-            "hystor",
-            "--io-mode",
-            "userspace",
-            "--sieve",
-            "8K",
-            "--chunk",
-            "4K",
-            "--chunk-period",
-            "200ms",
-            "--write-back",
-            "30",
-        ],
+    torture("torture_hystor_write_back", HYSTOR_WRITE_BACK);
+}
+
+/// Hystor on files small enough for the tiny SSD, with a write-back area
+/// of 30 % of it.
+const HYSTOR_WRITE_BACK: &[&str] = &[
+    "--policy",
+    "hystor",
+    "--io-mode",
+    "userspace",
+    "--sieve",
+    "8K",
+    "--chunk",
+    "4K",
+    "--chunk-period",
+    "200ms",
+    "--write-back",
+    "30",
+];
+
+/// Several users under write-back caching (whole small files buffered
+/// on the SSD, each write as its writer) and hystor with a write-back
+/// area: each worker as its own user, racers of more users renaming new
+/// files over names that others stat, open and read at the same time.
+/// The kernel keeps no attributes or names (`--cache-timeout 0`), so that
+/// every stat and open asks the daemon while the renames run.
+#[test]
+fn torture_users_write_back_cache() {
+    torture_as(
+        "torture_users_write_back_cache",
+        &["--policy", "write-back-cache", "--io-mode", "passthrough", "--cache-timeout", "0"],
+        true,
     );
+}
+
+#[test]
+fn torture_users_hystor_write_back() {
+    torture_as("torture_users_hystor_write_back", &[HYSTOR_WRITE_BACK, &["--cache-timeout", "0"]].concat(), true);
+}
+
+/// Racers in the shared directory: each also runs as a user of its own.
+const RACERS: usize = 4;
+/// The names racers replace.
+const RACE_NAMES: u64 = 6;
+
+/// The bytes of racer file `n` made by user `uid`: its size follows from
+/// `n`, and every 16 bytes say who made it and which it is, so a read of
+/// one file can tell whether it got one whole file, and whose.
+fn race_content(uid: u32, n: u64) -> Vec<u8> {
+    let size = 1 + (n * 7919 % 20_000) as usize;
+    let mut rec = [0u8; 16];
+    rec[..4].copy_from_slice(&uid.to_be_bytes());
+    rec[4..12].copy_from_slice(&n.to_be_bytes());
+    rec[12..].copy_from_slice(b"RACE");
+    rec.iter().copied().cycle().take(size).collect()
+}
+
+/// Checks that `data`, read from one open file whose open descriptor
+/// reports `owner` and `size`, is one whole racer file of that owner.
+fn race_check(data: &[u8], owner: u32, size: u64) -> Result<(), String> {
+    if data.len() < 12 {
+        // Too short to say whose: a file of 1..11 bytes is a prefix.
+        return if data.len() as u64 == size { Ok(()) } else { Err(format!("{} bytes, size {size}", data.len())) };
+    }
+    let uid = u32::from_be_bytes(data[..4].try_into().unwrap());
+    let n = u64::from_be_bytes(data[4..12].try_into().unwrap());
+    let want = race_content(uid, n);
+    if data != want.as_slice() {
+        return Err(format!(
+            "{} bytes that are not file {n} of user {uid} ({} bytes): {}",
+            data.len(),
+            want.len(),
+            differs(data, &want)
+        ));
+    }
+    if uid != owner || data.len() as u64 != size {
+        return Err(format!("file {n} of user {uid} ({} bytes) reported as user {owner}'s, {size} bytes", data.len()));
+    }
+    Ok(())
+}
+
+/// One step of racer `r` (user `uid`): even racers make a new file under
+/// a name of their own and rename it over one of the shared names, or
+/// rename a shared name over another; odd racers stat a shared name, open
+/// it and read it whole, and check what they read is one whole file and
+/// what the open file reports is that file's owner and size.
+fn race_step(
+    r: usize,
+    uid: u32,
+    shared: &Path,
+    rng: &mut Rng,
+    made: &mut u64,
+    progress: &Arc<Mutex<Progress>>,
+) -> Result<(), String> {
+    let begin = |what: String| {
+        let mut p = progress.lock().unwrap();
+        p.op = Some((Instant::now(), what.clone()));
+        p.log.push_back(what);
+        if p.log.len() > 200 {
+            p.log.pop_front();
+        }
+    };
+    let name = |k: u64| shared.join(format!("n{k}"));
+    if r.is_multiple_of(2) {
+        if rng.below(4) == 0 {
+            let (a, b) = (rng.below(RACE_NAMES), rng.below(RACE_NAMES));
+            begin(format!("rename n{a} over n{b}"));
+            match fs::rename(name(a), name(b)) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                r => r.map_err(|e| format!("rename n{a} over n{b}: {e}"))?,
+            }
+            return Ok(());
+        }
+        *made += 1;
+        let n = *made;
+        let tmp = shared.join(format!("t{r}-{n}"));
+        let k = rng.below(RACE_NAMES);
+        begin(format!("make file {n} of user {uid} and rename it over n{k}"));
+        let data = race_content(uid, n);
+        let mut f = fs::File::create(&tmp).map_err(|e| format!("create {}: {e}", tmp.display()))?;
+        // In pieces, as writers do (the write-back area takes small ones).
+        for piece in data.chunks(4096) {
+            f.write_all(piece).map_err(|e| format!("write {}: {e}", tmp.display()))?;
+        }
+        drop(f);
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o644)).map_err(|e| format!("chmod: {e}"))?;
+        fs::rename(&tmp, name(k)).map_err(|e| format!("rename {} over n{k}: {e}", tmp.display()))?;
+        return Ok(());
+    }
+    let k = rng.below(RACE_NAMES);
+    begin(format!("stat, open and read n{k}"));
+    // A name not made yet is absent. A file renamed over between the
+    // kernel's lookup and its getattr or open is gone from tierfs (ESTALE,
+    // after which the kernel looks the name up once more): twice in a row,
+    // the call fails with ESTALE. Never with anything else, nor with
+    // another file's attributes or bytes.
+    let lost = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESTALE);
+    let stat = match fs::metadata(name(k)) {
+        Err(e) if lost(&e) => None,
+        r => Some(r.map_err(|e| format!("stat n{k}: {e}"))?),
+    };
+    let mut f = match fs::File::open(name(k)) {
+        Err(e) if lost(&e) => return Ok(()),
+        r => r.map_err(|e| format!("open n{k}: {e}"))?,
+    };
+    let md = f.metadata().map_err(|e| format!("fstat n{k}: {e}"))?;
+    let mut data = Vec::new();
+    f.read_to_end(&mut data).map_err(|e| format!("read n{k}: {e}"))?;
+    race_check(&data, md.uid(), md.size()).map_err(|e| format!("n{k}: {e}"))?;
+    // A stat of the name that found the same file found its attributes.
+    if let Some(st) = stat.filter(|st| st.ino() == md.ino()) {
+        if (st.uid(), st.size(), st.mode()) != (md.uid(), md.size(), md.mode()) {
+            return Err(format!(
+                "n{k}: stat by name says user {} {} bytes mode {:o}, the open file user {} {} bytes mode {:o}",
+                st.uid(),
+                st.size(),
+                st.mode(),
+                md.uid(),
+                md.size(),
+                md.mode()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Write-back caching: whole small files written on the SSD first.

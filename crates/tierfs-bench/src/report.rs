@@ -10,13 +10,13 @@ use std::fmt::Write as _;
 /// The CSV of every run.
 pub fn csv(rows: &[Row]) -> String {
     let mut o = String::from(
-        "workload,arch,ssd_pct,ssd_capacity_bytes,working_set_bytes,ops,secs,ops_per_sec,txn_time_secs,bytes_read,bytes_written,p50_us,p99_us,ssd_hit_ratio,moves,evictions,bytes_moved,run_hit_ratio,hdd_busy_secs,run_moves,run_evictions,run_bytes_moved,run_hdd_requests,run_promotions,run_evacuations\n",
+        "workload,arch,ssd_pct,ssd_capacity_bytes,working_set_bytes,ops,secs,ops_per_sec,txn_time_secs,bytes_read,bytes_written,p50_us,p99_us,ssd_hit_ratio,moves,evictions,bytes_moved,run_hit_ratio,hdd_busy_secs,run_moves,run_evictions,run_bytes_moved,run_hdd_requests,run_promotions,run_evacuations,flush_secs,ssd_busy_secs,ssd_requests,hdd_requests,hdd_block_reads,hdd_block_writes,hdd_spinups,hdd_standby_secs,mover_moved\n",
     );
     for r in rows {
         let x = &r.report;
         let _ = writeln!(
             o,
-            "{},{},{},{},{},{},{:.3},{:.2},{},{},{},{},{},{:.4},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{:.3},{:.2},{},{},{},{},{},{:.4},{},{},{},{},{},{},{},{}",
             r.workload,
             r.arch,
             r.pct,
@@ -42,10 +42,35 @@ pub fn csv(rows: &[Row]) -> String {
                     "{},{},{},{},{},{}",
                     m.moves, m.evictions, m.bytes_moved, m.hdd_requests, m.promotions, m.evacuations
                 ))
-                .unwrap_or_else(|| ",,,,,".into())
+                .unwrap_or_else(|| ",,,,,".into()),
+            devices_csv(r),
+            r.mover.map(|m| m.moved.to_string()).unwrap_or_default()
         );
     }
     o
+}
+
+/// The devices' columns of a row (empty without devices).
+fn devices_csv(r: &Row) -> String {
+    let Some(d) = &r.devices else { return ",,,,,,,".into() };
+    let (ssd, hdd) = (d.disk("ssd"), d.disk("hdd"));
+    let f = |x: Option<String>| x.unwrap_or_default();
+    format!(
+        "{:.3},{},{},{},{},{},{},{}",
+        d.flush_secs,
+        f(ssd.map(|s| format!("{:.3}", s.model.busy_secs))),
+        f(ssd.map(|s| s.model.requests.to_string())),
+        f(hdd.map(|h| h.model.requests.to_string())),
+        f(hdd.map(|h| h.block.reads.to_string())),
+        f(hdd.map(|h| h.block.writes.to_string())),
+        f(hdd.map(|h| h.model.spinups.to_string())),
+        f(hdd.map(|h| format!("{:.1}", h.model.standby_secs))),
+    )
+}
+
+/// Whether a row's architecture is one of tierfs's peers.
+pub fn is_peer(arch: &str) -> bool {
+    crate::peers::Peer::all(std::time::Duration::ZERO).iter().any(|p| p.label() == arch)
 }
 
 /// Rows of one workload: baselines and (arch, pct) -> ops/s.
@@ -56,6 +81,9 @@ pub struct Table<'a> {
     pub hdd: f64,
     /// SSD-only ops/s.
     pub ssd: f64,
+    /// The other systems run once (the peers that do not depend on the
+    /// SSD size), in order: label and ops/s.
+    pub others: Vec<(String, f64)>,
     /// Architectures in order.
     pub archs: Vec<String>,
     /// SSD sizes in order.
@@ -92,10 +120,16 @@ pub fn tables(rows: &[Row]) -> Vec<Table<'_>> {
                 cells.insert((r.arch.clone(), r.pct), *r);
             }
             sizes.sort_unstable();
+            let others = mine
+                .iter()
+                .filter(|r| r.pct == 0 && r.arch != "hdd-only" && r.arch != "ssd-only")
+                .map(|r| (r.arch.clone(), r.report.ops_per_sec))
+                .collect();
             Table {
                 workload: w,
                 hdd: base("hdd-only"),
                 ssd: base("ssd-only"),
+                others,
                 archs,
                 sizes,
                 cells,
@@ -106,6 +140,11 @@ pub fn tables(rows: &[Row]) -> Vec<Table<'_>> {
 }
 
 impl Table<'_> {
+    /// ops/s of a system run once (a peer), by label.
+    pub fn other(&self, label: &str) -> Option<f64> {
+        self.others.iter().find(|(l, _)| l == label).map(|(_, v)| *v)
+    }
+
     /// ops/s of an architecture at a size.
     pub fn get(&self, arch: &str, pct: u32) -> Option<f64> {
         self.cells.get(&(arch.to_string(), pct)).map(|r| r.report.ops_per_sec)
@@ -135,6 +174,18 @@ pub fn markdown(rows: &[Row]) -> String {
             t.hdd,
             t.ssd
         );
+        let alone = t.other("hdd-alone");
+        if !t.others.is_empty() {
+            let peers: Vec<String> = t
+                .others
+                .iter()
+                .map(|(a, v)| {
+                    let by_alone = alone.map(|h| format!(", ×{} HDD alone", ratio(*v, h))).unwrap_or_default();
+                    format!("{a} {v:.1} (×{} HDD, ×{} SSD{by_alone})", ratio(*v, t.hdd), ratio(*v, t.ssd))
+                })
+                .collect();
+            let _ = writeln!(o, "run once, on the same devices: {}\n", peers.join(", "));
+        }
         let _ = write!(o, "| architecture |");
         for s in &t.sizes {
             let _ = write!(o, " {s}% of working set |");
@@ -153,7 +204,21 @@ pub fn markdown(rows: &[Row]) -> String {
                             Some(h) => format!("hit {:.0}% in the run", h * 100.0),
                             None => format!("hit {:.0}%", r.ssd_hit_ratio * 100.0),
                         };
-                        let _ = write!(o, " {v:.1} (×{} HDD, ×{} SSD; {hit}) |", ratio(v, t.hdd), ratio(v, t.ssd));
+                        let by_alone = alone.map(|h| format!(", ×{} HDD alone", ratio(v, h))).unwrap_or_default();
+                        let hit = if r.run_hit_ratio.is_none() && is_peer(&r.arch) {
+                            match r.mover {
+                                Some(m) => format!("{} files moved", m.moved),
+                                None => "no hit ratio".into(),
+                            }
+                        } else {
+                            hit
+                        };
+                        let _ = write!(
+                            o,
+                            " {v:.1} (×{} HDD, ×{} SSD{by_alone}; {hit}) |",
+                            ratio(v, t.hdd),
+                            ratio(v, t.ssd)
+                        );
                     }
                     None => {
                         let _ = write!(o, " - |");
@@ -284,8 +349,15 @@ pub fn svg(t: &Table<'_>) -> String {
     let (left, right, top, bottom) = (70.0, 200.0, 40.0, 50.0);
     let plot_w = w - left - right;
     let plot_h = h - top - bottom;
-    let max =
-        t.cells.values().map(|r| r.report.ops_per_sec).chain([t.hdd, t.ssd]).fold(0.0f64, f64::max).max(1.0) * 1.1;
+    let max = t
+        .cells
+        .values()
+        .map(|r| r.report.ops_per_sec)
+        .chain([t.hdd, t.ssd])
+        .chain(t.others.iter().map(|x| x.1))
+        .fold(0.0f64, f64::max)
+        .max(1.0)
+        * 1.1;
     let y = |v: f64| top + plot_h - v / max * plot_h;
     let mut o = String::new();
     let _ = writeln!(
@@ -339,11 +411,18 @@ pub fn svg(t: &Table<'_>) -> String {
     // The baselines: dashed lines across the plot, named in the legend
     // below the architectures (a label at the line would collide with it).
     let below = top + 40.0 + 18.0 * t.archs.len() as f64 + 10.0;
-    for (i, (v, label, color)) in
-        [(t.hdd, "HDD-only", "#d62728"), (t.ssd, "SSD-only", "#2ca02c")].into_iter().enumerate()
-    {
+    // The peers run once: dotted lines, named below the baselines.
+    const OTHER_COLORS: &[&str] = &["#7f7f7f", "#bcbd22", "#17becf", "#e377c2", "#8c564b"];
+    let lines = [(t.hdd, "HDD-only", "#d62728"), (t.ssd, "SSD-only", "#2ca02c")]
+        .into_iter()
+        .chain(t.others.iter().enumerate().map(|(i, (a, v))| (*v, a.as_str(), OTHER_COLORS[i % OTHER_COLORS.len()])));
+    for (i, (v, label, color)) in lines.enumerate() {
         let yy = y(v);
-        let dash = r#"stroke-width="2" stroke-dasharray="6,4""#;
+        let dash = if i < 2 {
+            r#"stroke-width="2" stroke-dasharray="6,4""#
+        } else {
+            r#"stroke-width="2" stroke-dasharray="2,3""#
+        };
         let _ = writeln!(
             o,
             r#"<line x1="{left}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="{color}" {dash}/>"#,
@@ -357,7 +436,7 @@ pub fn svg(t: &Table<'_>) -> String {
             lx + 12.0,
             ly - 4.0
         );
-        let _ = writeln!(o, r#"<text x="{:.1}" y="{ly:.1}" fill="{color}">{label} {v:.0}</text>"#, lx + 18.0);
+        let _ = writeln!(o, r#"<text x="{:.1}" y="{ly:.1}" fill="{color}">{} {v:.0}</text>"#, lx + 18.0, esc(label));
     }
     for (ai, a) in t.archs.iter().enumerate() {
         let ly = top + 40.0 + 18.0 * ai as f64;
@@ -406,8 +485,11 @@ fn verdict(ok: bool) -> Verdict {
     }
 }
 
-/// Checks the design brief's expected findings against the runs.
+/// Checks the design brief's expected findings against the runs (of
+/// tierfs's architectures: the peers are left out).
 pub fn findings(rows: &[Row]) -> Vec<Finding> {
+    let own: Vec<Row> = rows.iter().filter(|r| !is_peer(&r.arch)).cloned().collect();
+    let rows = own.as_slice();
     let ts = tables(rows);
     let table = |w: &str| ts.iter().find(|t| t.workload == w);
     let mut out = Vec::new();
@@ -772,6 +854,30 @@ mod tests {
     }
 
     #[test]
+    fn peers_run_once_are_listed_apart_and_left_out_of_the_findings() {
+        let mut rows = vec![
+            row("webserver-zipf", "hdd-only", 0, 10.0),
+            row("webserver-zipf", "ssd-only", 0, 100.0),
+            row("webserver-zipf", "hdd-alone", 0, 20.0),
+            row("webserver-zipf", "mergerfs", 0, 15.0),
+            row("webserver-zipf", "dynamic-hot-dst", 25, 30.0),
+            // Slower than HDD-only: it would break finding 1 if it counted.
+            row("webserver-zipf", "mergerfs-cache", 25, 5.0),
+        ];
+        rows[5].mover = Some(crate::peers::MoverCounts { runs: 3, moved: 7, failed: 0 });
+        let t = &tables(&rows)[0];
+        assert_eq!(t.others, vec![("hdd-alone".to_string(), 20.0), ("mergerfs".to_string(), 15.0)]);
+        assert_eq!(t.archs, ["dynamic-hot-dst", "mergerfs-cache"], "the recipe runs at each size");
+        let md = markdown(&rows);
+        assert!(md.contains("run once, on the same devices: hdd-alone 20.0 (×2.00 HDD, ×0.20 SSD, ×1.00 HDD alone), mergerfs 15.0 (×1.50 HDD, ×0.15 SSD, ×0.75 HDD alone)"), "{md}");
+        assert!(md.contains("30.0 (×3.00 HDD, ×0.30 SSD, ×1.50 HDD alone; hit"), "{md}");
+        assert!(md.contains("5.0 (×0.50 HDD, ×0.05 SSD, ×0.25 HDD alone; 7 files moved)"), "{md}");
+        assert!(svg(t).contains("hdd-alone 20"), "the peers are lines of the chart");
+        assert_eq!(findings(&rows)[0].verdict, Verdict::Holds, "{:?}", findings(&rows)[0]);
+        assert!(csv(&rows).lines().nth(6).unwrap().ends_with(",,,,,,,,7"), "{}", csv(&rows));
+    }
+
+    #[test]
     fn findings_show_their_notes_whether_they_hold_or_not() {
         let f = |n, verdict| Finding { n, claim: "c", verdict, evidence: "e".into() };
         let notes = parse_notes("1: how it was set up\n");
@@ -915,9 +1021,120 @@ pub fn fidelity_markdown(f: &[Fidelity]) -> String {
     s
 }
 
+/// The findings whose verdicts differ between two sweeps of one preset
+/// (a finding one of them did not measure is left out).
+pub fn differing_findings(a: &[Row], b: &[Row]) -> Vec<u32> {
+    findings(a)
+        .iter()
+        .zip(findings(b))
+        .filter(|(x, y)| {
+            x.verdict != y.verdict && x.verdict != Verdict::NotMeasured && y.verdict != Verdict::NotMeasured
+        })
+        .map(|(x, _)| x.n)
+        .collect()
+}
+
+fn verdict_word(v: &Verdict) -> &'static str {
+    match v {
+        Verdict::Holds => "**holds**",
+        Verdict::DoesNotHold => "does not hold",
+        Verdict::NotMeasured => "not measured",
+    }
+}
+
+/// Two sweeps of one preset side by side, `a` first: each finding's
+/// verdict in both (with the note from `notes` on each that differs),
+/// Kendall's tau of the architectures' order per workload, and every run
+/// of tierfs as a multiple of its own sweep's HDD-only.
+pub fn compare_markdown(a: &[Row], b: &[Row], (na, nb): (&str, &str), notes: &BTreeMap<u32, String>) -> String {
+    let mut o = format!("| # | expected finding | {na} | {nb} | why the verdicts differ |\n|---|---|---|---|---|\n");
+    let differ = differing_findings(a, b);
+    for (x, y) in findings(a).iter().zip(findings(b)) {
+        let why = match notes.get(&x.n) {
+            Some(n) if differ.contains(&x.n) => n.as_str(),
+            None if differ.contains(&x.n) => "(no note yet)",
+            _ => "",
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {why} |",
+            x.n,
+            x.claim,
+            verdict_word(&x.verdict),
+            verdict_word(&y.verdict)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\nKendall's tau-b of the runs' throughputs (tierfs's architectures and sizes, baselines included; 1: the same order):\n\n| workload | tau | runs |\n|---|---|---|"
+    );
+    let own = |rows: &[Row]| rows.iter().filter(|r| !is_peer(&r.arch)).cloned().collect::<Vec<Row>>();
+    let (a, b) = (own(a), own(b));
+    for f in fidelity(&a, &b) {
+        let _ = writeln!(o, "| {} | {:.2} | {} |", f.workload, f.tau, f.runs);
+    }
+    let (ta, tb) = (tables(&a), tables(&b));
+    for t in &ta {
+        let Some(u) = tb.iter().find(|u| u.workload == t.workload) else { continue };
+        let _ = writeln!(o, "\n### {}\n\n| architecture | SSD | {na} | {nb} |\n|---|---|---|---|", t.workload);
+        let cell = |v: Option<f64>, base: f64| match v {
+            Some(v) => format!("{v:.1} (×{} HDD-only)", ratio(v, base)),
+            None => "-".into(),
+        };
+        let _ = writeln!(o, "| hdd-only | - | {:.1} | {:.1} |", t.hdd, u.hdd);
+        let _ = writeln!(o, "| ssd-only | - | {} | {} |", cell(Some(t.ssd), t.hdd), cell(Some(u.ssd), u.hdd));
+        for arch in &t.archs {
+            for &s in &t.sizes {
+                let _ = writeln!(
+                    o,
+                    "| {arch} | {s}% | {} | {} |",
+                    cell(t.get(arch, s), t.hdd),
+                    cell(u.get(arch, s), u.hdd)
+                );
+            }
+        }
+    }
+    o
+}
+
 #[cfg(test)]
 mod fidelity_tests {
     use super::*;
+
+    #[test]
+    fn a_comparison_names_the_findings_whose_verdicts_differ_and_wants_a_note_for_each() {
+        let r = |a: &str, p: u32, v: f64| Row {
+            workload: "shifting".into(),
+            arch: a.into(),
+            pct: p,
+            report: crate::workload::Report { ops_per_sec: v, ..Default::default() },
+            ..Row::default()
+        };
+        let devices = vec![
+            r("hdd-only", 0, 10.0),
+            r("ssd-only", 0, 90.0),
+            r("plain-cold-dst", 25, 30.0),
+            r("dynamic-cold-dst", 25, 20.0),
+            r("mergerfs-cache", 25, 50.0),
+        ];
+        let emulated = vec![
+            r("hdd-only", 0, 10.0),
+            r("ssd-only", 0, 90.0),
+            r("plain-cold-dst", 25, 12.0),
+            r("dynamic-cold-dst", 25, 40.0),
+        ];
+        assert_eq!(differing_findings(&devices, &emulated), vec![3]);
+        let md = compare_markdown(&devices, &emulated, ("devices", "emulated"), &BTreeMap::new());
+        assert!(md.contains("| 3 | Plain cold-DST collapses under shifting locality; dynamic cold-DST recovers. | does not hold | **holds** | (no note yet) |"), "{md}");
+        let notes = parse_notes("3: because\n");
+        assert!(
+            compare_markdown(&devices, &emulated, ("devices", "emulated"), &notes).contains("| **holds** | because |")
+        );
+        assert!(md.contains("| plain-cold-dst | 25% | 30.0 (×3.00 HDD-only) | 12.0 (×1.20 HDD-only) |"), "{md}");
+        assert!(!md.contains("mergerfs-cache"), "the peers have no emulated runs: {md}");
+        // Five pairs of runs in the same order, one (plain, dynamic) reversed.
+        assert!(md.contains("| shifting | 0.67 | 4 |"), "{md}");
+    }
 
     #[test]
     fn kendalls_tau_b_leaves_ties_out_of_the_count_and_the_norm() {

@@ -1,4 +1,6 @@
-//! The sweep: architectures × SSD sizes × workloads on emulated devices.
+//! The sweep: architectures × SSD sizes × workloads on emulated devices,
+//! or on modelled devices under the kernel ([`crate::devices`]) with
+//! tierfs's peers beside it ([`crate::peers`]).
 //!
 //! For each workload the HDD-only baseline runs first; the size of the
 //! file set it leaves is the working set, and the SSD sizes are 25/50/75 %
@@ -6,7 +8,16 @@
 //! is prepared with the device models paused (it is not measured), then
 //! the models restart cold and the workload runs (a preset may warm up
 //! with the models on, and then they are warm).
+//!
+//! On devices the models are the devices' servers: paused while the file
+//! set is prepared, and their restart is a cold start of the kernel's
+//! page cache for the two file systems too. The measured run ends with a
+//! write-back of both file systems (syncfs), whose time counts in the
+//! run: what the workload wrote costs the devices' time whenever the
+//! kernel writes it.
 
+use crate::devices::{disk::DiskStats, BlockStat, Devices};
+use crate::peers::{self, MoverCounts, Peer};
 use crate::workload::{self, Params, Report, Workload};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -31,12 +42,30 @@ pub struct Arch {
     /// More mount options (e.g. hystor's `--chunk-period`).
     #[serde(default)]
     pub extra: Vec<String>,
+    /// Not tierfs but a peer (on devices only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<Peer>,
 }
 
 impl Arch {
     /// A policy under its own name.
     pub fn plain(policy: &str) -> Self {
-        Arch { label: policy.into(), policy: policy.into(), interval: None, type_aware: false, extra: Vec::new() }
+        Arch {
+            label: policy.into(),
+            policy: policy.into(),
+            interval: None,
+            type_aware: false,
+            extra: Vec::new(),
+            peer: None,
+        }
+    }
+    /// A peer of tierfs.
+    pub fn peer(p: Peer) -> Self {
+        Arch { peer: Some(p), ..Arch::plain(p.label()) }
+    }
+    /// Whether it runs at each SSD size (else once, as the baselines).
+    pub fn sized(&self) -> bool {
+        self.peer.is_none_or(|p| p.sized())
     }
     /// A policy with more mount options.
     pub fn with_options(policy: &str, extra: &[&str]) -> Self {
@@ -48,13 +77,12 @@ impl Arch {
             label: format!("{policy}-{interval}"),
             policy: policy.into(),
             interval: Some(interval.into()),
-            type_aware: false,
-            extra: Vec::new(),
+            ..Arch::plain(policy)
         }
     }
     /// Per-directory policies (the root keeps `policy`).
     pub fn type_aware(policy: &str) -> Self {
-        Arch { label: "type-aware".into(), policy: policy.into(), interval: None, type_aware: true, extra: Vec::new() }
+        Arch { label: "type-aware".into(), type_aware: true, ..Arch::plain(policy) }
     }
 }
 
@@ -103,7 +131,9 @@ pub struct Preset {
 }
 
 impl Preset {
-    /// A preset by name: `small` (under 15 minutes on two cores), `full`
+    /// A preset by name: `small` (under 15 minutes on two cores),
+    /// `compare` (small's workloads and the real postmark, the comparison
+    /// of `results/devices`), `full`
     /// (the papers' sizes; many hours), `extents` (the database workload
     /// at an SSD of 10 % of its data, sub-file extents against whole files)
     /// `writeback` (mail and the real postmark under hystor with a
@@ -113,6 +143,7 @@ impl Preset {
     pub fn named(name: &str) -> Option<Preset> {
         match name {
             "small" => Some(Preset::small()),
+            "compare" => Some(Preset::compare()),
             "full" => Some(Preset::full()),
             "extents" => Some(Preset::extents()),
             "writeback" => Some(Preset::writeback()),
@@ -219,6 +250,19 @@ impl Preset {
                 ),
             ],
         }
+    }
+
+    /// The small preset's workloads and the real postmark (at mail's
+    /// scale) under hot-DST, cold-DST (new files on the SSD, as the
+    /// tiered-cache recipe of mergerfs) and write-back caching.
+    fn compare() -> Preset {
+        let small = Preset::small();
+        let mut plan = small.plan.clone();
+        plan.push((
+            "postmark".into(),
+            ["dynamic-hot-dst", "dynamic-cold-dst", "write-back-cache"].map(Arch::plain).to_vec(),
+        ));
+        Preset { name: "compare".into(), plan, ..small }
     }
 
     /// The file-level architectures and `hystor` on the database workload,
@@ -352,7 +396,21 @@ impl Preset {
 
     /// Number of runs (baselines included).
     pub fn runs(&self) -> usize {
-        self.plan.iter().map(|(_, archs)| 2 + archs.len() * self.sizes.len()).sum()
+        let runs = |a: &Arch| if a.sized() { self.sizes.len() } else { 1 };
+        self.plan.iter().map(|(_, archs)| 2 + archs.iter().map(runs).sum::<usize>()).sum()
+    }
+
+    /// Adds tierfs's peers to every workload (they run on devices only),
+    /// the tiered-cache recipe's mover every `every`.
+    pub fn with_peers(&mut self, every: Duration) {
+        for (_, archs) in &mut self.plan {
+            archs.extend(Peer::all(every).map(Arch::peer));
+        }
+    }
+
+    /// Whether any workload runs a peer.
+    pub fn has_peers(&self) -> bool {
+        self.plan.iter().any(|(_, archs)| archs.iter().any(|a| a.peer.is_some()))
     }
 
     /// The settings of `workload`'s measured run.
@@ -429,6 +487,41 @@ pub struct Row {
     /// over the requests it served ([`crate::reference`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference: Option<crate::reference::Reference>,
+    /// On modelled devices: what the devices did in the measured run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices: Option<DevicesRun>,
+    /// The tiered-cache recipe's mover over the whole run (preparation
+    /// and warm-up included, as tierfs's `moves`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mover: Option<MoverCounts>,
+}
+
+/// What the modelled devices did in a measured run and its write-back.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DevicesRun {
+    /// Seconds the write-back (syncfs of both file systems) after the
+    /// workload took; counted in the run's time.
+    pub flush_secs: f64,
+    /// Each device's model counters and block-layer counts.
+    pub disks: Vec<DiskRun>,
+}
+
+/// One device's counts over a measured run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DiskRun {
+    /// "ssd" or "hdd".
+    pub name: String,
+    /// The model's counters.
+    pub model: DiskStats,
+    /// The block layer's (`/sys/block/loopN/stat`).
+    pub block: BlockStat,
+}
+
+impl DevicesRun {
+    /// The device named `name`.
+    pub fn disk(&self, name: &str) -> Option<&DiskRun> {
+        self.disks.iter().find(|d| d.name == name)
+    }
 }
 
 /// The run of `runs` with the median throughput (the lower of the middle
@@ -589,6 +682,43 @@ pub struct Runner<'a> {
     /// Each run this many times, the median kept (live runs vary by a
     /// fifth between sweeps on a busy machine; the median of three less).
     pub repeat: usize,
+    /// Run on these modelled devices instead of emulating them in tierfs.
+    pub devices: Option<&'a Devices>,
+}
+
+/// The system a run measures, while it is up.
+enum System {
+    /// A tierfs mount.
+    Tierfs(PathBuf),
+    /// Directories used as they are (a device alone).
+    Plain,
+    /// mergerfs pools (unmounted in this order) and the recipe's mover.
+    Mergerfs {
+        /// The pools.
+        pools: Vec<PathBuf>,
+        /// The mover's schedule.
+        mover: Option<peers::Mover>,
+    },
+}
+
+/// A measured run: the workload's report, tierfs's status before and
+/// after it (not for a peer), what the devices did (on devices).
+type Measured = (Report, Option<(StatusReport, StatusReport)>, Option<DevicesRun>);
+
+/// What one run measured.
+pub struct Outcome {
+    /// The workload's report.
+    pub report: Report,
+    /// What tierfs's status said about the measured run (the default for a peer).
+    pub run: RunStats,
+    /// tierfs's status after the run (none for a peer).
+    pub status: Option<StatusReport>,
+    /// Bytes left on both tiers.
+    pub working_set: u64,
+    /// What the devices did (on devices).
+    pub devices: Option<DevicesRun>,
+    /// What the recipe's mover did (its runs only).
+    pub mover: Option<MoverCounts>,
 }
 
 fn run_cmd(cmd: &mut Command) -> io::Result<()> {
@@ -654,18 +784,15 @@ impl Runner<'_> {
         Ok((dir, subs))
     }
 
-    /// Runs one workload under one architecture on a fresh mount.
-    pub fn run_one(
-        &self,
-        w: &dyn Workload,
-        warm: Option<&dyn Workload>,
-        arch: &Arch,
-        capacity: Option<u64>,
-    ) -> io::Result<(Report, RunStats, StatusReport, u64)> {
-        let (dir, [ssd, hdd, mnt, state]) = self.fresh("run")?;
-        let spec = self.preset.emulation();
+    /// Mounts tierfs for `arch` over `ssd` and `hdd` on `mnt`: with the
+    /// preset's emulation, or without on devices.
+    fn mount_tierfs(&self, arch: &Arch, capacity: Option<u64>, dirs: [&Path; 4]) -> io::Result<()> {
+        let [ssd, hdd, mnt, state] = dirs;
         let mut cmd = Command::new(&self.bin);
-        cmd.arg("mount").args([&ssd, &hdd, &mnt]).arg("--daemon").args(["--io-mode", "userspace", "--emulate", &spec]);
+        cmd.arg("mount").args([ssd, hdd, mnt]).arg("--daemon").args(["--io-mode", "userspace"]);
+        if self.devices.is_none() {
+            cmd.args(["--emulate", &self.preset.emulation()]);
+        }
         // The papers' architectures clean only when a write or a migration
         // needs room (the background cleaner variant by its own rule): no
         // headroom kept by watermarks; and they move when they decide, busy
@@ -673,7 +800,7 @@ impl Runner<'_> {
         cmd.args(["--policy", &arch.policy, "--migrate-rate", "0", "--threads", "4", "--watermarks", "100,100"])
             .args(["--busy-moves", "0"])
             .arg("--state-dir")
-            .arg(&state);
+            .arg(state);
         if let Some(i) = &arch.interval {
             cmd.args(["--interval", i]);
         }
@@ -681,14 +808,83 @@ impl Runner<'_> {
         if let Some(c) = capacity {
             cmd.args(["--ssd-capacity", &c.to_string()]);
         }
-        run_cmd(&mut cmd)?;
-        let result = (|| -> io::Result<(Report, RunStats, StatusReport)> {
-            let socket = runtime::socket_path(&mnt);
-            ask(&socket, &Request::Emulation { enabled: false })?;
+        run_cmd(&mut cmd)
+    }
+
+    /// Sets up the system `arch` names for one run over `ssd` and `hdd`
+    /// (fresh and empty); returns it and the directory the workload runs in.
+    fn start(&self, arch: &Arch, capacity: Option<u64>, dirs: [&Path; 4]) -> io::Result<(System, PathBuf)> {
+        let [ssd, hdd, mnt, _] = dirs;
+        let Some(peer) = arch.peer else {
+            self.mount_tierfs(arch, capacity, dirs)?;
+            return Ok((System::Tierfs(mnt.to_path_buf()), mnt.to_path_buf()));
+        };
+        match peer {
+            Peer::HddAlone => Ok((System::Plain, hdd.to_path_buf())),
+            Peer::SsdAlone => Ok((System::Plain, ssd.to_path_buf())),
+            Peer::Mergerfs => {
+                peers::mount_pool(&hdd.to_string_lossy(), mnt, "category.create=ff")?;
+                Ok((System::Mergerfs { pools: vec![mnt.to_path_buf()], mover: None }, mnt.to_path_buf()))
+            }
+            Peer::MergerfsCache { every, percent } => {
+                let capacity = capacity.ok_or_else(|| io::Error::other("mergerfs-cache runs at an SSD size"))?;
+                let base = self.work.join("run").join("base");
+                std::fs::create_dir_all(&base)?;
+                peers::mount_pool(&hdd.to_string_lossy(), &base, "category.create=ff")?;
+                let branches = peers::cache_branches(ssd, hdd, peers::free_bytes(ssd)?, capacity);
+                if let Err(e) = peers::mount_pool(&branches, mnt, "category.create=ff,moveonenospc=true") {
+                    let _ = peers::unmount_pool(&base);
+                    return Err(e);
+                }
+                let script = peers::write_mover_script(&self.work)?;
+                let mover = peers::Mover::start(script, ssd.to_path_buf(), base.clone(), capacity, percent, every);
+                // The workload's pool is unmounted first, then the base pool.
+                Ok((System::Mergerfs { pools: vec![mnt.to_path_buf(), base], mover: Some(mover) }, mnt.to_path_buf()))
+            }
+        }
+    }
+
+    /// Pauses the models (on: restarts them cold).
+    fn models(&self, system: &System, on: bool) -> io::Result<()> {
+        match (self.devices, system) {
+            (Some(d), _) => d.set_models(on),
+            (None, System::Tierfs(mnt)) => {
+                ask(&runtime::socket_path(mnt), &Request::Emulation { enabled: on }).map(drop)
+            }
+            (None, _) => Err(io::Error::other("tierfs's peers run on devices only (bench sweep --devices)")),
+        }
+    }
+
+    /// Runs one workload under one architecture on a fresh mount (or a
+    /// peer on fresh directories).
+    pub fn run_one(
+        &self,
+        w: &dyn Workload,
+        warm: Option<&dyn Workload>,
+        arch: &Arch,
+        capacity: Option<u64>,
+    ) -> io::Result<Outcome> {
+        let (dir, [mut ssd, mut hdd, mnt, state]) = self.fresh("run")?;
+        if let Some(d) = self.devices {
+            // The models paused while the directories are cleared and the
+            // system set up.
+            d.set_models(false)?;
+            ssd = d.get("ssd")?.mount.join("run");
+            hdd = d.get("hdd")?.mount.join("run");
+            for t in [&ssd, &hdd] {
+                if t.exists() {
+                    std::fs::remove_dir_all(t)?;
+                }
+                std::fs::create_dir_all(t)?;
+            }
+        }
+        let (system, wdir) = self.start(arch, capacity, [&ssd, &hdd, &mnt, &state])?;
+        let result = (|| -> io::Result<Measured> {
+            self.models(&system, false)?;
             if arch.type_aware {
                 for (sub, policy) in w.type_aware() {
-                    std::fs::create_dir_all(mnt.join(sub))?;
-                    set_policy(&mnt.join(sub), policy)?;
+                    std::fs::create_dir_all(wdir.join(sub))?;
+                    set_policy(&wdir.join(sub), policy)?;
                 }
             }
             // Nothing written last time (postmark prepares nothing): unknown.
@@ -698,14 +894,15 @@ impl Runner<'_> {
                 length: expected.map_or(Length::Unknown, Length::Bytes),
             });
             let written = workload::bytes_written();
-            w.prepare(&workload::Real, &mnt)?;
+            w.prepare(&workload::Real, &wdir)?;
             self.prepared.borrow_mut().insert(w.name().to_string(), workload::bytes_written() - written);
             let settle = || -> io::Result<()> {
+                let System::Tierfs(mnt) = &system else { return Ok(()) };
                 (self.progress)(Progress::Phase { name: "letting the moves finish", length: Length::Unknown });
                 // Let the moves the preparation (or warm-up) caused finish.
                 let t = Instant::now();
                 let busy = |s: &StatusReport| s.migrations.queued > 0 || s.remap.queued > 0;
-                while busy(&status(&mnt)?) && t.elapsed() < Duration::from_secs(120) {
+                while busy(&status(mnt)?) && t.elapsed() < Duration::from_secs(120) {
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 Ok(())
@@ -714,40 +911,104 @@ impl Runner<'_> {
             // The models start once: before the warm-up if it runs on them.
             let warm_on_models = warm.is_some() && self.preset.warmup_emulated;
             if warm_on_models {
-                ask(&socket, &Request::Emulation { enabled: true })?;
+                self.models(&system, true)?;
             }
             if let Some(warm) = warm {
                 let length = if warm.time_bounded() { Length::Time(self.preset.warmup) } else { Length::Unknown };
                 (self.progress)(Progress::Phase { name: "warming up", length });
                 let t = Instant::now();
-                warm.run(&workload::Real, &mnt)?;
+                warm.run(&workload::Real, &wdir)?;
                 // An interval policy's run falls in the warm-up however
                 // soon its operations were done.
                 std::thread::sleep(self.preset.warmup_least().saturating_sub(t.elapsed()));
                 settle()?;
             }
-            let before = status(&mnt)?;
+            let tierfs_status = || match &system {
+                System::Tierfs(mnt) => status(mnt).map(Some),
+                _ => Ok(None),
+            };
+            let before = tierfs_status()?;
             if !warm_on_models {
-                ask(&socket, &Request::Emulation { enabled: true })?;
+                self.models(&system, true)?;
             }
+            let disks_before = self.devices.map(|d| d.stats()).transpose()?;
             let length = if w.time_bounded() {
                 Length::Time(self.preset.params_for(w.name()).duration)
             } else {
                 Length::Unknown
             };
             (self.progress)(Progress::Phase { name: "measuring", length });
-            let r = w.run(&workload::Real, &mnt)?;
-            let after = status(&mnt)?;
-            Ok((r, RunStats::between(&before, &after), after))
+            let mut r = w.run(&workload::Real, &wdir)?;
+            let devices = match (self.devices, disks_before) {
+                (Some(d), Some(before)) => {
+                    (self.progress)(Progress::Phase { name: "writing back", length: Length::Unknown });
+                    let flush = d.sync()?.as_secs_f64();
+                    r.secs += flush;
+                    r.ops_per_sec = if r.secs > 0.0 { r.ops as f64 / r.secs } else { 0.0 };
+                    r.txn_time_secs = r.txn_time_secs.map(|t| t + flush);
+                    let disks = d
+                        .devices
+                        .iter()
+                        .zip(d.stats()?.iter().zip(&before))
+                        .map(|(u, ((m, b), (m0, b0)))| DiskRun {
+                            name: u.name.clone(),
+                            model: m.since(m0),
+                            block: b.since(b0),
+                        })
+                        .collect();
+                    Some(DevicesRun { flush_secs: flush, disks })
+                }
+                _ => None,
+            };
+            let after = tierfs_status()?;
+            Ok((r, before.zip(after), devices))
         })();
         // The data left on both tiers; the sweep takes it from the HDD-only
         // run, where nothing is copied.
         let ws = tree_bytes(&ssd) + tree_bytes(&hdd);
-        let unmounted = run_cmd(Command::new(&self.bin).arg("umount").arg(&mnt));
-        let (r, run, s) = result?;
-        unmounted?;
-        let _ = std::fs::remove_dir_all(&dir);
-        Ok((r, run, s, ws))
+        let stopped = self.stop(system);
+        let cleared = self.clear(&dir, &ssd, &hdd);
+        let (report, statuses, devices) = result?;
+        let mover = stopped?;
+        cleared?;
+        let mut run = statuses.as_ref().map(|(b, a)| RunStats::between(b, a)).unwrap_or_default();
+        if let Some(hdd) = devices.as_ref().and_then(|d| d.disk("hdd")) {
+            run.hdd_busy_secs = Some(hdd.model.busy_secs);
+            run.moves.hdd_requests = hdd.model.requests;
+        }
+        Ok(Outcome { report, run, status: statuses.map(|(_, a)| a), working_set: ws, devices, mover })
+    }
+
+    /// Takes a run's system down (models paused on devices, so that what
+    /// the unmount writes costs nothing); the mover's counts if it had one.
+    fn stop(&self, system: System) -> io::Result<Option<MoverCounts>> {
+        if let Some(d) = self.devices {
+            d.set_models(false)?;
+        }
+        match system {
+            System::Tierfs(mnt) => run_cmd(Command::new(&self.bin).arg("umount").arg(&mnt)).map(|_| None),
+            System::Plain => Ok(None),
+            System::Mergerfs { pools, mover } => {
+                let counts = mover.map(peers::Mover::stop);
+                for p in &pools {
+                    peers::unmount_pool(p)?;
+                }
+                Ok(counts)
+            }
+        }
+    }
+
+    /// Removes a run's directories.
+    fn clear(&self, dir: &Path, ssd: &Path, hdd: &Path) -> io::Result<()> {
+        if self.devices.is_some() {
+            for t in [ssd, hdd] {
+                if t.exists() {
+                    std::fs::remove_dir_all(t)?;
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
     }
 
     /// Records the trace of `w` (its preparation, `warm`, its measured run)
@@ -791,25 +1052,29 @@ impl Runner<'_> {
             let mut once = |this: &mut Self, arch: &Arch, pct: u32, cap: Option<u64>, ws: u64| -> io::Result<Row> {
                 let label = if pct == 0 { arch.label.clone() } else { format!("{} at {pct}%", arch.label) };
                 (this.progress)(Progress::Run { done, total, label: &format!("{wname}: {label}") });
-                let (r, run, s, measured_ws) = this.run_one(w.as_ref(), warm.as_deref(), arch, cap)?;
+                let o = this.run_one(w.as_ref(), warm.as_deref(), arch, cap)?;
                 done += 1;
+                let tierfs = o.status.is_some();
+                let s = o.status.unwrap_or_default();
                 let m = &s.migrations;
                 let row = Row {
                     workload: wname.clone(),
                     arch: arch.label.clone(),
                     pct,
                     ssd_capacity: cap.unwrap_or(0),
-                    working_set: if ws == 0 { measured_ws } else { ws },
+                    working_set: if ws == 0 { o.working_set } else { ws },
                     ssd_hit_ratio: s.ssd_hit_ratio,
-                    moves: m.promotions + m.demotions + m.copies + m.drops,
+                    moves: m.promotions + m.demotions + m.copies + m.drops + o.mover.map_or(0, |c| c.moved),
                     evictions: m.evictions,
                     bytes_moved: m.bytes_moved,
-                    run_hit_ratio: Some(run.hit_ratio),
-                    hdd_busy_secs: run.hdd_busy_secs,
-                    run_moves: Some(run.moves),
-                    report: r,
+                    run_hit_ratio: tierfs.then_some(o.run.hit_ratio),
+                    hdd_busy_secs: o.run.hdd_busy_secs,
+                    run_moves: tierfs.then_some(o.run.moves),
+                    report: o.report,
                     repeats: Vec::new(),
                     reference: None,
+                    devices: o.devices,
+                    mover: o.mover,
                 };
                 let line = format!("{wname}: {label}: {:.0} ops/s", row.report.ops_per_sec);
                 (this.progress)(Progress::Finished { done, total, line: &line });
@@ -824,6 +1089,10 @@ impl Runner<'_> {
             rows.push(hdd);
             rows.push(one(self, &Arch::plain("ssd-only"), 0, None, ws)?);
             for arch in archs {
+                if !arch.sized() {
+                    rows.push(one(self, arch, 0, None, ws)?);
+                    continue;
+                }
                 for &pct in &preset.sizes {
                     let cap = ws * pct as u64 / 100;
                     rows.push(one(self, arch, pct, Some(cap), ws)?);
@@ -851,6 +1120,26 @@ mod tests {
                 .collect(),
             ..StatusReport::default()
         }
+    }
+
+    #[test]
+    fn peers_join_every_workload_and_only_the_cache_recipe_runs_at_each_size() {
+        let mut p = Preset::named("compare").unwrap();
+        assert_eq!(p.plan.last().map(|(w, _)| w.as_str()), Some("postmark"));
+        let before = p.runs();
+        assert!(!p.has_peers());
+        p.with_peers(Duration::from_secs(2));
+        assert!(p.has_peers());
+        // Per workload: three peers once, the recipe at three sizes.
+        assert_eq!(p.runs(), before + p.plan.len() * 6);
+        for (_, archs) in &p.plan {
+            let labels: Vec<&str> = archs.iter().rev().take(4).map(|a| a.label.as_str()).collect();
+            assert_eq!(labels, ["mergerfs-cache", "mergerfs", "ssd-alone", "hdd-alone"]);
+        }
+        assert!(Arch::plain("dynamic-hot-dst").sized() && !Arch::peer(Peer::Mergerfs).sized());
+        // A preset without peers reads as before.
+        let json = serde_json::to_string(&Preset::named("small").unwrap()).unwrap();
+        assert!(!json.contains("peer"), "{json}");
     }
 
     #[test]

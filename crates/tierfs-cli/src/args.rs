@@ -611,11 +611,12 @@ pub enum BenchCmd {
     /// Architectures x SSD sizes x workloads on emulated devices; writes a
     /// results folder (CSV, Markdown tables, SVG charts, findings).
     Sweep {
-        /// small (under 15 minutes on two cores), full (the papers' sizes),
-        /// extents (the database workload at an SSD of 10 % of its data),
-        /// writeback (mail and postmark, hystor with write-back areas),
-        /// measured (updates on a degrading SSD) or blocks (block traces
-        /// against the offline optimum, LRU and S3-FIFO; with --sim).
+        /// small (under 15 minutes on two cores), compare (small's workloads
+        /// and postmark), full (the papers' sizes), extents (the database
+        /// workload at an SSD of 10 % of its data), writeback (mail and
+        /// postmark, hystor with write-back areas), measured (a degrading
+        /// SSD) or blocks (block traces against the offline optimum, LRU and
+        /// S3-FIFO; with --sim).
         #[arg(long, default_value = "small")]
         preset: String,
         /// Results folder.
@@ -660,6 +661,32 @@ pub enum BenchCmd {
         /// workload starts); 4 unless given.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=32))]
         phases: Option<u32>,
+        /// Run on the modelled devices of `bench devices up` (their folder;
+        /// /tmp/tierfs-devices when not given) instead of emulating the
+        /// devices in tierfs, with tierfs's peers beside it on every
+        /// workload: hdd-alone, ssd-alone, mergerfs over the HDD and
+        /// mergerfs's tiered-cache recipe (mergerfs-cache).
+        #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = DEVICES_DIR)]
+        devices: Option<PathBuf>,
+    },
+    /// Compare two sweeps of one preset (a sweep on the modelled devices
+    /// and the same preset emulated, say): each finding's verdict in both,
+    /// with the note from FIRST/comparison-notes.md ("N: sentence") on each
+    /// that differs, and every run side by side; writes
+    /// FIRST/comparison.md.
+    Compare {
+        /// The first results folder.
+        first: PathBuf,
+        /// The second results folder.
+        second: PathBuf,
+    },
+    /// Modelled devices under the kernel: an "SSD" and an "HDD" that are
+    /// loop devices (with direct I/O) over a server delaying every request
+    /// as a device profile says, formatted ext4 and mounted in DIR/ssd and
+    /// DIR/hdd; `bench sweep --devices DIR` runs on them.
+    Devices {
+        #[command(subcommand)]
+        cmd: DevicesCmd,
     },
     /// Re-render a results folder (tables, charts, findings, README) from
     /// its rows.json, merging its notes.md.
@@ -678,6 +705,87 @@ pub enum BenchCmd {
         #[arg(long)]
         sim: PathBuf,
     },
+}
+
+/// Where the modelled devices live unless told.
+pub const DEVICES_DIR: &str = "/tmp/tierfs-devices";
+
+#[derive(Subcommand, Debug)]
+pub enum DevicesCmd {
+    /// Set the devices up (root: loop devices, mkfs.ext4, mount).
+    Up(DevicesUpArgs),
+    /// Take the devices down: what is mounted over them, their file
+    /// systems, loop devices, servers and images (also after a crash).
+    Down {
+        /// Their folder.
+        #[arg(long, default_value = DEVICES_DIR)]
+        dir: PathBuf,
+    },
+    /// Each device's model counters (requests, busy time, spin-ups,
+    /// standby time) and the block layer's (/sys/block/loopN/stat).
+    Status {
+        /// Their folder.
+        #[arg(long, default_value = DEVICES_DIR)]
+        dir: PathBuf,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Tell a device's model: pause (requests cost nothing), resume,
+    /// reset (a cold start: drive cache and head position forgotten) or
+    /// spin-down (standby now, as hdparm -y).
+    Model {
+        /// ssd or hdd.
+        device: String,
+        /// pause, resume, reset or spin-down.
+        command: String,
+        /// Their folder.
+        #[arg(long, default_value = DEVICES_DIR)]
+        dir: PathBuf,
+    },
+    /// Serve one device (started by `up`).
+    #[command(hide = true)]
+    Serve {
+        /// What to serve, as JSON.
+        #[arg(long)]
+        spec: String,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct DevicesUpArgs {
+    /// Their folder.
+    #[arg(long, default_value = DEVICES_DIR)]
+    pub dir: PathBuf,
+    /// The SSD's profile (as --emulate names them).
+    #[arg(long, default_value = "ssd-sata")]
+    pub ssd: String,
+    /// The HDD's profile.
+    #[arg(long, default_value = "hdd-7200")]
+    pub hdd: String,
+    /// Only this device (ssd or hdd).
+    #[arg(long)]
+    pub only: Option<String>,
+    /// The SSD's size (a sparse image).
+    #[arg(long, default_value = "2G")]
+    pub ssd_size: String,
+    /// The HDD's size.
+    #[arg(long, default_value = "8G")]
+    pub hdd_size: String,
+    /// Each drive's own cache (reads of cached blocks free, writes
+    /// absorbed); 0: none, every write waits for the media.
+    #[arg(long, default_value = "0")]
+    pub cache: String,
+    /// The HDD spins down after this long idle (as hdparm -S); the next
+    /// request waits for --spinup. Never unless given.
+    #[arg(long, value_name = "IDLE")]
+    pub standby: Option<String>,
+    /// How long the HDD takes to spin up from standby.
+    #[arg(long, default_value = "8s")]
+    pub spinup: String,
+    /// More device profiles (TOML), as `mount --profiles`.
+    #[arg(long)]
+    pub profiles: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -5,6 +5,7 @@ use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
 use std::process::ExitCode;
 use std::time::Instant;
+use tierfs_bench::devices::Devices;
 use tierfs_bench::report;
 use tierfs_bench::sweep::{Length, Preset, Progress as SweepProgress, Runner};
 use tierfs_bench::workload::{self, Params};
@@ -54,6 +55,9 @@ struct Meta {
     machine: String,
     commit: String,
     preset: Preset,
+    /// The modelled devices of a `--devices` sweep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    devices: Option<Devices>,
 }
 
 impl Meta {
@@ -77,7 +81,8 @@ fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta,
     let fm = report::findings_markdown(&f, &report::parse_notes(notes));
     std::fs::write(out.join("findings.md"), &fm)?;
     let p = &meta.preset;
-    let hit = if rows.iter().all(|r| r.run_hit_ratio.is_some()) {
+    // A peer has no hit ratio of its own.
+    let hit = if rows.iter().filter(|r| !report::is_peer(&r.arch)).all(|r| r.run_hit_ratio.is_some()) {
         "hit in the tables: requests the SSD served over all requests in the measured run (`run_hit_ratio` in `results.csv`; `ssd_hit_ratio` counts from the mount, warm-up included)"
     } else {
         "hit in the tables: requests the SSD served over all requests since the mount, preparation and warm-up included (these results predate the run's own ratio)"
@@ -107,15 +112,13 @@ fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta,
         ("", "")
     };
     let readme = format!(
-        "# tierfs sweep: preset {}{title}\n\nProduced by `{}` in {:.1} minutes; tables re-rendered from `rows.json` by `tierfs bench report <this folder>` (which merges `notes.md`).\n\n{how}- machine: {}\n- tierfs commit: {}\n- devices: SSD `{}`, HDD `{}`, modelled RAM cache of {} per device\n- workloads at scale {} (mail {}), seed {}, {} s per time-bounded run after a {} s warm-up with the device models {}\n- SSD sizes: {:?} % of the working set measured by the HDD-only run\n- {hit}\n\nFiles: `results.csv` (every run), `table.md` (normalised to HDD-only and SSD-only), `chart-*.svg`, `findings.md`, `rows.json`, `meta.json`, `notes.md`.\n\n{reference}## Expected findings\n\n{fm}\n## Charts\n\n{charts}\n## Tables\n\n{table}",
+        "# tierfs sweep: preset {}{title}\n\nProduced by `{}` in {:.1} minutes; tables re-rendered from `rows.json` by `tierfs bench report <this folder>` (which merges `notes.md`).\n\n{how}- machine: {}\n- tierfs commit: {}\n{}\n- workloads at scale {} (mail {}), seed {}, {} s per time-bounded run after a {} s warm-up with the device models {}\n- SSD sizes: {:?} % of the working set measured by the HDD-only run\n- {hit}\n\nFiles: `results.csv` (every run), `table.md` (normalised to HDD-only and SSD-only), `chart-*.svg`, `findings.md`, `rows.json`, `meta.json`, `notes.md`.\n\n{reference}## Expected findings\n\n{fm}\n## Charts\n\n{charts}\n## Tables\n\n{table}",
         p.name,
         meta.command,
         meta.minutes,
         meta.machine,
         meta.commit,
-        p.ssd,
-        p.hdd,
-        tierfs_core::config::format_size(p.cache),
+        devices_line(meta),
         p.params.scale,
         p.mail_scale,
         p.params.seed,
@@ -126,6 +129,41 @@ fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta,
     );
     std::fs::write(out.join("README.md"), readme)?;
     Ok(fm)
+}
+
+/// The README's line on the devices the runs ran on.
+fn devices_line(meta: &Meta) -> String {
+    let p = &meta.preset;
+    let Some(d) = &meta.devices else {
+        return format!(
+            "- devices: SSD `{}`, HDD `{}`, modelled RAM cache of {} per device",
+            p.ssd,
+            p.hdd,
+            tierfs_core::config::format_size(p.cache)
+        );
+    };
+    let each: Vec<String> = d
+        .devices
+        .iter()
+        .map(|u| {
+            let cache = match u.cache {
+                0 => "no drive cache".to_string(),
+                c => format!("a drive cache of {}", tierfs_core::config::format_size(c)),
+            };
+            let standby = u.standby.map(|s| format!(", standby after {:?} (spin-up {:?})", s.idle, s.spinup));
+            format!(
+                "{} `{}` ({}, {cache}{})",
+                u.name.to_uppercase(),
+                u.profile,
+                tierfs_core::config::format_size(u.size),
+                standby.unwrap_or_default()
+            )
+        })
+        .collect();
+    format!(
+        "- devices: modelled devices under the kernel (`tierfs bench devices up`): {}; each a loop device with direct I/O over a server that delays every request as its profile says, formatted ext4; no emulation in tierfs (`--io-mode userspace`, as emulated sweeps run)\n- each measured run starts with the two file systems' page cache dropped and the models reset, and ends with a write-back of both (syncfs), whose time counts in the run (`flush_secs` in `rows.json`)\n- tierfs's peers on the same devices: `hdd-alone` and `ssd-alone` (the workload in the ext4 itself), `mergerfs` (one pool over the HDD, `cache.files=off`), `mergerfs-cache` (mergerfs's tiered-cache recipe: a pool of the SSD and the HDD creating files on the SSD up to the run's SSD size, `benches/mergerfs-mover.sh` run every 2 s moving the files of oldest access time to a pool of the HDD while the SSD is over 80 % of that size)",
+        each.join(", ")
+    )
 }
 
 /// The runs of a results folder (its rows.json).
@@ -209,7 +247,10 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 );
             }
         }
-        BenchCmd::Sweep { preset, out, work, only, arch, sizes, scale, sim, traces, repeat, phases } => {
+        BenchCmd::Sweep { preset, out, work, only, arch, sizes, scale, sim, traces, repeat, phases, devices } => {
+            if *sim && devices.is_some() {
+                bail!("--devices runs live: the simulator has its own device models");
+            }
             if *sim && *repeat > 1 {
                 bail!("--repeat goes with live runs: the simulator gives the same figures every time");
             }
@@ -217,10 +258,20 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 bail!("--phases goes with --sim: a live run's phase is wherever its start puts it");
             }
             let mut p = Preset::named(preset).ok_or_else(|| {
-                anyhow::anyhow!("unknown preset {preset:?} (small, full, extents, writeback, measured or blocks)")
+                anyhow::anyhow!("unknown preset {preset:?} (small, compare, full, extents, writeback, measured or blocks)")
             })?;
             if p.simulated_only && !*sim {
                 bail!("the {preset} preset replays block traces, which only the simulator does: add --sim");
+            }
+            let devs = devices.as_deref().map(Devices::load).transpose()?;
+            if let Some(d) = &devs {
+                // The devices' own models, not the preset's emulation.
+                p.ssd = d.get("ssd")?.profile.clone();
+                p.hdd = d.get("hdd")?.profile.clone();
+                p.cache = d.get("hdd")?.cache;
+                // The recipe's mover as often as the small preset's
+                // interval policies run.
+                p.with_peers(std::time::Duration::from_secs(2));
             }
             if !only.is_empty() {
                 p.plan.retain(|(w, _)| only.contains(w));
@@ -267,6 +318,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 progress: &progress,
                 prepared: Default::default(),
                 repeat: *repeat as usize,
+                devices: devs.as_ref(),
             };
             let rows = if *sim {
                 crate::sim_cmd::sweep(&runner, traces.as_deref(), phases.unwrap_or(tierfs_sim::sim::DEFAULT_PHASES))
@@ -286,6 +338,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 machine: machine(),
                 commit: commit(),
                 preset: p,
+                devices: devs,
             };
             std::fs::write(out.join("meta.json"), serde_json::to_string_pretty(&meta)?)?;
             std::fs::write(out.join("rows.json"), serde_json::to_string_pretty(&rows)?)?;
@@ -308,6 +361,25 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
             std::fs::write(sim.join("fidelity.md"), &text)?;
             println!("{text}");
         }
+        BenchCmd::Compare { first, second } => {
+            let name = |d: &std::path::Path| d.file_name().map_or("?".into(), |n| n.to_string_lossy().into_owned());
+            let (a, b) = (read_rows(first)?, read_rows(second)?);
+            let notes = std::fs::read_to_string(first.join("comparison-notes.md")).unwrap_or_default();
+            let (na, nb) = (name(first), name(second));
+            let text = format!(
+                "# `{}` against `{}`\n\nThe same preset in two sweeps: `{}` and `{}`. Re-rendered by `tierfs bench compare {} {}` (which merges `comparison-notes.md`).\n\n{}",
+                first.display(),
+                second.display(),
+                first.display(),
+                second.display(),
+                first.display(),
+                second.display(),
+                report::compare_markdown(&a, &b, (&na, &nb), &report::parse_notes(&notes))
+            );
+            std::fs::write(first.join("comparison.md"), &text)?;
+            println!("{text}");
+        }
+        BenchCmd::Devices { cmd } => return crate::devices_cmd::run(cmd),
         BenchCmd::Report { dir } => {
             let rows = read_rows(dir)?;
             let meta: Meta =

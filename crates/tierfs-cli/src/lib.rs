@@ -5,6 +5,7 @@
 mod args;
 mod bench;
 mod demo;
+mod devices_cmd;
 mod migrate_cmd;
 mod mount_cmd;
 mod mounts;

@@ -387,19 +387,8 @@ pub fn parse_interval(s: &str) -> Result<std::time::Duration> {
 
 /// Parses --emulate: ssd=NAME,hdd=NAME[,cache=SIZE] (',', ':' or '+' between).
 pub fn parse_emulate(spec: &str, profiles: Option<&Path>) -> Result<(Profile, Profile, u64)> {
-    let mut known = match profiles {
-        Some(p) => load_profiles(p)?,
-        None => Vec::new(),
-    };
-    known.extend(Profile::builtin());
-    let find = |n: &str| -> Result<Profile> {
-        known.iter().find(|p| p.name == n).cloned().ok_or_else(|| {
-            anyhow::anyhow!(
-                "--emulate: unknown device profile {n:?} (known: {})",
-                known.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
-            )
-        })
-    };
+    let known = known_profiles(profiles)?;
+    let find = |n: &str| find_profile(&known, n).map_err(|e| anyhow::anyhow!("--emulate: {e}"));
     let (mut ssd, mut hdd, mut cache) = (None, None, 0);
     for part in spec.split([',', ':', '+']).filter(|p| !p.is_empty()) {
         match part.split_once('=') {
@@ -413,6 +402,26 @@ pub fn parse_emulate(spec: &str, profiles: Option<&Path>) -> Result<(Profile, Pr
         (Some(s), Some(h)) => Ok((s, h, cache)),
         _ => bail!("--emulate needs both ssd=PROFILE and hdd=PROFILE"),
     }
+}
+
+/// The built-in profiles and those of a --profiles file (which come first).
+pub(crate) fn known_profiles(profiles: Option<&Path>) -> Result<Vec<Profile>> {
+    let mut known = match profiles {
+        Some(p) => load_profiles(p)?,
+        None => Vec::new(),
+    };
+    known.extend(Profile::builtin());
+    Ok(known)
+}
+
+/// The profile named `n` among `known`.
+pub(crate) fn find_profile(known: &[Profile], n: &str) -> Result<Profile> {
+    known.iter().find(|p| p.name == n).cloned().ok_or_else(|| {
+        anyhow::anyhow!(
+            "unknown device profile {n:?} (known: {})",
+            known.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+        )
+    })
 }
 
 fn init_logging(verbose: u8, file: Option<&Path>) -> Result<()> {

@@ -245,6 +245,8 @@ fn simulated_row(
         hdd_busy_secs: Some(r.hdd_busy_secs),
         repeats: Vec::new(),
         reference: r.reference,
+        devices: None,
+        mover: None,
         run_moves: Some(tierfs_bench::sweep::RunMoves {
             moves: r.moves,
             evictions: r.evictions,

@@ -91,16 +91,26 @@ pub fn ask_within(mnt: &Path, req: &Request, limit: Option<Duration>) -> Result<
 
 /// The heat source's line: what it saw of the kernel's requests.
 fn render_heat(h: &tierfs_core::report::HeatReport) -> String {
-    if !h.sees_reads {
+    if !h.tiers.iter().any(|t| t.reads) {
         return format!("heat source: {} (no source sees the kernel's passthrough requests)\n", h.source);
     }
+    let unseen: Vec<String> = h
+        .tiers
+        .iter()
+        .flat_map(|t| {
+            [(!t.reads, "reads"), (!t.writes, "writes"), (!t.direct, "direct I/O")]
+                .into_iter()
+                .filter(|(no, _)| *no)
+                .map(move |(_, what)| format!("{} {what}", t.tier))
+        })
+        .collect();
     let mut o = format!(
         "heat source: {}: {} reads ({} needed the device, the rest came from the page cache), {} writes{}; {} files watched",
         h.source,
         h.counts.reads,
         h.counts.device_reads,
         h.counts.writes,
-        if h.sees_writes { "" } else { " (writes unseen)" },
+        if unseen.is_empty() { String::new() } else { format!(" (unseen, counted per open: {})", unseen.join(", ")) },
         h.counts.watched
     );
     if h.counts.every > 1 {

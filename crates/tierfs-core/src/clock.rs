@@ -49,6 +49,23 @@ impl Clock for SystemClock {
     }
 }
 
+/// Waits until `t`: sleeps while far, spins the last stretch (sleeping is
+/// too coarse for the tens of microseconds an SSD request takes).
+pub fn wait_until(clock: &dyn Clock, t: Timestamp) {
+    loop {
+        let now = clock.now();
+        if now >= t {
+            return;
+        }
+        let left = t.since(now);
+        if left > Duration::from_micros(300) {
+            std::thread::sleep(left - Duration::from_micros(150));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
 /// A clock that moves only when told to; for tests and the simulator.
 #[derive(Debug, Clone, Default)]
 pub struct ManualClock(Arc<Mutex<Timestamp>>);

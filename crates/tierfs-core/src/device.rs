@@ -16,6 +16,10 @@
 //! rate over the time between requests, and once it is past a threshold
 //! every request's access time is multiplied by a factor until the debt
 //! is back at a recovery mark ([`Degrade`]).
+//!
+//! A spinning disk may also go to standby ([`Standby`]): after an idle
+//! time without a request its platters stop, and the next request that
+//! reaches them waits for the spin-up first.
 
 use crate::clock::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -73,6 +77,18 @@ pub struct Degrade {
 
 fn unit_factor() -> f64 {
     1.0
+}
+
+/// Standby of a spinning disk, as a host sets it with `hdparm -S`: after
+/// `idle` without a request the platters stop; the next request that
+/// reaches them (not one its cache answers, nor a sync with nothing to
+/// write) waits `spinup` first, and the head position is lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Standby {
+    /// Idle time after which the disk spins down.
+    pub idle: Duration,
+    /// How long a spin-up takes.
+    pub spinup: Duration,
 }
 
 const MB: f64 = 1e6;
@@ -290,6 +306,18 @@ pub struct Device {
     debt_at: Timestamp,
     /// Whether the last request found the device degraded.
     degraded: bool,
+    /// Its standby setting (none: it never spins down).
+    standby: Option<Standby>,
+    /// When it was last active (the end of its last request, or a reset);
+    /// none before either, when it is taken to be spinning.
+    active_at: Option<Timestamp>,
+    /// When it was told to spin down ([`Device::spin_down`]), if it was
+    /// and no request came since.
+    told_down: Option<Timestamp>,
+    /// Spin-ups so far.
+    pub spinups: u64,
+    /// Standby time of the stretches that ended (see [`Device::standby_time`]).
+    standby_done: Duration,
 }
 
 /// The key space for metadata entries in the cache (distinct from pages).
@@ -312,12 +340,69 @@ impl Device {
             debt: 0.0,
             debt_at: Timestamp(0),
             degraded: false,
+            standby: None,
+            active_at: None,
+            told_down: None,
+            spinups: 0,
+            standby_done: Duration::ZERO,
+        }
+    }
+
+    /// This device, spinning down when idle as `s` says.
+    pub fn with_standby(mut self, s: Standby) -> Self {
+        self.standby = Some(s);
+        self
+    }
+
+    /// Its standby setting.
+    pub fn standby(&self) -> Option<Standby> {
+        self.standby
+    }
+
+    /// When the platters stopped (or will stop if nothing comes), given
+    /// that nothing has reached them since their last activity.
+    fn sleeps_at(&self) -> Option<Timestamp> {
+        let natural = self.standby.and_then(|s| Some(self.active_at?.plus(s.idle)));
+        match (self.told_down, natural) {
+            (Some(t), Some(n)) => Some(t.min(n)),
+            (t, n) => t.or(n),
+        }
+    }
+
+    /// Whether the disk is in standby at `now`.
+    pub fn asleep(&self, now: Timestamp) -> bool {
+        self.sleeps_at().is_some_and(|t| t <= now && self.busy_until <= t)
+    }
+
+    /// Time spent in standby up to `now` (the current stretch included).
+    pub fn standby_time(&self, now: Timestamp) -> Duration {
+        let current = match self.sleeps_at() {
+            Some(t) if self.asleep(now) => now.since(t),
+            _ => Duration::ZERO,
+        };
+        self.standby_done + current
+    }
+
+    /// Spins the disk down at `now` (`hdparm -y`), or when the request it
+    /// serves has finished; nothing without a standby setting.
+    pub fn spin_down(&mut self, now: Timestamp) {
+        if self.standby.is_some() {
+            self.told_down = Some(now.max(self.busy_until));
         }
     }
 
     /// Forgets the cache, the head position, the backlog and the
     /// garbage-collection debt (a cold start).
     pub fn reset(&mut self, now: Timestamp) {
+        // A disk in standby stays there (its stretch so far counted);
+        // one spinning is active now.
+        if self.asleep(now) {
+            self.standby_done = self.standby_time(now);
+            self.told_down = Some(now);
+        } else {
+            self.active_at = Some(now);
+            self.told_down = None;
+        }
         if let Some(c) = &mut self.cache {
             c.clear();
         }
@@ -356,6 +441,16 @@ impl Device {
 
     /// Occupies the device for one request and returns when it completes.
     fn serve(&mut self, now: Timestamp, file: u64, off: u64, len: u64, write: bool) -> Timestamp {
+        let mut start = self.busy_until.max(now);
+        if let Some(s) = self.standby {
+            if self.asleep(start) {
+                self.standby_done = self.standby_time(start);
+                self.spinups += 1;
+                start = start.plus(s.spinup);
+                self.last = None;
+            }
+        }
+        self.told_down = None;
         let continues = self.last == Some((file, off));
         let degraded = self.account_debt(now, if write && !continues { len } else { 0 });
         let mut access = if continues {
@@ -373,8 +468,8 @@ impl Device {
             }
         }
         let cost = access + self.profile.transfer(len, write);
-        let start = self.busy_until.max(now);
         self.busy_until = start.plus(cost);
+        self.active_at = Some(self.busy_until);
         self.busy += cost;
         self.requests += 1;
         self.last = Some((file, off + len));
@@ -741,6 +836,88 @@ mod tests {
         let w = d.submit(recovered, Req::Write { file: 9003, off: 0, len: 4096 });
         assert!(!d.degraded());
         assert!(w.since(recovered) * 100 < hdd_write, "fast again: {:?}", w.since(recovered));
+    }
+
+    fn secs(x: u64) -> Duration {
+        Duration::from_secs(x)
+    }
+
+    /// 10-ms access, 100 MB/s; standby after 60 s idle, 8-s spin-up.
+    fn sleepy(cache: u64) -> Device {
+        let p = Profile::from_access("t", 100.0, 100.0, ms(10.0), ms(10.0));
+        Device::new(p, cache).with_standby(Standby { idle: secs(60), spinup: secs(8) })
+    }
+
+    #[test]
+    fn an_idle_disk_spins_down_and_the_next_request_waits_for_the_spin_up() {
+        let mut d = sleepy(0);
+        let t0 = Timestamp::from_secs(100);
+        assert!(!d.asleep(t0.plus(secs(3600))), "a disk that never served a request spins");
+        let a = d.submit(t0, Req::Read { file: 1, off: 0, len: 4096 });
+        assert!(close(a.since(t0), ms(10.0) + ms(0.04096)));
+        // 59 s idle: still spinning, and the next request continues the last.
+        let t1 = a.plus(secs(59));
+        assert!(!d.asleep(t1));
+        let b = d.submit(t1, Req::Read { file: 1, off: 4096, len: 4096 });
+        assert!(close(b.since(t1), ms(0.04096)), "{:?}", b.since(t1));
+        // 61 s idle: asleep for the last second.
+        let t2 = b.plus(secs(61));
+        assert!(d.asleep(t2));
+        assert_eq!(d.standby_time(t2), secs(1));
+        assert_eq!(d.spinups, 0);
+        // The spin-up comes first and the head position is lost: the
+        // request that continues the last one pays the access time too.
+        let c = d.submit(t2, Req::Read { file: 1, off: 8192, len: 4096 });
+        assert!(close(c.since(t2), secs(8) + ms(10.0) + ms(0.04096)), "{:?}", c.since(t2));
+        assert_eq!(d.spinups, 1);
+        // A request queued behind it waits for it, not for another spin-up.
+        let q = d.submit(t2, Req::Read { file: 2, off: 0, len: 4096 });
+        assert!(close(q.since(c), ms(10.0) + ms(0.04096)));
+        assert_eq!(d.spinups, 1);
+        assert_eq!(d.standby_time(q.plus(secs(10))), secs(1), "awake again");
+        assert_eq!(d.standby_time(q.plus(secs(65))), secs(6), "asleep again after 60 s");
+    }
+
+    #[test]
+    fn what_the_cache_answers_and_an_empty_sync_leave_the_disk_asleep() {
+        let mut d = sleepy(1 << 20);
+        let t0 = Timestamp::from_secs(100);
+        let a = d.submit(t0, Req::Read { file: 1, off: 0, len: 4096 });
+        let t1 = a.plus(secs(120));
+        assert!(d.asleep(t1));
+        assert_eq!(d.submit(t1, Req::Read { file: 1, off: 0, len: 4096 }), t1, "from the cache");
+        assert_eq!(d.submit(t1, Req::Sync), t1, "nothing to write");
+        assert!(d.asleep(t1));
+        assert_eq!(d.spinups, 0);
+        // A write to a sleeping disk spins it up, and with a cache the
+        // writer goes on only once the backlog is back under its allowance.
+        let w = d.submit(t1, Req::Write { file: 3, off: 0, len: 4096 });
+        assert_eq!(d.spinups, 1);
+        assert!(w > t1.plus(secs(7)), "a spin-up is more backlog than the cache absorbs");
+    }
+
+    #[test]
+    fn a_disk_told_to_spin_down_sleeps_at_once_and_a_reset_keeps_it_asleep() {
+        let mut d = sleepy(0);
+        let t0 = Timestamp::from_secs(100);
+        let a = d.submit(t0, Req::Read { file: 1, off: 0, len: 4096 });
+        // Told while busy: it spins down when the request is done.
+        d.spin_down(t0);
+        assert!(!d.asleep(t0));
+        assert!(d.asleep(a));
+        assert_eq!(d.standby_time(a.plus(secs(5))), secs(5));
+        d.reset(a.plus(secs(5)));
+        assert!(d.asleep(a.plus(secs(6))), "a cold start does not spin the disk up");
+        assert_eq!(d.standby_time(a.plus(secs(6))), secs(6));
+        let b = d.submit(a.plus(secs(6)), Req::Write { file: 1, off: 0, len: 4096 });
+        assert_eq!(d.spinups, 1);
+        assert!(b.since(a.plus(secs(6))) > secs(8));
+        // Without a standby setting nothing sleeps.
+        let mut plain = Device::new(Profile::from_access("t", 100.0, 100.0, ms(1.0), ms(1.0)), 0);
+        plain.submit(t0, Req::MetaRead { key: 1 });
+        plain.spin_down(t0);
+        assert!(!plain.asleep(t0.plus(secs(3600))));
+        assert_eq!(plain.standby_time(t0.plus(secs(3600))), Duration::ZERO);
     }
 
     #[test]

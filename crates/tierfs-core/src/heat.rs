@@ -72,6 +72,8 @@ pub struct Sample {
     /// The requests it stands for: the source sampled one call in so many
     /// (see [`sampling_interval`]).
     pub weight: u32,
+    /// When, in nanoseconds of `CLOCK_MONOTONIC`.
+    pub time: u64,
 }
 
 /// One application request, joined from its samples.
@@ -91,6 +93,8 @@ pub struct Request {
     pub device: bool,
     /// The requests it stands for (its samples' weight).
     pub times: u32,
+    /// When it began, in nanoseconds of `CLOCK_MONOTONIC`.
+    pub time: u64,
 }
 
 /// What a source sees of a watched file.
@@ -101,6 +105,22 @@ pub struct Seen {
     /// Its writes (only on backing file systems whose writes the source
     /// knows how to see).
     pub writes: bool,
+    /// Its direct (`O_DIRECT`) reads and writes.
+    pub direct: bool,
+}
+
+/// A backing file a source watches, as [`HeatSource::watch`] returned it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Watched {
+    /// What it sees of the kernel's requests to it.
+    pub seen: Seen,
+    /// Its tier.
+    pub tier: Tier,
+    /// Its file system's device (the kernel's encoding), and its inode
+    /// there.
+    pub dev: u32,
+    /// See `dev`.
+    pub backing: u64,
 }
 
 /// What a heat source saw, for reports.
@@ -123,23 +143,25 @@ pub struct HeatCounts {
     pub every: u32,
 }
 
-/// Samples a second the engine takes in one by one. Past it a source
+/// Requests a second the engine takes in one by one. Past it a source
 /// samples one request in N and each sample counts N times, so that the
 /// kernel's cost per request and the engine's work stay small however fast
-/// the application is (a program per request costs some 200 ns; random
-/// 4-KiB writes through passthrough take 2.5 µs).
-pub const SAMPLES_PER_SEC: u64 = 50_000;
+/// the application is: a sampled request costs the kernel some 250 ns (it
+/// asks which process made it, takes the time and writes the ring), one
+/// not sampled some 30 ns more than a read or write pays anyway, and
+/// random 4-KiB writes through passthrough take 2.5 µs. Twenty thousand
+/// samples a second still rank a hot set of thousands of chunks.
+pub const SAMPLES_PER_SEC: u64 = 20_000;
 
-/// The sampling interval a source should use next, given that it brought
-/// `samples` in `secs` seconds while it sampled one request in `every`:
-/// enough that the requests at that rate come as at most
-/// [`SAMPLES_PER_SEC`] samples a second; 1 (every request) below it. At
-/// most 1 024.
-pub fn sampling_interval(samples: u64, secs: f64, every: u32) -> u32 {
+/// The sampling interval a source should use next, given that `sampled`
+/// requests came in `secs` seconds while it sampled one in `every`: enough
+/// that requests at that rate come as at most [`SAMPLES_PER_SEC`] samples
+/// a second; 1 (every request) below it. At most 1 024.
+pub fn sampling_interval(sampled: u64, secs: f64, every: u32) -> u32 {
     if secs <= 0.0 {
         return every.max(1);
     }
-    let requests = samples as f64 * f64::from(every.max(1)) / secs;
+    let requests = sampled as f64 * f64::from(every.max(1)) / secs;
     (requests / SAMPLES_PER_SEC as f64).ceil().clamp(1.0, 1024.0) as u32
 }
 
@@ -147,15 +169,15 @@ pub fn sampling_interval(samples: u64, secs: f64, every: u32) -> u32 {
 pub trait HeatSource: Send + Sync {
     /// Its name in reports and the log.
     fn name(&self) -> &'static str;
-    /// What it sees of passthrough files in general (a file's own answer
+    /// What it sees of passthrough files on `tier` (a file's own answer
     /// comes from [`HeatSource::watch`]).
-    fn sees(&self) -> Seen;
+    fn sees(&self, tier: Tier) -> Seen;
     /// Starts counting the kernel's requests to the backing file `fd` of
-    /// `ino` on `tier`. Returns what it will see of them.
-    fn watch(&self, ino: Ino, tier: Tier, fd: BorrowedFd<'_>) -> Seen;
-    /// Stops counting requests to the backing file `fd` (the kernel let it
-    /// go).
-    fn unwatch(&self, fd: BorrowedFd<'_>);
+    /// `ino` on `tier`; `None` if it cannot. Cheap: it runs in the open
+    /// that gives the kernel the file, under the file's I/O lock.
+    fn watch(&self, ino: Ino, tier: Tier, fd: BorrowedFd<'_>) -> Option<Watched>;
+    /// Stops counting requests to a watched file (the kernel let it go).
+    fn unwatch(&self, w: &Watched);
     /// Moves the samples gathered since the last call into `out`.
     fn drain(&self, out: &mut Vec<Sample>);
     /// Samples one request in `n` from now on (1: every one).
@@ -173,30 +195,43 @@ impl HeatSource for NoHeat {
     fn name(&self) -> &'static str {
         "opens"
     }
-    fn sees(&self) -> Seen {
+    fn sees(&self, _tier: Tier) -> Seen {
         Seen::default()
     }
-    fn watch(&self, _ino: Ino, _tier: Tier, _fd: BorrowedFd<'_>) -> Seen {
-        Seen::default()
+    fn watch(&self, _ino: Ino, _tier: Tier, _fd: BorrowedFd<'_>) -> Option<Watched> {
+        None
     }
-    fn unwatch(&self, _fd: BorrowedFd<'_>) {}
+    fn unwatch(&self, _w: &Watched) {}
     fn drain(&self, _out: &mut Vec<Sample>) {}
     fn lost_and_watched(&self) -> (u64, u64) {
         (0, 0)
     }
 }
 
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock of [`Sample::time`]
+/// (a kernel program's `bpf_ktime_get_ns`).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid out pointer; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// What the joiner remembers of one thread.
 #[derive(Clone, Copy, Debug, Default)]
 struct Task {
-    /// The read last reported: its file, call and last byte's end. A later
-    /// sample of the same call that ends there is the same request.
-    read: Option<(Ino, u32, u64)>,
-    /// A write whose pieces are still coming, and whether one came since
-    /// the last [`Joiner::end_of_drain`].
-    write: Option<(Request, u32, bool)>,
-    /// The device read pages for this call of the thread's (file, call).
-    device: Option<(Ino, u32)>,
+    /// The read last reported: its file, call, start and end. A later
+    /// sample of the same call that starts after that start and ends at
+    /// that end is the kernel's next batch of it.
+    read: Option<(Ino, u32, u64, u64)>,
+    /// A write whose pieces may still come, and the drains since its last
+    /// piece.
+    write: Option<(Request, u32, u8)>,
+    /// The direct request last reported: file, call, offset, end, write.
+    direct: Option<(Ino, u32, u64, u64, bool)>,
+    /// The first page this call of the thread's read from the device:
+    /// file, call, offset.
+    device: Option<(Ino, u32, u64)>,
     /// Drains since this thread was last heard of.
     idle: u8,
 }
@@ -204,23 +239,36 @@ struct Task {
 /// Drains after which a thread with nothing pending is forgotten.
 const FORGET_AFTER: u8 = 50;
 
+/// Drains without a piece after which a write is over: a writer the
+/// kernel holds back for its dirty pages (a slow disk) pauses for up to
+/// 200 ms between pieces; the engine drains every 100 ms.
+const WRITE_OVER_AFTER: u8 = 5;
+
 /// Joins samples into requests. Pure: no clock, no I/O.
 ///
-/// - A read is reported at its first sample, with its whole range; the
-///   later samples of the same call (same thread, file and call count,
-///   same end, a later start) are the kernel's next batches of it.
+/// - A read is reported at its first sample, with its whole range; a later
+///   sample of the same call (same thread, file and call count, same end,
+///   a later start) is the kernel's next batch of it.
 /// - The pieces of one write call (same thread, file and call count, each
-///   starting where the last ended, or again where one began: a retry) are
-///   one write, reported when another
-///   sample of the thread shows the call is over, or at the end of the
-///   second drain that brought none of its pieces.
-/// - A page read from the device marks the thread's next read of the same
-///   file and call as one that needed the device.
-/// - Faults and direct reads and writes are requests of their own.
+///   starting at a page where the last ended, or again within what came: a
+///   retry) are one write, reported when another sample of the thread
+///   shows the call over, or after [`WRITE_OVER_AFTER`] drains without a
+///   piece. (Writes that make no system call, io_uring's and AIO's, start
+///   at the page where the last ended only if they append whole pages:
+///   those are joined too.)
+/// - A direct request is one sample, but the kernel tries some again (an
+///   unaligned direct write, or one that falls back to the page cache):
+///   the same offset in the same call, or a buffered piece of the same
+///   range, is not another request.
+/// - A page read from the device, within a read of the same call, marks
+///   that read as one that needed the device.
+/// - Faults are requests of their own.
 #[derive(Debug, Default)]
 pub struct Joiner {
     tasks: HashMap<u32, Task>,
     counts: HeatCounts,
+    /// Requests begun since [`Joiner::take_begun`] (the sampling rate).
+    begun: u64,
 }
 
 impl Joiner {
@@ -242,53 +290,78 @@ impl Joiner {
             write: false,
             device: false,
             times: s.weight.max(1),
+            time: s.time,
         };
+        let end = s.off.saturating_add(s.len);
         match s.op {
             Op::Read => {
-                let end = s.off.saturating_add(s.len);
-                let same = t.read.is_some_and(|(ino, seq, e)| ino == s.ino && seq == s.seq && e == end);
-                if same {
+                let next_batch = t
+                    .read
+                    .is_some_and(|(ino, seq, start, e)| ino == s.ino && seq == s.seq && e == end && s.off > start);
+                if next_batch {
                     return;
                 }
-                let device = t.device.take().is_some_and(|(ino, seq)| ino == s.ino && seq == s.seq);
-                t.read = Some((s.ino, s.seq, end));
+                let device = t.device.take().is_some_and(|(ino, seq, at)| {
+                    ino == s.ino && seq == s.seq && (s.off..end.max(s.off + 1)).contains(&at)
+                });
+                t.read = Some((s.ino, s.seq, s.off, end));
+                self.begun += 1;
                 Self::finish(&mut self.counts, out, Request { device, ..req });
             }
-            Op::Device => t.device = Some((s.ino, s.seq)),
-            Op::Fault | Op::DirectRead => {
-                let device = s.op == Op::DirectRead;
-                Self::finish(&mut self.counts, out, Request { device, ..req });
+            Op::Device => t.device = Some((s.ino, s.seq, s.off)),
+            Op::Fault => {
+                self.begun += 1;
+                Self::finish(&mut self.counts, out, req);
             }
-            Op::DirectWrite => Self::finish(&mut self.counts, out, Request { write: true, ..req }),
+            Op::DirectRead | Op::DirectWrite => {
+                let write = s.op == Op::DirectWrite;
+                let again = t
+                    .direct
+                    .is_some_and(|(ino, seq, off, _, w)| ino == s.ino && seq == s.seq && off == s.off && w == write);
+                t.direct = Some((s.ino, s.seq, s.off, end, write));
+                if again {
+                    return;
+                }
+                self.begun += 1;
+                Self::finish(&mut self.counts, out, Request { write, device: !write, ..req });
+            }
             Op::Write => {
-                if let Some((w, seq, touched)) = &mut t.write {
-                    // The next piece, or the same piece again (the kernel
-                    // retries a piece whose copy from the caller's memory
-                    // came up short).
-                    if w.ino == s.ino && *seq == s.seq && (w.off..=w.off + w.len).contains(&s.off) {
-                        w.len = w.len.max(s.off + s.len - w.off);
-                        *touched = true;
+                // A direct write that went to the page cache after all.
+                let fell_back = t
+                    .direct
+                    .is_some_and(|(ino, seq, off, e, w)| w && ino == s.ino && seq == s.seq && s.off >= off && end <= e);
+                if fell_back {
+                    return;
+                }
+                if let Some((w, seq, idle)) = &mut t.write {
+                    let w_end = w.off + w.len;
+                    let same_call = w.ino == s.ino && *seq == s.seq;
+                    let next = s.off == w_end && s.off.is_multiple_of(4096);
+                    let again = (w.off..w_end).contains(&s.off);
+                    if same_call && (next || again) {
+                        w.len = w.len.max(end - w.off);
+                        *idle = 0;
                         return;
                     }
                 }
                 if let Some((w, _, _)) = t.write.take() {
                     Self::finish(&mut self.counts, out, w);
                 }
-                t.write = Some((Request { write: true, ..req }, s.seq, true));
+                self.begun += 1;
+                t.write = Some((Request { write: true, ..req }, s.seq, 0));
             }
         }
     }
 
     /// The end of one drain of the source: writes none of whose pieces came
-    /// in this drain nor the last are over; threads long unheard of are
-    /// forgotten.
+    /// for [`WRITE_OVER_AFTER`] drains are over; threads long unheard of
+    /// are forgotten.
     pub fn end_of_drain(&mut self, out: &mut Vec<Request>) {
         let counts = &mut self.counts;
         self.tasks.retain(|_, t| {
-            if let Some((w, _, touched)) = &mut t.write {
-                if *touched {
-                    *touched = false;
-                } else {
+            if let Some((w, _, idle)) = &mut t.write {
+                *idle += 1;
+                if *idle >= WRITE_OVER_AFTER {
                     let w = *w;
                     t.write = None;
                     Self::finish(counts, out, w);
@@ -308,9 +381,15 @@ impl Joiner {
         }
     }
 
-    /// What was joined so far (`lost` and `watched` are the source's).
+    /// What was joined so far (`lost`, `watched` and `every` are the
+    /// source's).
     pub fn counts(&self) -> HeatCounts {
         self.counts
+    }
+
+    /// Requests begun (sampled ones, each once) since the last call.
+    pub fn take_begun(&mut self) -> u64 {
+        std::mem::take(&mut self.begun)
     }
 
     fn finish(counts: &mut HeatCounts, out: &mut Vec<Request>, r: Request) {
@@ -331,7 +410,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn s(task: u32, seq: u32, op: Op, off: u64, len: u64) -> Sample {
-        Sample { ino: 7, tier: Tier::Hdd, off, len, task, seq, op, weight: 1 }
+        Sample { ino: 7, tier: Tier::Hdd, off, len, task, seq, op, weight: 1, time: 0 }
     }
 
     #[test]
@@ -349,11 +428,11 @@ mod tests {
     #[test]
     fn sampling_starts_past_the_rate_the_engine_takes_and_follows_the_load() {
         // Below the rate: every request.
-        assert_eq!(sampling_interval(4_000, 0.1, 1), 1);
-        // 400 000 requests a second, all sampled: one in eight.
-        assert_eq!(sampling_interval(40_000, 0.1, 1), 8);
-        // The same load seen through one in eight: still one in eight.
-        assert_eq!(sampling_interval(5_000, 0.1, 8), 8);
+        assert_eq!(sampling_interval(1_500, 0.1, 1), 1);
+        // 400 000 requests a second, all sampled: one in twenty.
+        assert_eq!(sampling_interval(40_000, 0.1, 1), 20);
+        // The same load seen through one in twenty: still one in twenty.
+        assert_eq!(sampling_interval(2_000, 0.1, 20), 20);
         // The load stops: every request again.
         assert_eq!(sampling_interval(0, 0.1, 8), 1);
         assert_eq!(sampling_interval(u64::MAX / 2048, 0.1, 1024), 1024);
@@ -366,8 +445,7 @@ mod tests {
         for x in samples {
             j.push(x, &mut out);
         }
-        j.end_of_drain(&mut out);
-        j.end_of_drain(&mut out);
+        j.flush(&mut out);
         out
     }
 
@@ -401,8 +479,10 @@ mod tests {
         j.push(&s(3, 10, Op::Write, 64 * 4096, 4096), &mut out);
         assert_eq!(out.len(), 1);
         assert_eq!((out[0].off, out[0].len, out[0].write), (0, 64 * 4096, true));
-        j.end_of_drain(&mut out);
-        assert_eq!(out.len(), 1, "a write that had a piece in this drain may go on");
+        for _ in 1..WRITE_OVER_AFTER {
+            j.end_of_drain(&mut out);
+        }
+        assert_eq!(out.len(), 1, "a writer held back for its dirty pages may go on");
         j.end_of_drain(&mut out);
         assert_eq!(out.len(), 2);
         assert_eq!((out[1].off, out[1].len), (64 * 4096, 4096));
@@ -430,21 +510,51 @@ mod tests {
             s(1, 6, Op::Read, 0, 8192),
             s(2, 1, Op::Device, 0, 4096),
             s(1, 7, Op::Read, 0, 8192),
+            // A page an append made, in the call count of the thread's reads:
+            // not within the read that follows.
+            s(1, 7, Op::Device, 1 << 20, 4096),
+            s(1, 8, Op::Read, 0, 8192),
         ]);
-        assert_eq!(out.iter().map(|r| r.device).collect::<Vec<_>>(), vec![true, false, false]);
+        assert_eq!(out.iter().map(|r| r.device).collect::<Vec<_>>(), vec![true, false, false, false]);
+    }
+
+    #[test]
+    fn requests_without_a_system_call_of_their_own_are_still_told_apart() {
+        // io_uring reads of one block, one after the other: no call is
+        // counted between them, yet each is a request.
+        let out = run(&[s(1, 3, Op::Read, 8192, 8192), s(1, 3, Op::Read, 8192, 8192)]);
+        assert_eq!(out.len(), 2);
+        // Appends of log lines (not whole pages) without a call between.
+        let out = run(&[s(1, 3, Op::Write, 100, 60), s(1, 3, Op::Write, 160, 60), s(1, 3, Op::Write, 220, 60)]);
+        assert_eq!(out.len(), 3, "{out:?}");
+    }
+
+    #[test]
+    fn a_direct_request_tried_again_or_done_through_the_page_cache_is_one() {
+        let out = run(&[
+            // Tried again after EAGAIN.
+            s(1, 2, Op::DirectWrite, 4096, 8192),
+            s(1, 2, Op::DirectWrite, 4096, 8192),
+            // Fell back to the page cache for its end.
+            s(1, 3, Op::DirectWrite, 0, 8192),
+            s(1, 3, Op::Write, 4096, 4096),
+            s(1, 4, Op::DirectRead, 0, 4096),
+        ]);
+        let got: Vec<_> = out.iter().map(|r| (r.off, r.len, r.write)).collect();
+        assert_eq!(got, vec![(4096, 8192, true), (0, 8192, true), (0, 4096, false)]);
     }
 
     #[test]
     fn threads_are_joined_apart_and_forgotten_when_idle() {
         let mut j = Joiner::new();
         let mut out = Vec::new();
-        j.push(&s(1, 1, Op::Write, 0, 10), &mut out);
-        j.push(&s(2, 1, Op::Write, 10, 10), &mut out);
-        j.push(&s(1, 1, Op::Write, 10, 10), &mut out);
+        j.push(&s(1, 1, Op::Write, 0, 4096), &mut out);
+        j.push(&s(2, 1, Op::Write, 4096, 10), &mut out);
+        j.push(&s(1, 1, Op::Write, 4096, 4096), &mut out);
         j.flush(&mut out);
         let mut got: Vec<_> = out.iter().map(|r| (r.off, r.len)).collect();
         got.sort();
-        assert_eq!(got, vec![(0, 20), (10, 10)]);
+        assert_eq!(got, vec![(0, 8192), (4096, 10)]);
         for _ in 0..FORGET_AFTER {
             j.end_of_drain(&mut out);
         }

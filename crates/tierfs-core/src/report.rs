@@ -263,6 +263,19 @@ pub struct WriteBackReport {
     pub flushing: bool,
 }
 
+/// What a heat source sees of the kernel's requests on one tier.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeenReport {
+    /// "ssd" or "hdd".
+    pub tier: String,
+    /// Buffered reads (and faults).
+    pub reads: bool,
+    /// Buffered writes.
+    pub writes: bool,
+    /// Direct (`O_DIRECT`) reads and writes.
+    pub direct: bool,
+}
+
 /// The heat source of a mount (`crate::heat`) and what it saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeatReport {
@@ -271,10 +284,8 @@ pub struct HeatReport {
     /// The mount uses passthrough I/O (else every request reaches the
     /// daemon and the source has nothing to see).
     pub passthrough: bool,
-    /// It sees the kernel's reads, and its writes (on ext4 and XFS).
-    pub sees_reads: bool,
-    /// See `sees_reads`.
-    pub sees_writes: bool,
+    /// What it sees on each tier.
+    pub tiers: Vec<SeenReport>,
     /// What it saw.
     #[serde(flatten)]
     pub counts: crate::heat::HeatCounts,

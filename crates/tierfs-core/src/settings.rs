@@ -185,6 +185,7 @@ impl Settings {
             || self.sieve.is_some()
             || self.interval.is_some()
             || self.chunk.is_some()
+            || self.write_back.is_some()
             || self.delta.is_some()
             || self.pin.is_some()
     }

@@ -6,6 +6,23 @@ use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A volume over two in-memory stores, its new files on the HDD, with a
+/// manual clock and no engine; and its HDD store.
+pub(crate) fn hdd_volume() -> (crate::vfs::Volume<MemStore>, MemStore) {
+    crate::lockcheck::watch();
+    let hdd = MemStore::new();
+    let v = crate::vfs::Volume::new(
+        MemStore::new(),
+        hdd.clone(),
+        crate::state::ns::Namespace::new(Arc::new(crate::state::MemKv::new())),
+        crate::vfs::VolumeConfig::default(),
+        Arc::new(crate::event::NoEvents),
+        Arc::new(crate::clock::ManualClock::new(crate::clock::Timestamp::from_secs(1))),
+    )
+    .expect("a volume over empty stores");
+    (v, hdd)
+}
+
 /// Runs `f` on another thread and fails if it does not return in time.
 pub(crate) fn within<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = std::sync::mpsc::channel();

@@ -88,8 +88,8 @@ impl ServerThread {
                     }
                 }
             });
-            // A status call still running in the blocking pool does not
-            // hold up the unmount.
+            // A connection's task still running does not hold up the
+            // unmount.
             rt.shutdown_timeout(std::time::Duration::from_secs(1));
         })?;
         Ok(ServerThread { stop: Some(tx), thread: Some(thread) })
@@ -117,7 +117,7 @@ impl ControlServer {
     /// Listens on `path` (replacing a stale socket), owner-only.
     pub fn start(path: &Path, handler: Arc<dyn Handler>) -> std::io::Result<Self> {
         if let Some(d) = path.parent() {
-            std::fs::create_dir_all(d)?;
+            crate::runtime::private_dir(d)?;
         }
         let _ = std::fs::remove_file(path);
         let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;

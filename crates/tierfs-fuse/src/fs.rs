@@ -174,6 +174,23 @@ impl tierfs_core::vfs::KernelCache for Invalidator {
             tracing::debug!(dir, error = %e, "the kernel did not take an invalidation");
         }
     }
+
+    fn entry_changed(&self, parent: u64, name: &OsStr) {
+        // The kernel holds the directory's lock until the request that
+        // calls this is answered, and takes it to drop the entry: sent from
+        // a thread of its own, which waits for the answer (a rare path: an
+        // operation that failed after committing a name).
+        let notifier = self.0.clone();
+        let name = name.to_os_string();
+        let sent = std::thread::Builder::new().name("tierfs-inval".into()).spawn(move || {
+            if let Err(e) = notifier.inval_entry(INodeNo(parent), &name) {
+                tracing::debug!(parent, error = %e, "the kernel did not take an invalidation");
+            }
+        });
+        if let Err(e) = sent {
+            tracing::warn!(parent, error = %e, "cannot start a thread to invalidate an entry");
+        }
+    }
 }
 
 impl<S: Store> TierFs<S> {

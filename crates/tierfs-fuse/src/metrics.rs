@@ -4,6 +4,13 @@
 //! of its own thread, as the control socket is served. Names follow the
 //! Prometheus conventions: `tierfs_` prefix, base units (bytes, seconds),
 //! counters end in `_total`.
+//!
+//! Scrapes are served from a snapshot: a page younger than [`REFRESH`] is
+//! answered at once; an older one asks the refresher thread for a new
+//! one, which asks the engine for its status at most once a [`REFRESH`]
+//! however many clients scrape (the status drains the event queue and
+//! walks every file's statistics under the planner lock: computed for each
+//! scrape, a few clients looping on it held up creates and unlinks).
 
 use prometheus::proto::{Bucket, Histogram, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{CounterVec, GaugeVec, IntCounterVec, Opts, Registry, TextEncoder};
@@ -19,8 +26,13 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::control::{Handler, ServerThread};
 
-/// The longest a scrape waits for the status.
+/// The longest a scrape waits for a new page (then it is answered with the
+/// last one, or 503 if there is none yet).
 const STATUS_WAIT: Duration = Duration::from_secs(10);
+
+/// How old the page a scrape is answered with may be, and how often at
+/// most the engine is asked for its status.
+pub const REFRESH: Duration = Duration::from_secs(5);
 
 /// The content type of the text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -372,6 +384,101 @@ fn window_label(secs: u64) -> String {
     }
 }
 
+/// A rendered page of metrics.
+struct Page {
+    made: std::time::Instant,
+    status: &'static str,
+    body: String,
+}
+
+/// Whether a scrape wants a new page, and whether the server stopped.
+#[derive(Default)]
+struct Want {
+    wanted: bool,
+    stop: bool,
+}
+
+/// The page scrapes are answered with, made by the refresher thread.
+struct Snapshot {
+    page: tokio::sync::watch::Receiver<Option<Arc<Page>>>,
+    want: Arc<(parking_lot::Mutex<Want>, parking_lot::Condvar)>,
+}
+
+impl Snapshot {
+    /// Starts the refresher thread, which makes pages from `handler`'s
+    /// status when a scrape wants one, at most once a [`REFRESH`].
+    fn start(handler: Arc<dyn Handler>) -> std::io::Result<Self> {
+        let (tx, page) = tokio::sync::watch::channel(None);
+        let want: Arc<(parking_lot::Mutex<Want>, parking_lot::Condvar)> = Arc::default();
+        let w = want.clone();
+        std::thread::Builder::new().name("tierfs-metrics-snap".into()).spawn(move || refresh(&*handler, &tx, &w))?;
+        Ok(Snapshot { page, want })
+    }
+
+    /// The page to answer a scrape with (see the module documentation).
+    async fn page(&self) -> Option<Arc<Page>> {
+        let fresh = |p: &Option<Arc<Page>>| p.as_ref().is_some_and(|p| p.made.elapsed() < REFRESH);
+        let mut rx = self.page.clone();
+        if !fresh(&rx.borrow()) {
+            let (m, cv) = &*self.want;
+            m.lock().wanted = true;
+            cv.notify_one();
+            let _ = tokio::time::timeout(STATUS_WAIT, rx.wait_for(fresh)).await;
+        }
+        let page = rx.borrow().clone();
+        page
+    }
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        // Not joined: a status under way must not hold up the unmount.
+        let (m, cv) = &*self.want;
+        m.lock().stop = true;
+        cv.notify_one();
+    }
+}
+
+/// The refresher thread: a page from `h`'s status each time a scrape
+/// wants one, at most once a [`REFRESH`], until the server stops.
+fn refresh(
+    h: &dyn Handler,
+    tx: &tokio::sync::watch::Sender<Option<Arc<Page>>>,
+    want: &(parking_lot::Mutex<Want>, parking_lot::Condvar),
+) {
+    let (m, cv) = want;
+    let mut last: Option<std::time::Instant> = None;
+    loop {
+        {
+            let mut w = m.lock();
+            while !w.wanted && !w.stop {
+                cv.wait(&mut w);
+            }
+            if let Some(next) = last.map(|l| l + REFRESH) {
+                while !w.stop && std::time::Instant::now() < next {
+                    cv.wait_until(&mut w, next);
+                }
+            }
+            if w.stop {
+                return;
+            }
+            w.wanted = false;
+        }
+        last = Some(std::time::Instant::now());
+        // A panicking status answers 500, and the refresher goes on.
+        let status = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.handle(Request::Status { top: 0 })));
+        let (status, body) = match status {
+            Ok(Response::Status(r)) => match render(&r) {
+                Ok(text) => ("200 OK", text),
+                Err(e) => ("500 Internal Server Error", format!("rendering the metrics: {e}\n")),
+            },
+            Ok(other) => ("500 Internal Server Error", format!("status: {other:?}\n")),
+            Err(_) => ("500 Internal Server Error", "the status panicked\n".to_string()),
+        };
+        tx.send_replace(Some(Arc::new(Page { made: std::time::Instant::now(), status, body })));
+    }
+}
+
 /// A running metrics server; stops on drop.
 pub struct MetricsServer {
     addr: SocketAddr,
@@ -396,7 +503,8 @@ impl MetricsServer {
             TcpListener::from_std(listener)?
         };
         let addr = listener.local_addr()?;
-        let server = ServerThread::spawn("tierfs-metrics", rt, listener, move |c| serve_http(c, handler.clone()))?;
+        let snapshot = Arc::new(Snapshot::start(handler)?);
+        let server = ServerThread::spawn("tierfs-metrics", rt, listener, move |c| serve_http(c, snapshot.clone()))?;
         Ok(MetricsServer { addr, _server: server })
     }
 
@@ -426,25 +534,15 @@ async fn request_line(stream: &mut TcpStream) -> Option<String> {
 }
 
 /// One HTTP/1.x exchange, then the connection closes.
-async fn serve_http(mut stream: TcpStream, h: Arc<dyn Handler>) {
+async fn serve_http(mut stream: TcpStream, snapshot: Arc<Snapshot>) {
     let Some(line) = request_line(&mut stream).await else { return };
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let (status, body) = match (method, path.split('?').next().unwrap_or("")) {
-        ("GET", "/metrics") => {
-            // The status takes engine locks and asks both tiers' file
-            // systems: off this runtime's only thread, and bounded.
-            let status = tokio::task::spawn_blocking(move || h.handle(Request::Status { top: 0 }));
-            match tokio::time::timeout(STATUS_WAIT, status).await {
-                Ok(Ok(Response::Status(r))) => match render(&r) {
-                    Ok(text) => ("200 OK", text),
-                    Err(e) => ("500 Internal Server Error", format!("rendering the metrics: {e}\n")),
-                },
-                Ok(Ok(other)) => ("500 Internal Server Error", format!("status: {other:?}\n")),
-                Ok(Err(e)) => ("500 Internal Server Error", format!("status: {e}\n")),
-                Err(_) => ("503 Service Unavailable", format!("no status within {STATUS_WAIT:?}\n")),
-            }
-        }
+        ("GET", "/metrics") => match snapshot.page().await {
+            Some(p) => (p.status, p.body.clone()),
+            None => ("503 Service Unavailable", format!("no status within {STATUS_WAIT:?}\n")),
+        },
         ("GET", _) => ("404 Not Found", "tierfs serves /metrics only\n".to_string()),
         _ => ("405 Method Not Allowed", "GET /metrics\n".to_string()),
     };
@@ -604,5 +702,61 @@ mod tests {
     #[test]
     fn window_labels_are_short() {
         assert_eq!([300, 3600, 86_400, 90].map(window_label), ["5m", "1h", "1d", "90s"]);
+    }
+
+    /// A status source that takes `delay` per status and counts them.
+    struct Slow {
+        calls: std::sync::atomic::AtomicU64,
+        delay: Duration,
+    }
+
+    impl Handler for Slow {
+        fn handle(&self, req: Request) -> Response {
+            assert!(matches!(req, Request::Status { .. }));
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(self.delay);
+            Response::Status(Box::new(report()))
+        }
+    }
+
+    /// `GET /metrics` on `addr`: the status line and the body.
+    fn get(addr: SocketAddr) -> (String, String) {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut text = String::new();
+        c.read_to_string(&mut text).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        (head.lines().next().unwrap().to_string(), body.to_string())
+    }
+
+    #[test]
+    fn clients_looping_on_the_metrics_ask_the_engine_at_most_once_a_refresh() {
+        // Each GET computed the status (the event queue drained, every
+        // file's statistics walked under the planner lock) on the blocking
+        // pool, and was not cancelled at its timeout: a few clients looping
+        // on it held up creates and unlinks. Scrapes are served from a
+        // snapshot now, made at most once a refresh.
+        let slow = Arc::new(Slow { calls: Default::default(), delay: Duration::from_millis(200) });
+        let listener = MetricsServer::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let server = MetricsServer::start(listener, slow.clone()).unwrap();
+        let addr = server.addr();
+        let clients: Vec<_> = (0..8)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    for _ in 0..10 {
+                        let (status, body) = get(addr);
+                        assert!(status.contains("200"), "{status}");
+                        assert!(body.contains("tierfs_requests_total"));
+                    }
+                })
+            })
+            .collect();
+        for c in clients {
+            c.join().unwrap();
+        }
+        let calls = slow.calls.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(calls <= 2, "80 scrapes asked for {calls} statuses");
+        drop(server);
     }
 }

@@ -328,8 +328,9 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
     raise_fd_limit();
 
     let pid_file = runtime::pid_path(&cfg.mountpoint);
-    let _ = std::fs::create_dir_all(runtime::runtime_dir());
-    let _ = std::fs::write(&pid_file, std::process::id().to_string());
+    if let Err(e) = runtime::write_pid_file(&pid_file) {
+        tracing::warn!(path = %pid_file.display(), error = %e, "cannot write the pid file");
+    }
 
     let v2 = vol.clone();
     let e2 = engine.clone();

@@ -8,9 +8,12 @@
 // so that the daemon can join the pieces of one request (the kernel reads
 // and writes a request in batches of folios).
 //
-// Only files the daemon watches count (the `watched` map: backing device
-// and inode to the tierfs file), and never the daemon's own I/O (the
+// Only files the daemon watches count (the `filter` map, which it writes
+// through a mapping of its own, without a system call: a counter per hash of
+// the backing file's tier and inode), and never the daemon's own I/O (the
 // userspace path and migrations, which it counts or leaves out itself).
+// A sample names the backing file (device and inode); the daemon knows
+// whose it is (a hash that collides brings a sample the daemon drops).
 //
 // Built with clang at build time (crates/tierfs-heat/build.rs); kernel types
 // are declared with only the fields used and relocated against the running
@@ -87,28 +90,39 @@ volatile const __u32 ssd_dev = 0;
 volatile const __u32 hdd_dev = 0;
 volatile const __u32 daemon_tgid = 0;
 
-struct key {
-	__u32 dev;
-	__u32 pad;
-	__u64 ino;
-};
-
 struct sample {
-	__u64 file;    // the watched value: tierfs inode << 1 | tier
+	__u64 ino;     // the backing file's inode
 	__u64 off;
+	__u64 time;    // CLOCK_MONOTONIC, nanoseconds
 	__u32 len;
 	__u32 task;
 	__u32 seq;     // the task's read (or write) system calls so far
-	__u16 op;
+	__u32 dev;     // the backing file's file system (both tiers may share one)
+	__u8 op;
+	__u8 pad;
 	__u16 weight;  // the requests it stands for (the sampling interval)
+	__u32 pad2;
 };
 
+// FILTER_SLOTS byte counters, eight to a word; the daemon's `filter_slot`
+// computes the same slot.
+#define FILTER_WORDS (1 << 17)
+#define FILTER_SLOTS (FILTER_WORDS * 8)
+#define MMAPABLE (1 << 10)
+
 struct {
-	__uint(type, MAP_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct key);
+	__uint(type, MAP_ARRAY);
+	__uint(max_entries, FILTER_WORDS);
+	__uint(map_flags, MMAPABLE);
+	__type(key, __u32);
 	__type(value, __u64);
-} watched SEC(".maps");
+} filter SEC(".maps");
+
+static __attribute__((always_inline)) __u32 filter_slot(__u32 dev, __u64 ino)
+{
+	__u64 h = (ino ^ ((__u64)dev << 32)) * 0x9E3779B97F4A7C15ULL;
+	return (__u32)(h >> 44);  // 20 bits: FILTER_SLOTS
+}
 
 struct {
 	__uint(type, MAP_RINGBUF);
@@ -122,9 +136,7 @@ struct {
 	__type(value, __u64);
 } lost SEC(".maps");
 
-// Set by the daemon: one request in `every` is sampled (1: all). Which
-// ones is decided by the thread and its call, so that all the pieces of a
-// sampled call are, and none of another's.
+// Set by the daemon: one request in `every` is sampled (1: all).
 struct {
 	__uint(type, MAP_ARRAY);
 	__uint(max_entries, 1);
@@ -132,7 +144,64 @@ struct {
 	__type(value, __u32);
 } every SEC(".maps");
 
-static __attribute__((always_inline)) int emit(struct inode *inode, __u64 off, __u64 len, __u32 op)
+// This CPU's last decisions, so that every piece of one request gets the
+// decision its first piece got: a write piece that starts within or right
+// after the last one, by the same thread, on the same file; a read batch or
+// a page read from the device in the same read call (the thread's read
+// count) on the same file, and for a read the same end (every batch of one
+// read reports its end; a device page comes before the batch that asked for
+// it and does not know it). And the last call that reported a page read
+// from the device, which it does once.
+struct last {
+	__u64 ino;
+	__u64 start;
+	__u64 end;
+	__u32 task;
+	__u32 keep;
+	__u64 r_ino;
+	__u64 r_end;
+	__u32 r_task;
+	__u32 r_seq;
+	__u32 r_keep;
+	__u32 r_pad;
+	__u64 dev_ino;
+	__u32 dev_task;
+	__u32 dev_seq;
+};
+
+struct {
+	__uint(type, MAP_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct last);
+} last SEC(".maps");
+
+// The daemon's process in its own PID namespace (set by the loader with
+// the namespace's device and inode), so that the filter works in a
+// container too.
+struct pidns_info {
+	__u32 pid;
+	__u32 tgid;
+};
+volatile const __u64 pidns_dev = 0;
+volatile const __u64 pidns_ino = 0;
+static long (*get_ns_current_pid_tgid)(__u64 dev, __u64 ino, struct pidns_info *nsdata, __u32 size) = (void *)120;
+static __u64 (*ktime_get_ns)(void) = (void *)5;
+static __u32 (*prandom_u32)(void) = (void *)7;
+
+// One in `weight`, drawn afresh: a decision that depended only on the
+// thread and the offset would sample the same pages of a hot chunk every
+// time and never the others, and the chunk's count would be as wrong at the
+// end of a run as at its start.
+static __attribute__((always_inline)) __u32 draw(__u32 weight)
+{
+	return weight <= 1 || prandom_u32() % weight == 0 ? weight : 0;
+}
+
+// A request is sampled or not before the costliest question is asked (is
+// this the daemon's process): past the sampling rate most requests are not
+// sampled. `end` is the read's end for a read batch, 0 otherwise.
+static __attribute__((always_inline)) int emit(struct inode *inode, __u64 off, __u64 len, __u32 op, __u64 end)
 {
 	__u32 zero = 0;
 	if (!inode)
@@ -143,24 +212,69 @@ static __attribute__((always_inline)) int emit(struct inode *inode, __u64 off, _
 	__u32 dev = sb->s_dev;
 	if (dev != ssd_dev && dev != hdd_dev)
 		return 0;
-	__u64 id = current_pid_tgid();
-	if ((__u32)(id >> 32) == daemon_tgid)
+	__u64 ino = inode->i_ino;
+	__u32 slot = filter_slot(dev, ino);
+	__u32 word = slot >> 3;
+	__u64 *w = map_lookup(&filter, &word);
+	if (!w || !((*w >> ((slot & 7) * 8)) & 0xff))
 		return 0;
-	struct task_struct *t = current_task_btf();
-	__u64 seq = (op == OP_WRITE || op == OP_DIO_WRITE) ? t->ioac.syscw : t->ioac.syscr;
+	__u32 id = (__u32)current_pid_tgid();
 	__u32 *n_every = map_lookup(&every, &zero);
 	__u32 weight = n_every && *n_every > 1 ? *n_every : 1;
-	if (weight > 1) {
-		// A fault is no system call: its page picks it.
-		__u32 salt = op == OP_FAULT ? (__u32)(off >> 12) : (__u32)seq;
-		__u32 h = (salt + (__u32)id * 0x9E3779B1u) * 0x85EBCA6Bu;
-		if ((h >> 8) % weight)
-			return 0;
-	}
-	struct key k = { .dev = dev, .pad = 0, .ino = inode->i_ino };
-	__u64 *file = map_lookup(&watched, &k);
-	if (!file)
+	struct last *l = map_lookup(&last, &zero);
+	if (!l)
 		return 0;
+	// The thread's read count keys a read call's decision; the others need
+	// their count only once sampled.
+	__u32 seq = 0;
+	if (op == OP_WRITE) {
+		if (l->task == id && l->ino == ino && off >= l->start && off <= l->end) {
+			weight = l->keep;
+			if (off + len > l->end)
+				l->end = off + len;
+		} else {
+			l->task = id;
+			l->ino = ino;
+			l->start = off;
+			l->end = off + len;
+			l->keep = draw(weight);
+			weight = l->keep;
+		}
+	} else if (op == OP_READ || op == OP_DEVICE) {
+		seq = current_task_btf()->ioac.syscr;
+		if (l->r_task == id && l->r_seq == seq && l->r_ino == ino &&
+		    (op == OP_DEVICE || l->r_end == end || l->r_end == 0)) {
+			weight = l->r_keep;
+			if (op == OP_READ)
+				l->r_end = end;
+		} else {
+			l->r_task = id;
+			l->r_seq = seq;
+			l->r_ino = ino;
+			l->r_end = end;
+			l->r_keep = draw(weight);
+			weight = l->r_keep;
+		}
+	} else {
+		weight = draw(weight);
+	}
+	if (!weight)
+		return 0;
+	if (op != OP_READ && op != OP_DEVICE) {
+		struct task_struct *t = current_task_btf();
+		seq = (op == OP_WRITE || op == OP_DIO_WRITE) ? t->ioac.syscw : t->ioac.syscr;
+	}
+	// The daemon's own I/O (the userspace path, migrations).
+	struct pidns_info ns = {};
+	if (get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns, sizeof(ns)) == 0 && ns.tgid == daemon_tgid)
+		return 0;
+	if (op == OP_DEVICE) {
+		if (l->dev_task == id && l->dev_seq == seq && l->dev_ino == ino)
+			return 0;
+		l->dev_task = id;
+		l->dev_seq = seq;
+		l->dev_ino = ino;
+	}
 	struct sample *s = ringbuf_reserve(&samples, sizeof(*s), 0);
 	if (!s) {
 		__u64 *n = map_lookup(&lost, &zero);
@@ -168,11 +282,15 @@ static __attribute__((always_inline)) int emit(struct inode *inode, __u64 off, _
 			*n += 1;
 		return 0;
 	}
-	s->file = *file;
+	s->ino = ino;
+	s->dev = dev;
+	s->pad = 0;
+	s->pad2 = 0;
 	s->off = off;
+	s->time = ktime_get_ns();
 	s->len = len > 0xffffffffULL ? 0xffffffffU : (__u32)len;
-	s->task = (__u32)id;
-	s->seq = (__u32)seq;
+	s->task = id;
+	s->seq = seq;
 	s->op = op;
 	s->weight = weight > 0xffff ? 0xffff : weight;
 	ringbuf_submit(s, RB_NO_WAKEUP);
@@ -195,14 +313,15 @@ int get_pages(__u64 *ctx)
 		end = size;
 	if (end <= start)
 		return 0;
-	return emit(host, start, end - start, OP_READ);
+	// Every batch of one read reports the same end.
+	return emit(host, start, end - start, OP_READ, end);
 }
 
 SEC("tp_btf/mm_filemap_fault")
 int fault(__u64 *ctx)
 {
 	struct address_space *m = (struct address_space *)ctx[0];
-	return emit(m->host, ctx[1] << 12, 4096, OP_FAULT);
+	return emit(m->host, ctx[1] << 12, 4096, OP_FAULT, 0);
 }
 
 SEC("tp_btf/mm_filemap_add_to_page_cache")
@@ -212,19 +331,19 @@ int add_page(__u64 *ctx)
 	struct address_space *m = f->mapping;
 	if (!m)
 		return 0;
-	return emit(m->host, f->index << 12, 4096, OP_DEVICE);
+	return emit(m->host, f->index << 12, 4096, OP_DEVICE, 0);
 }
 
 SEC("tp_btf/ext4_da_write_begin")
 int ext4_da_write(__u64 *ctx)
 {
-	return emit((struct inode *)ctx[0], ctx[1], (__u32)ctx[2], OP_WRITE);
+	return emit((struct inode *)ctx[0], ctx[1], (__u32)ctx[2], OP_WRITE, 0);
 }
 
 SEC("tp_btf/ext4_write_begin")
 int ext4_write(__u64 *ctx)
 {
-	return emit((struct inode *)ctx[0], ctx[1], (__u32)ctx[2], OP_WRITE);
+	return emit((struct inode *)ctx[0], ctx[1], (__u32)ctx[2], OP_WRITE, 0);
 }
 
 SEC("tp_btf/xfs_file_buffered_write")
@@ -232,7 +351,7 @@ int xfs_write(__u64 *ctx)
 {
 	struct kiocb *k = (struct kiocb *)ctx[0];
 	struct iov_iter *it = (struct iov_iter *)ctx[1];
-	return emit(k->ki_filp->f_inode, k->ki_pos, it->count, OP_WRITE);
+	return emit(k->ki_filp->f_inode, k->ki_pos, it->count, OP_WRITE, 0);
 }
 
 SEC("tp_btf/iomap_dio_rw_begin")
@@ -240,7 +359,7 @@ int dio(__u64 *ctx)
 {
 	struct kiocb *k = (struct kiocb *)ctx[0];
 	struct iov_iter *it = (struct iov_iter *)ctx[1];
-	return emit(k->ki_filp->f_inode, k->ki_pos, it->count, it->data_source ? OP_DIO_WRITE : OP_DIO_READ);
+	return emit(k->ki_filp->f_inode, k->ki_pos, it->count, it->data_source ? OP_DIO_WRITE : OP_DIO_READ, 0);
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -102,11 +102,8 @@ impl<S: Store> Engine<S> {
                 // its chunks: this runs for every event).
                 let chunk = self.vol.chunk_size(ino).or_else(|| ChunkSize::new(params.chunk)).unwrap_or_default();
                 let mut c = self.chunks.lock();
-                // A sampled event stands for `times` requests: each is
-                // counted, as the table halves its pages on overflow.
-                for _ in 0..ev.times {
-                    c.monitor.on_access(ino, chunk, off, len);
-                }
+                // A sampled event stands for `times` requests.
+                c.monitor.on_accesses(ino, chunk, off, len, ev.times);
                 if matches!(ev.kind, EventKind::Read { .. }) {
                     let n = u64::from(ev.times);
                     let r = c.reads.entry(ino).or_default();

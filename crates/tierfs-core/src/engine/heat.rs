@@ -7,9 +7,10 @@
 use super::Engine;
 use crate::clock::Timestamp;
 use crate::event::{Event, EventKind};
-use crate::heat::{sampling_interval, Joiner, Request, Sample};
-use crate::report::HeatReport;
+use crate::heat::{monotonic_ns, sampling_interval, Joiner, Request, Sample};
+use crate::report::{HeatReport, SeenReport};
 use crate::store::Store;
+use crate::tier::Tier;
 use crate::vfs::IoMode;
 
 /// The joiner and its buffers (a leaf lock).
@@ -18,7 +19,7 @@ pub(crate) struct Intake {
     joiner: Joiner,
     samples: Vec<Sample>,
     requests: Vec<Request>,
-    /// Samples taken since the last tick, and when that was.
+    /// Requests begun since the last tick, and when that was.
     since_tick: u64,
     last_tick: Option<Timestamp>,
     /// The source samples one request in so many.
@@ -45,10 +46,10 @@ impl<S: Store> Engine<S> {
             let mut guard = self.heat.lock();
             let i = &mut *guard;
             heat.drain(&mut i.samples);
-            i.since_tick += i.samples.len() as u64;
             for s in i.samples.drain(..) {
                 i.joiner.push(&s, &mut i.requests);
             }
+            i.since_tick += i.joiner.take_begun();
             match drain {
                 Drain::Take => {}
                 Drain::Tick => {
@@ -71,10 +72,15 @@ impl<S: Store> Engine<S> {
         if requests.is_empty() {
             return Vec::new();
         }
+        // The samples' clock (CLOCK_MONOTONIC) in the engine's time.
+        let offset = i128::from(time.0) - i128::from(monotonic_ns());
+        let at = |t: u64| Timestamp((i128::from(t) + offset).clamp(0, i128::from(time.0)) as u64);
         // A write's event carries the size after it: the kernel wrote the
-        // file, and only grew it if it wrote past its end.
+        // file, and only grew it if it wrote past its end. (A write joined
+        // after a later truncate and close of its file leaves the size its
+        // end until the file's next open or close.)
         let p = self.planner.lock();
-        requests
+        let mut events: Vec<Event> = requests
             .into_iter()
             .map(|r| {
                 let kind = if r.write {
@@ -84,9 +90,13 @@ impl<S: Store> Engine<S> {
                 } else {
                     EventKind::Read { off: r.off, len: r.len, tier: r.tier, fragment: false }
                 };
-                Event { ino: r.ino, time, kind, times: r.times }
+                Event { ino: r.ino, time: at(r.time), kind, times: r.times }
             })
-            .collect()
+            .collect();
+        drop(p);
+        // A write is reported when its call is over, after later reads.
+        events.sort_by_key(|e| e.time);
+        events
     }
 
     /// The heat source and what it saw, for `tierfs stats`.
@@ -98,26 +108,57 @@ impl<S: Store> Engine<S> {
         };
         (counts.lost, counts.watched) = heat.lost_and_watched();
         counts.every = every.max(1);
-        let sees = heat.sees();
         HeatReport {
             source: heat.name().into(),
             passthrough: self.vol.io_mode() == IoMode::Passthrough,
-            sees_reads: sees.reads,
-            sees_writes: sees.writes,
+            tiers: Tier::ALL
+                .iter()
+                .map(|&t| {
+                    let s = heat.sees(t);
+                    SeenReport { tier: t.name().into(), reads: s.reads, writes: s.writes, direct: s.direct }
+                })
+                .collect(),
             counts,
         }
     }
 }
 
+/// Merges the heat source's events (in time order) into the queue's,
+/// each where its time puts it; the queue's keep their order, and come
+/// first at equal times.
+pub(super) fn merge(queue: Vec<Event>, heat: Vec<Event>) -> Vec<Event> {
+    if heat.is_empty() {
+        return queue;
+    }
+    let mut out = Vec::with_capacity(queue.len() + heat.len());
+    let mut h = heat.into_iter().peekable();
+    for ev in queue {
+        while let Some(x) = h.next_if(|x| x.time < ev.time) {
+            out.push(x);
+        }
+        out.push(ev);
+    }
+    out.extend(h);
+    out
+}
+
 /// How a mount in `mode` counts accesses, for `tierfs stats`.
 pub(super) fn counting(mode: IoMode, heat: &HeatReport) -> String {
-    match (mode, heat.sees_reads, heat.sees_writes) {
+    let reads = heat.tiers.iter().all(|t| t.reads);
+    let writes = heat.tiers.iter().all(|t| t.writes);
+    match (mode, reads, writes) {
         (IoMode::Userspace, ..) => "per request".into(),
         (IoMode::Passthrough, true, true) => {
             format!("per request (passthrough: seen by the {} heat source)", heat.source)
         }
         (IoMode::Passthrough, true, false) => format!(
-            "per request for reads (seen by the {} heat source), per open for writes to passthrough files",
+            "per request for reads (seen by the {} heat source), per open for writes to passthrough files on a tier \
+             whose writes it does not see",
+            heat.source
+        ),
+        (IoMode::Passthrough, false, _) if heat.tiers.iter().any(|t| t.reads) => format!(
+            "per request on the tiers the {} heat source sees, per open on the others (there files whose chunks are \
+             counted take the userspace path)",
             heat.source
         ),
         (IoMode::Passthrough, false, _) => {

@@ -956,20 +956,17 @@ impl<S: Store> Engine<S> {
     pub fn sync_events(&self) {
         let rx = self.rx.lock();
         let Some(rx) = rx.as_ref() else { return };
-        let mut batch = Vec::new();
+        // The heat source first: every file it has a sample of had its
+        // create queued before, so the queue drained next holds it.
+        let heat = self.heat_events(heat::Drain::Take);
+        let mut queued = Vec::new();
         while let Ok(ev) = rx.try_recv() {
-            batch.push(ev);
-            if batch.len() >= 4096 {
-                self.ingest(&batch);
-                self.record_trace(&batch);
-                batch.clear();
-            }
+            queued.push(ev);
         }
-        if !batch.is_empty() {
-            self.ingest(&batch);
-            self.record_trace(&batch);
+        for batch in heat::merge(queued, heat).chunks(4096) {
+            self.ingest(batch);
+            self.record_trace(batch);
         }
-        self.sync_heat(heat::Drain::Take);
     }
 
     /// Takes in the requests the heat source saw. The caller holds `rx`
@@ -1352,11 +1349,13 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    /// Evicts the coldest SSD files until `short` more bytes than now are
-    /// free under the capacity (or `pressure` more, whatever the account
-    /// says, if that is more), never the files in `keep` (their writers
-    /// wait for this room) nor those whose eviction failed a moment ago. Writes waiting for their file to leave
-    /// the SSD are served between evictions. Returns the bytes freed.
+    /// Frees clean chunks of the write-back areas, then evicts the coldest
+    /// SSD files, until `short` more bytes than now are free under the
+    /// capacity (or `pressure` more, whatever the account says, if that is
+    /// more), never the files in `keep` (their writers wait for this room)
+    /// nor those whose eviction failed a moment ago. Writes waiting for
+    /// their file to leave the SSD are served between evictions. Returns
+    /// the bytes freed.
     fn evict(&self, short: u64, pressure: u64, keep: &HashSet<Ino>) -> u64 {
         // The choice must see the latest accesses and files.
         self.sync_events();
@@ -1367,8 +1366,14 @@ impl<S: Store> Engine<S> {
             failed.retain(|_, until| *until > now);
             skip.extend(failed.keys().copied());
         }
-        let steps = self.planner.lock().room(self.clock.now(), short.max(pressure), &skip, &Live(self));
-        let mut freed = 0;
+        // Clean chunks of the write-back areas first: their bytes are on
+        // the HDD too.
+        let want = short.max(pressure);
+        let mut freed = self.wb_reclaim(want);
+        if freed >= want {
+            return freed;
+        }
+        let steps = self.planner.lock().room(self.clock.now(), want - freed, &skip, &Live(self));
         for s in steps {
             if self.stop.load(Ordering::Acquire) {
                 break;
@@ -1937,6 +1942,7 @@ impl<S: Store> Engine<S> {
             return err(libc::EPERM);
         }
         let mut own = self.own_settings(ino);
+        let before = own;
         let was_set = own.get(key).is_some();
         match value {
             Some(v) => {
@@ -1952,6 +1958,21 @@ impl<S: Store> Engine<S> {
                 if !own.unset(key) {
                     return err(libc::ENODATA);
                 }
+            }
+        }
+        if ctx.uid != 0 && is_dir {
+            // The area the directory heads after the change: a user may give
+            // it at most a tenth of the SSD, set or inherited (a new group
+            // below root's area would otherwise take root's share again).
+            let (was, now) = (self.dir_share(ino, &before), self.dir_share(ino, &own));
+            if now > crate::extent::writeback::USER_SHARE_MAX && now > was {
+                tracing::warn!(
+                    uid = ctx.uid,
+                    path,
+                    share = now,
+                    "only root may give a write-back area more than a tenth of the SSD"
+                );
+                return err(libc::EPERM);
             }
         }
         let stored = {
@@ -1974,6 +1995,22 @@ impl<S: Store> Engine<S> {
         let dir = if is_dir { ino } else { self.parent_of(ino).unwrap_or(crate::state::ns::ROOT_INO) };
         self.regroup.lock().push((dir, Regroup::Settings));
         Ok(())
+    }
+
+    /// The share of the SSD (percent) the write-back area of directory
+    /// `dir` would ask for with `own` as its settings: 0 if they head no
+    /// group, else its own share or policy's, or what it inherits.
+    fn dir_share(&self, dir: Ino, own: &Settings) -> u8 {
+        if !own.defines_group() {
+            return 0;
+        }
+        let (policy, params) = match self.parent_of(dir) {
+            Some(p) if dir != crate::state::ns::ROOT_INO => self.setting(self.group_of(p)),
+            _ => (self.cfg.policy, self.cfg.params),
+        };
+        let policy = own.policy.unwrap_or(policy);
+        let params = crate::policy::Params { write_back: own.write_back.unwrap_or(params.write_back), ..params };
+        crate::policy::write_back_percent(policy, &params)
     }
 
     /// SSD bytes accounted as used.

@@ -696,3 +696,77 @@ fn a_pin_takes_the_place_of_a_queued_move_and_a_queued_move_never_goes_against_a
     assert!(r.engine.against_pin(&demote), "a demotion of a file pinned to the SSD");
     assert!(!r.engine.against_pin(&hot));
 }
+
+/// A directory `name` in the root owned by `uid`.
+fn dir_of(r: &Rig, name: &str, uid: u32) -> Ino {
+    let d = r.vol.mkdir(&CTX, ROOT_INO, OsStr::new(name), 0o755, 0).unwrap().ino;
+    r.vol.setattr(d, None, &crate::vfs::SetAttr { uid: Some(uid), ..Default::default() }).unwrap();
+    d
+}
+
+#[test]
+fn only_root_may_give_a_directory_a_write_back_area_above_a_tenth_of_the_ssd() {
+    // Any directory owner could give a directory an area of the whole SSD
+    // (or write-back-cache's half, by its policy alone), on as many
+    // directories as they liked, and push every other user's files off.
+    let r = rig(PolicyKind::DynamicHotDst);
+    let user = Ctx { uid: 1000, gid: 1000, pid: 1 };
+    let d = dir_of(&r, "mine", 1000);
+    let set =
+        |ctx: &Ctx, d: Ino, key: &str, v: &[u8]| r.engine.xattr_change(ctx, d, OsStr::new(key), Some(v), 0).unwrap();
+    let e = set(&user, d, "user.tierfs.write-back", b"100").unwrap_err();
+    assert!(e.is(libc::EPERM), "{e}");
+    let e = set(&user, d, "user.tierfs.policy", b"write-back-cache").unwrap_err();
+    assert!(e.is(libc::EPERM), "write-back-cache's own share is half the SSD: {e}");
+    set(&user, d, "user.tierfs.write-back", b"10").unwrap();
+    set(&user, d, "user.tierfs.policy", b"write-back-cache").unwrap();
+    set(&CTX, d, "user.tierfs.write-back", b"60").unwrap();
+    // Below a root's area, a user's new group would inherit its share.
+    let sub = r.vol.mkdir(&CTX, d, OsStr::new("sub"), 0o755, 0).unwrap().ino;
+    r.vol.setattr(sub, None, &crate::vfs::SetAttr { uid: Some(1000), ..Default::default() }).unwrap();
+    r.step();
+    let e = set(&user, sub, "user.tierfs.sieve", b"2M").unwrap_err();
+    assert!(e.is(libc::EPERM), "{e}");
+    set(&user, sub, "user.tierfs.write-back", b"5").unwrap();
+}
+
+#[test]
+fn the_write_back_areas_together_take_at_most_half_the_ssd() {
+    let r =
+        rig_with(EngineConfig { policy: PolicyKind::HddOnly, ssd_capacity: Some(1 << 20), ..EngineConfig::default() });
+    let mut groups = Vec::new();
+    for i in 0..4 {
+        let d = dir_of(&r, &format!("d{i}"), 0);
+        r.engine.xattr_change(&CTX, d, OsStr::new("user.tierfs.write-back"), Some(b"40"), 0).unwrap().unwrap();
+        r.step();
+        groups.push(r.engine.group_of(d));
+    }
+    for &g in &groups {
+        assert!(r.engine.wb_reserve(g, 4096), "group {g}: quota {}", r.engine.wb_quota(g));
+        r.engine.wb.lock().areas.get_mut(&g).unwrap().cancel(4096);
+    }
+    r.engine.scrub_round(false);
+    let total: u64 = groups.iter().map(|&g| r.engine.wb_quota(g)).sum();
+    assert!(total <= 512 << 10, "four areas of 40 % take {total} bytes of a 1 MiB SSD");
+    assert_eq!(r.engine.wb_report().quota_bytes, total);
+}
+
+#[test]
+fn the_cleaner_frees_clean_chunks_of_the_write_back_areas_for_room() {
+    // Clean chunks (written back, their bytes on the HDD too) were freed
+    // only by their own area's plan: the cleaner, asked for room, found no
+    // SSD file to evict and gave up while they filled the SSD.
+    let (r, ino, fh) = write_back_rig(50);
+    let chunk = vec![9u8; K64 as usize];
+    for i in 0..6 {
+        r.vol.write(fh, i * K64, &chunk).unwrap();
+    }
+    r.clock.advance(crate::extent::writeback::IDLE);
+    r.engine.scrub_round(false);
+    let info = r.vol.split_info(ino).unwrap();
+    assert_eq!((info.chunks, info.dirty), (6, 0), "six clean chunks");
+    let freed = r.engine.evict(4 * K64, 0, &HashSet::new());
+    assert!(freed >= 4 * K64, "freed {freed} bytes");
+    assert_eq!(r.vol.split_info(ino).map_or(0, |i| i.chunks), 2, "the oldest went");
+    r.vol.release(fh).unwrap();
+}

@@ -26,6 +26,10 @@ const SCRUB_TICK: Duration = Duration::from_millis(250);
 /// The window the scrub rate is measured over.
 const RATE_WINDOW: Duration = Duration::from_secs(10);
 
+/// How long the cleaner waits for a file's locks to free one of its clean
+/// chunks (it skips the chunk otherwise).
+const CLEAN_WAIT: Duration = Duration::from_millis(50);
+
 /// How often a full area is noted in the log.
 const BACKLOG_NOTE_EVERY: Duration = Duration::from_secs(10);
 
@@ -47,15 +51,49 @@ pub(crate) struct WriteBack {
     /// Bytes written back, by time, over the rate window.
     recent: VecDeque<(Timestamp, u64)>,
     last_note: Option<Timestamp>,
+    /// The areas' shares (percent of the SSD): their sum and the largest,
+    /// which scale each area's quota ([`crate::extent::writeback::quota`]);
+    /// taken again each scrubber round and when an area is made.
+    shares: (u64, u8),
 }
 
 impl<S: Store> Engine<S> {
-    /// The area of group `g` in bytes (its percentage of the capacity).
-    fn wb_quota(&self, g: Group) -> u64 {
+    /// The share of the SSD group `g`'s area asks for, percent.
+    fn wb_share(&self, g: Group) -> u8 {
         let e = self.effective(g);
-        let pct = crate::policy::write_back_percent(e.policy, &e.params);
+        crate::policy::write_back_percent(e.policy, &e.params)
+    }
+
+    /// The area of group `g` in bytes: its share of the capacity, scaled
+    /// down with every other area's when together they ask for more than
+    /// the areas may take ([`crate::extent::writeback::quota`]).
+    pub(super) fn wb_quota(&self, g: Group) -> u64 {
+        let share = self.wb_share(g);
         let limit = self.account.lock().limit();
-        (u128::from(limit) * u128::from(pct) / 100) as u64
+        let (sum, largest) = self.wb.lock().shares;
+        crate::extent::writeback::quota(limit, share, sum, largest)
+    }
+
+    /// Takes the areas' shares again (see [`WriteBack::shares`]).
+    fn wb_refresh_shares(&self) {
+        let groups: Vec<Group> = self.wb.lock().areas.keys().copied().collect();
+        let shares: Vec<u8> = groups.into_iter().map(|g| self.wb_share(g)).collect();
+        let sum = shares.iter().map(|&s| u64::from(s)).sum();
+        self.wb.lock().shares = (sum, shares.into_iter().max().unwrap_or(0));
+    }
+
+    /// The area of group `g`, made (with the shares taken again) if it has
+    /// none yet.
+    fn wb_area_made(&self, g: Group) {
+        let fresh = {
+            let mut wb = self.wb.lock();
+            let fresh = !wb.areas.contains_key(&g);
+            wb.areas.entry(g).or_default();
+            fresh
+        };
+        if fresh {
+            self.wb_refresh_shares();
+        }
     }
 
     /// Sum of the areas, bytes: the remap area leaves them out.
@@ -88,6 +126,7 @@ impl<S: Store> Engine<S> {
             self.counters.diverted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return false;
         };
+        self.wb_area_made(g);
         let quota = self.wb_quota(g);
         let now = self.clock.now();
         let mut wb = self.wb.lock();
@@ -185,9 +224,11 @@ impl<S: Store> Engine<S> {
             if dirty.is_empty() {
                 continue;
             }
+            self.wb_area_made(u.area);
             let quota = self.wb_quota(u.area);
             let mut wb = self.wb.lock();
             let a = wb.areas.entry(u.area).or_insert_with(|| Area::new(quota));
+            a.quota = quota;
             a.admit(&dirty, 0, now);
             taken.extend(dirty.iter().map(|d| d.0));
         }
@@ -214,6 +255,8 @@ impl<S: Store> Engine<S> {
     /// chunk is written back (unmount). Returns the dirty chunks left.
     pub(super) fn scrub_round(&self, all: bool) -> usize {
         let now = self.clock.now();
+        // Settings may have changed the shares since.
+        self.wb_refresh_shares();
         let groups: Vec<Group> = self.wb.lock().areas.keys().copied().collect();
         let quotas: Vec<(Group, u64)> = groups.into_iter().map(|g| (g, self.wb_quota(g))).collect();
         let mut scrub = Vec::new();
@@ -259,21 +302,57 @@ impl<S: Store> Engine<S> {
         }
         for id in free {
             self.doing("scrubber", format!("freeing chunk {} of inode {}", id.index, id.ino));
-            let r = self.vol.chunk_op(id.ino, ChunkOp::Drop(id.index), &NoCrash, &mut |_| Ok(()));
-            match r {
-                Ok(Outcome::Done(_)) | Ok(Outcome::Skipped(Skip::AlreadyThere | Skip::Gone)) => {
-                    let mut wb = self.wb.lock();
-                    wb.freed += 1;
-                    for a in wb.areas.values_mut() {
-                        a.forget(id);
-                    }
-                }
-                Ok(Outcome::Skipped(_)) => {}
-                Err(e) => tracing::warn!(ino = id.ino, chunk = id.index, error = %e, "freeing a clean chunk failed"),
-            }
+            self.wb_free(id, &NoCrash);
         }
         self.doing("scrubber", "idle");
         left
+    }
+
+    /// Takes clean chunk `id` off the SSD (and out of its area); true if
+    /// it is off the SSD now.
+    fn wb_free(&self, id: ChunkId, ctl: &dyn crate::migrate::Control) -> bool {
+        match self.vol.chunk_op(id.ino, ChunkOp::Drop(id.index), ctl, &mut |_| Ok(())) {
+            Ok(Outcome::Done(_)) | Ok(Outcome::Skipped(Skip::AlreadyThere | Skip::Gone)) => {
+                let mut wb = self.wb.lock();
+                wb.freed += 1;
+                for a in wb.areas.values_mut() {
+                    a.forget(id);
+                }
+                true
+            }
+            Ok(Outcome::Skipped(_)) => false,
+            Err(e) => {
+                tracing::warn!(ino = id.ino, chunk = id.index, error = %e, "freeing a clean chunk failed");
+                false
+            }
+        }
+    }
+
+    /// Frees clean chunks of the write-back areas (their bytes are on the
+    /// HDD too), oldest first and taking turns among the areas, until
+    /// `want` bytes are freed: the cleaner's first source of room, before
+    /// whole files. Each area frees its own clean chunks only when it runs
+    /// short itself, so without this the areas' clean chunks stayed while
+    /// every other user's files were evicted. Returns the bytes freed.
+    pub(super) fn wb_reclaim(&self, want: u64) -> u64 {
+        let lists: Vec<Vec<(ChunkId, u64)>> = {
+            let wb = self.wb.lock();
+            wb.areas.values().map(|a| a.clean(|id| self.vol.chunk_dirty(id))).collect()
+        };
+        let longest = lists.iter().map(Vec::len).max().unwrap_or(0);
+        let mut freed = 0;
+        for (id, bytes) in (0..longest).flat_map(|i| lists.iter().filter_map(move |l| l.get(i).copied())) {
+            if freed >= want || self.stop.load(Ordering::Acquire) {
+                break;
+            }
+            self.doing("cleaner", format!("freeing clean chunk {} of inode {}", id.index, id.ino));
+            if self.wb_free(id, &super::Bounded(self, CLEAN_WAIT)) {
+                freed += bytes;
+                // Waiters may have room already.
+                self.room_cv.notify_all();
+            }
+        }
+        freed
     }
 
     /// At unmount: every dirty chunk of every area written back, with

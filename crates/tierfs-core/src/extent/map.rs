@@ -6,8 +6,9 @@
 //! and of the file's size (Hystor's remap area is inclusive).
 //!
 //! Keys in the `ns` tree (integers big-endian, values start with a format
-//! byte): `X` ino → chunk shift (the file's chunk size); `x` ino index →
-//! state (clean or dirty).
+//! byte): `X` ino → chunk shift (the file's chunk size) and the backing
+//! identity of its HDD file (format 2; recovery writes chunks back only
+//! into that file); `x` ino index → state (clean or dirty).
 //!
 //! Invariants, which the chunk mover keeps and recovery relies on:
 //! - **I1** A chunk in the durable map has an SSD copy at least as new as
@@ -24,13 +25,15 @@
 
 use super::{ChunkId, ChunkSize};
 use crate::error::{Error, Result};
-use crate::state::ns::{ino_at, key, Ino};
+use crate::state::ns::{ino_at, key, BackingId, Ino};
 use crate::state::{Kv, Op, TreeId};
 use crate::tier::Tier;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 const FORMAT: u8 = 1;
+/// File keys with the home's backing identity.
+const FILE_V2: u8 = 2;
 const CLEAN: u8 = 0;
 const DIRTY: u8 = 1;
 
@@ -58,6 +61,17 @@ pub struct Piece {
 struct FileMap {
     chunk: ChunkSize,
     chunks: BTreeMap<u64, ChunkState>,
+    /// The backing identity of its HDD file when its first chunk came
+    /// (`None`: a map of an older build).
+    home: Option<BackingId>,
+}
+
+/// The value of a file key.
+fn file_value(chunk: ChunkSize, home: Option<BackingId>) -> Vec<u8> {
+    match home {
+        None => vec![FORMAT, chunk.shift() as u8],
+        Some((dev, ino)) => [&[FILE_V2, chunk.shift() as u8][..], &dev.to_be_bytes(), &ino.to_be_bytes()].concat(),
+    }
 }
 
 /// The extent map of every split file, in memory, backed by the state
@@ -111,12 +125,14 @@ impl ExtentMap {
                 return Err(corrupt("file key"));
             }
             let ino = ino_at(&k, 1)?;
-            let chunk = match v.as_slice() {
-                [FORMAT, shift] => ChunkSize::new(1u64.checked_shl(u32::from(*shift)).unwrap_or(0)),
-                _ => None,
-            }
-            .ok_or_else(|| corrupt("chunk size"))?;
-            files.insert(ino, FileMap { chunk, chunks: BTreeMap::new() });
+            let size = |shift: u8| ChunkSize::new(1u64.checked_shl(u32::from(shift)).unwrap_or(0));
+            let (chunk, home) = match v.as_slice() {
+                [FORMAT, shift] => (size(*shift), None),
+                [FILE_V2, shift, id @ ..] if id.len() == 16 => (size(*shift), Some((ino_at(id, 0)?, ino_at(id, 8)?))),
+                _ => (None, None),
+            };
+            let chunk = chunk.ok_or_else(|| corrupt("chunk size"))?;
+            files.insert(ino, FileMap { chunk, chunks: BTreeMap::new(), home });
         }
         for (k, v) in kv.scan(TreeId::Ns, b"x")? {
             if k.len() != 17 {
@@ -148,6 +164,12 @@ impl ExtentMap {
     /// The chunk size of a split file (or of one that was).
     pub fn chunk_size(&self, ino: Ino) -> Option<ChunkSize> {
         self.files.get(&ino).map(|f| f.chunk)
+    }
+
+    /// The backing identity of a split file's HDD file, as its first chunk
+    /// found it (`None`: not split, or split by an older build).
+    pub fn home(&self, ino: Ino) -> Option<BackingId> {
+        self.files.get(&ino).and_then(|f| f.home)
     }
 
     /// True if some chunk of `ino` is on the SSD.
@@ -195,23 +217,32 @@ impl ExtentMap {
     }
 
     /// The chunk's SSD copy is durable: it enters the map, clean, durably
-    /// (I1). The file's chunk size is fixed by its first chunk.
-    pub fn commit_present(&mut self, id: ChunkId, chunk: ChunkSize) -> Result<()> {
-        self.commit_new(id.ino, chunk, &[id.index], ChunkState::Clean)
+    /// (I1). The file's chunk size, and its home's identity `home`, are
+    /// fixed by its first chunk.
+    pub fn commit_present(&mut self, id: ChunkId, chunk: ChunkSize, home: Option<BackingId>) -> Result<()> {
+        self.commit_new(id.ino, chunk, &[id.index], ChunkState::Clean, home)
     }
 
     /// Chunks of `ino` whose SSD copies are durable enter the map in
     /// `state`, with one flush (I1): clean for a copy of the HDD bytes,
     /// dirty for a write buffered in the write-back area (its HDD bytes
-    /// are older). Chunks already mapped keep their entries.
-    pub fn commit_new(&mut self, ino: Ino, chunk: ChunkSize, indices: &[u64], state: ChunkState) -> Result<()> {
+    /// are older). Chunks already mapped keep their entries. The first
+    /// chunk of a file records `home`, the identity of its HDD file.
+    pub fn commit_new(
+        &mut self,
+        ino: Ino,
+        chunk: ChunkSize,
+        indices: &[u64],
+        state: ChunkState,
+        home: Option<BackingId>,
+    ) -> Result<()> {
         let mut ops = Vec::new();
         let known = self.files.get(&ino).map(|f| f.chunk);
         if known.is_some_and(|c| c != chunk) {
             return Err(Error::Invalid(format!("file {ino} has chunks of {}, not {chunk}", known.unwrap_or(chunk))));
         }
         if known.is_none() {
-            ops.push(Op::Put(file_key(ino), vec![FORMAT, chunk.shift() as u8]));
+            ops.push(Op::Put(file_key(ino), file_value(chunk, home)));
         }
         let new: Vec<u64> = indices.iter().copied().filter(|&i| self.get(ChunkId::new(ino, i)).is_none()).collect();
         let byte = if state == ChunkState::Dirty { DIRTY } else { CLEAN };
@@ -232,7 +263,7 @@ impl ExtentMap {
             self.kv.apply(TreeId::Ns, undo)?;
             return Err(e);
         }
-        let f = self.files.entry(ino).or_insert_with(|| FileMap { chunk, chunks: BTreeMap::new() });
+        let f = self.files.entry(ino).or_insert_with(|| FileMap { chunk, chunks: BTreeMap::new(), home });
         for &i in &new {
             f.chunks.insert(i, state);
         }
@@ -345,7 +376,7 @@ impl ExtentMap {
                 })
                 .collect();
             if last {
-                undo.push(Op::Put(file_key(ino), vec![FORMAT, f.chunk.shift() as u8]));
+                undo.push(Op::Put(file_key(ino), file_value(f.chunk, f.home)));
             }
             self.kv.apply(TreeId::Ns, undo)?;
             return Err(e);
@@ -378,8 +409,8 @@ mod tests {
     fn a_present_chunk_survives_a_power_cut_and_its_dirtiness_is_assumed() {
         let kv = MemKv::new();
         let mut m = map(&kv, true);
-        m.commit_present(ChunkId::new(5, 2), K64).unwrap();
-        m.commit_present(ChunkId::new(5, 3), K64).unwrap();
+        m.commit_present(ChunkId::new(5, 2), K64, None).unwrap();
+        m.commit_present(ChunkId::new(5, 3), K64, None).unwrap();
         m.note_write(ChunkId::new(5, 2));
         assert_eq!(m.get(ChunkId::new(5, 2)), Some(ChunkState::Dirty));
         kv.crash();
@@ -408,7 +439,7 @@ mod tests {
     fn chunks_taken_as_dirty_after_a_crash_stay_dirty_across_a_clean_restart() {
         let kv = MemKv::new();
         let mut m = map(&kv, true);
-        m.commit_present(ChunkId::new(1, 4), K64).unwrap();
+        m.commit_present(ChunkId::new(1, 4), K64, None).unwrap();
         kv.crash();
         let mut m = map(&kv, false);
         m.note_write(ChunkId::new(1, 4));
@@ -422,7 +453,7 @@ mod tests {
     fn a_dirty_chunk_is_not_dropped_without_a_write_back() {
         let kv = MemKv::new();
         let mut m = map(&kv, true);
-        m.commit_present(ChunkId::new(1, 0), K64).unwrap();
+        m.commit_present(ChunkId::new(1, 0), K64, None).unwrap();
         m.note_write(ChunkId::new(1, 0));
         assert!(m.commit_absent(1, &[0]).is_err());
         assert!(m.is_split(1));
@@ -443,8 +474,8 @@ mod tests {
     fn discarding_a_chunk_named_twice_keeps_the_other_chunks() {
         let kv = MemKv::new();
         let mut m = map(&kv, true);
-        m.commit_present(ChunkId::new(1, 3), K64).unwrap();
-        m.commit_present(ChunkId::new(1, 4), K64).unwrap();
+        m.commit_present(ChunkId::new(1, 3), K64, None).unwrap();
+        m.commit_present(ChunkId::new(1, 4), K64, None).unwrap();
         m.commit_discarded(1, &[3, 3]).unwrap();
         assert_eq!(m.chunks(1).map(|(i, _)| i).collect::<Vec<_>>(), vec![4]);
         let m = map(&kv, true);
@@ -464,10 +495,10 @@ mod tests {
     fn a_file_keeps_one_chunk_size() {
         let kv = MemKv::new();
         let mut m = map(&kv, true);
-        m.commit_present(ChunkId::new(1, 0), K64).unwrap();
-        assert!(m.commit_present(ChunkId::new(1, 1), ChunkSize::MIN).is_err());
+        m.commit_present(ChunkId::new(1, 0), K64, None).unwrap();
+        assert!(m.commit_present(ChunkId::new(1, 1), ChunkSize::MIN, None).is_err());
         m.commit_discarded(1, &[0]).unwrap();
-        m.commit_present(ChunkId::new(1, 1), ChunkSize::MIN).unwrap();
+        m.commit_present(ChunkId::new(1, 1), ChunkSize::MIN, None).unwrap();
         assert_eq!(m.chunk_size(1), Some(ChunkSize::MIN));
     }
 
@@ -478,7 +509,7 @@ mod tests {
         assert_eq!(m.split(1, 10, 100), vec![Piece { off: 10, len: 100, tier: Tier::Hdd }]);
         assert!(m.split(1, 10, 0).is_empty());
         for i in [1, 2, 4] {
-            m.commit_present(ChunkId::new(1, i), ChunkSize::MIN).unwrap();
+            m.commit_present(ChunkId::new(1, i), ChunkSize::MIN, None).unwrap();
         }
         let p = m.split(1, 4000, 4 * 4096);
         assert_eq!(
@@ -500,7 +531,7 @@ mod tests {
             let kv = MemKv::new();
             let mut m = map(&kv, true);
             for &i in &present {
-                m.commit_present(ChunkId::new(1, i), ChunkSize::MIN).unwrap();
+                m.commit_present(ChunkId::new(1, i), ChunkSize::MIN, None).unwrap();
             }
             let pieces = m.split(1, off, len);
             let mut at = off;

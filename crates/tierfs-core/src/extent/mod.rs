@@ -183,7 +183,12 @@ impl Monitor {
     /// unless the file already has statistics): counted in the table, and
     /// the resident chunks it touched go to the top of the resident list.
     pub fn on_access(&mut self, ino: Ino, chunk: ChunkSize, off: u64, len: u64) {
-        let chunk = self.table.record(ino, chunk, off, len);
+        self.on_accesses(ino, chunk, off, len, 1);
+    }
+
+    /// `times` such requests at once (a sampled one that stands for them).
+    pub fn on_accesses(&mut self, ino: Ino, chunk: ChunkSize, off: u64, len: u64, times: u32) {
+        let chunk = self.table.record_times(ino, chunk, off, len, times);
         for index in chunk.chunks(off, len) {
             self.resident.touch(ChunkId::new(ino, index));
         }

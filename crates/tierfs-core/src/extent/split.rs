@@ -106,6 +106,13 @@ pub struct Split<'a, S: Store> {
     pub shadow: &'a S::File,
     /// The file.
     pub ino: Ino,
+    /// Who writes (a request's caller): the bytes of a write, and the
+    /// growth of the file, land as that user (quotas, the space a file
+    /// system keeps for root). Nothing else runs so: the extent map's
+    /// commits write the state database, which only the daemon's user may
+    /// reach (run as the writer, a buffered write failed with EACCES, and a
+    /// commit that rotated the database's journal broke it for everyone).
+    pub caller: Option<crate::vfs::Ctx>,
 }
 
 impl<S: Store> Split<'_, S> {
@@ -114,8 +121,25 @@ impl<S: Store> Split<'_, S> {
         Ok(self.hdd.fstat(self.home)?.size)
     }
 
+    /// Runs `f`, a backing call that writes a write's bytes or grows the
+    /// file, as the writer if there is one (see [`Split::caller`]).
+    fn as_writer<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _as = self.caller.as_ref().map(|c| crate::vfs::creds::AsCaller::new(c, false));
+        f()
+    }
+
     fn chunk(&self, map: &Mutex<ExtentMap>, default: ChunkSize) -> ChunkSize {
         map.lock().chunk_size(self.ino).unwrap_or(default)
+    }
+
+    /// The HDD file's backing identity, for a file about to get its first
+    /// chunk (the map records it then); `None` if the map knows the file.
+    fn first_home(&self, map: &Mutex<ExtentMap>) -> Result<Option<crate::state::ns::BackingId>> {
+        if map.lock().chunk_size(self.ino).is_some() {
+            return Ok(None);
+        }
+        let st = self.hdd.fstat(self.home)?;
+        Ok(Some((st.dev, st.ino)))
     }
 
     /// Reads up to `buf.len()` bytes at `off`, each piece from its tier.
@@ -185,14 +209,14 @@ impl<S: Store> Split<'_, S> {
         let old = if split { Some(self.size().map_err(hdd_err)?) } else { None };
         let grown = old.filter(|&old| end > old);
         if grown.is_some() {
-            self.hdd.set_len(self.home, end).map_err(|e| hdd_err(e.into()))?;
+            self.as_writer(|| self.hdd.set_len(self.home, end)).map_err(|e| hdd_err(e.into()))?;
         }
         for p in &pieces {
             let src = &data[(p.off - off) as usize..(p.off - off + p.len) as usize];
-            let r = match p.tier {
+            let r = self.as_writer(|| match p.tier {
                 Tier::Ssd => write_full(self.ssd, self.shadow, src, p.off),
                 Tier::Hdd => write_full(self.hdd, self.home, src, p.off),
-            };
+            });
             if let Err(e) = r {
                 if let Some(old) = grown {
                     // Best effort: the error is the answer either way.
@@ -320,7 +344,8 @@ impl<S: Store> Split<'_, S> {
         crash(points::ADD_COPIED)?;
         self.ssd.fsync(self.shadow, true)?;
         crash(points::ADD_SYNCED)?;
-        map.lock().commit_present(id, chunk)?;
+        let home = self.first_home(map)?;
+        map.lock().commit_present(id, chunk, home)?;
         crash(points::ADD_COMMITTED)
     }
 
@@ -411,7 +436,7 @@ impl<S: Store> Split<'_, S> {
                 image[(a - start) as usize..(b - start) as usize]
                     .copy_from_slice(&data[(a - off) as usize..(b - off) as usize]);
             }
-            write_full(self.ssd, self.shadow, &image, start)?;
+            self.as_writer(|| write_full(self.ssd, self.shadow, &image, start))?;
             if image_end - start < chunk.bytes() {
                 // Past the size the shadow reads as zeros (I4).
                 self.ssd.fallocate(self.shadow, PUNCH, image_end, start + chunk.bytes() - image_end)?;
@@ -421,7 +446,8 @@ impl<S: Store> Split<'_, S> {
         if !new.is_empty() {
             self.ssd.fsync(self.shadow, true)?;
             crash(points::BUFFER_SYNCED)?;
-            map.lock().commit_new(self.ino, chunk, &new, ChunkState::Dirty)?;
+            let home = self.first_home(map)?;
+            map.lock().commit_new(self.ino, chunk, &new, ChunkState::Dirty, home)?;
             crash(points::BUFFER_COMMITTED)?;
         }
         // The HDD file grows only now, by the write itself (which cuts it

@@ -169,13 +169,28 @@ impl BlockTable {
     /// chunk size of its first request (`chunk`) until it is forgotten.
     /// Returns the chunk size used.
     pub fn record(&mut self, ino: Ino, chunk: ChunkSize, off: u64, len: u64) -> ChunkSize {
+        self.record_times(ino, chunk, off, len, 1)
+    }
+
+    /// [`Table::record`] of `times` such requests (a heat source's sample
+    /// that stands for that many): their weights are added at once, in
+    /// steps a counter can take, each halving the page on overflow as one
+    /// request would.
+    pub fn record_times(&mut self, ino: Ino, chunk: ChunkSize, off: u64, len: u64, times: u32) -> ChunkSize {
         let b = weight(sectors(off, len));
         let chunk = self.files.get(&ino).map_or(chunk, |f| f.chunk);
         if b == 0 {
             return chunk;
         }
         for index in chunk.chunks(off, len) {
-            self.add(ino, chunk, index, b);
+            // A step of at most half a counter's range: one halving makes
+            // room for it.
+            let mut left = u32::from(b) * times;
+            while left > 0 {
+                let step = left.min(1 << 15);
+                self.add(ino, chunk, index, step as u16);
+                left -= step;
+            }
         }
         chunk
     }
@@ -370,6 +385,25 @@ mod tests {
 
     fn id(ino: Ino, index: u64) -> ChunkId {
         ChunkId::new(ino, index)
+    }
+
+    #[test]
+    fn a_sampled_request_adds_what_its_requests_would() {
+        let (mut one, mut many) = (BlockTable::new(), BlockTable::new());
+        for _ in 0..40 {
+            one.record(7, K64, 3 * 65536, 4096);
+        }
+        many.record_times(7, K64, 3 * 65536, 4096, 40);
+        assert_eq!(one.counter(id(7, 3)), many.counter(id(7, 3)));
+        assert_eq!(one.sub_entry(7, 0, 0), many.sub_entry(7, 0, 0));
+        // Past a counter's range the page is halved, as by many requests.
+        let (mut one, mut many) = (BlockTable::new(), BlockTable::new());
+        for _ in 0..3000 {
+            one.record(7, K64, 0, 512);
+        }
+        many.record_times(7, K64, 0, 512, 3000);
+        let (a, b) = (one.counter(id(7, 0)), many.counter(id(7, 0)));
+        assert!(a > u16::MAX / 4 && b > u16::MAX / 4, "{a} {b}");
     }
 
     #[test]

@@ -32,6 +32,27 @@ pub fn charge(chunk: super::ChunkSize, index: u64, size: u64) -> u64 {
     chunk.within(index, size).next_multiple_of(4096)
 }
 
+/// The largest share of the SSD (percent of its capacity) a user other than
+/// root may give a directory's area: anyone else's files could otherwise be
+/// pushed off the SSD by one user's areas.
+pub const USER_SHARE_MAX: u8 = 10;
+
+/// What the areas together may take of the SSD, percent of its capacity
+/// (more only if root gave one area a larger share: then that share).
+pub const TOTAL_SHARE: u8 = 50;
+
+/// The quota of an area whose share is `share` percent of a `limit`-byte
+/// SSD, among areas whose shares add up to `sum` (this one's included)
+/// with `largest` the largest: the shares scaled down, all alike, so that
+/// together they take at most [`TOTAL_SHARE`] of the SSD, or the largest
+/// share if that is more.
+pub fn quota(limit: u64, share: u8, sum: u64, largest: u8) -> u64 {
+    let sum = sum.max(u64::from(share));
+    let cap = u64::from(TOTAL_SHARE.max(largest).max(share));
+    let pct = u128::from(share) * u128::from(cap.min(sum));
+    (u128::from(limit) * pct / (100 * u128::from(sum.max(1)))) as u64
+}
+
 /// The scrubber's thresholds, percent of the area.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Watermarks {
@@ -227,6 +248,13 @@ impl Area {
     pub fn dirty_bytes(&self, state: impl Fn(ChunkId) -> Option<bool>) -> u64 {
         self.chunks.iter().filter(|(id, _)| state(**id) == Some(true)).map(|(_, v)| v.0).sum()
     }
+
+    /// The area's clean chunks (as `state` says, see [`Area::plan`]) with
+    /// the bytes each takes, oldest write first: what the cleaner may free
+    /// at once when the SSD needs room (their bytes are on the HDD too).
+    pub fn clean(&self, state: impl Fn(ChunkId) -> Option<bool>) -> Vec<(ChunkId, u64)> {
+        self.order.values().filter(|id| state(**id) == Some(false)).map(|id| (*id, self.chunks[id].0)).collect()
+    }
 }
 
 #[cfg(test)]
@@ -243,6 +271,17 @@ mod tests {
 
     fn all_dirty(_: ChunkId) -> Option<bool> {
         Some(true)
+    }
+
+    #[test]
+    fn the_areas_together_are_scaled_to_half_the_ssd_or_roots_largest_share() {
+        let m = 1000;
+        assert_eq!(quota(m, 30, 30, 30), 300, "one area alone gets its share");
+        assert_eq!(quota(m, 10, 200, 10), 25, "twenty areas of 10 % share half the SSD");
+        assert_eq!(quota(m, 50, 60, 50), 416, "half and a tenth: scaled to half");
+        assert_eq!(quota(m, 80, 90, 80), 711, "root's 80 % sets the cap");
+        assert_eq!(quota(m, 10, 90, 80), 88);
+        assert_eq!(quota(m, 0, 0, 0), 0);
     }
 
     #[test]

@@ -34,10 +34,13 @@ pub fn dir_key(dir: u64) -> u64 {
 pub fn requests(mv: Move, file: u64, dir: u64, size: u64) -> Vec<(Tier, Req)> {
     let entry = entry_key(file);
     // The SSD holds the directories whose times tierfs reports: a move
-    // that adds or removes a name there reads the directory's time before
-    // and sets it back after.
-    let dir_time =
-        [(Tier::Ssd, Req::MetaRead { key: dir_key(dir) }), (Tier::Ssd, Req::MetaWrite { key: dir_key(dir) })];
+    // that adds or removes a name there reads the directory's times before,
+    // sets its mtime back after and reads the ctime that moved.
+    let dir_time = [
+        (Tier::Ssd, Req::MetaRead { key: dir_key(dir) }),
+        (Tier::Ssd, Req::MetaWrite { key: dir_key(dir) }),
+        (Tier::Ssd, Req::MetaRead { key: dir_key(dir) }),
+    ];
     if mv == Move::DropCopy {
         let mut v = vec![(Tier::Ssd, Req::MetaRead { key: entry })];
         v.extend(dir_time);
@@ -82,10 +85,10 @@ pub fn requests(mv: Move, file: u64, dir: u64, size: u64) -> Vec<(Tier, Req)> {
     if mv != Move::Copy {
         // The source's name removed and its directory synced.
         v.push((from, Req::MetaWrite { key: entry }));
-        v.push(dir_time[1]);
+        v.extend([dir_time[1], dir_time[2]]);
         v.push((from, Req::Sync));
     } else {
-        v.push(dir_time[1]);
+        v.extend([dir_time[1], dir_time[2]]);
     }
     v
 }

@@ -276,6 +276,14 @@ enum CatchUp {
     Changed,
 }
 
+/// The times of a directory's meta copy before a migration changed its
+/// names (see `Volume::meta_dir_times`).
+struct DirTimes {
+    dir: Ino,
+    mtime: TimeSpec,
+    ctime: TimeSpec,
+}
+
 /// Copies bytes `start..end` of `src` to the same offsets of `dst`
 /// (sparse-aware: holes stay holes) and sets `dst`'s length to `end`.
 fn copy_range<S: Store>(
@@ -745,14 +753,14 @@ impl<S: Store> Volume<S> {
             JournalOp::Move { .. } => Placement::On(to),
             _ => Placement::Cached,
         };
-        if let JournalOp::Move { .. } = op {
-            let logical = match rec.ctime_fix {
-                Some(f) if f.backing == st0.ctime => f.logical,
-                _ => st0.ctime,
-            };
-            // Linking set the copy's ctime: that is its ctime now.
-            rec.ctime_fix = Some(CtimeFix { backing: linked.ctime, logical });
-        }
+        // The file's attributes come from the new copy now (a cached
+        // file's from its SSD copy): linking set its ctime, which is
+        // reported as the ctime the file had until the copy changes.
+        let logical = match rec.ctime_fix {
+            Some(f) if f.backing == st0.ctime => f.logical,
+            _ => st0.ctime,
+        };
+        rec.ctime_fix = Some(CtimeFix { backing: linked.ctime, logical });
         rec.placement = placement;
         // What tierfs reports, from the stats taken under the locks: a move
         // keeps the size, the times (the ctime through `ctime_fix`) and
@@ -765,6 +773,9 @@ impl<S: Store> Volume<S> {
         j.state = JournalState::Committed;
         let mut b = self.ns.batch();
         b.put_record(ino, &rec).put_journal(&j);
+        if op == JournalOp::Copy {
+            b.put_copy_id(ino, target);
+        }
         if let Err(e) = self.ns.commit(b, true) {
             // Applied but not made durable, or not applied at all: the
             // record says which. Not applied, the file stays where it was.
@@ -966,32 +977,51 @@ impl<S: Store> Volume<S> {
     /// restore, with the directories' stripes held, so that no change of
     /// their names (each moves the time itself, under the stripe) runs in
     /// between.
-    fn meta_dir_times(&self, dirs: &[Ino], t: Tier) -> Vec<(Ino, TimeSpec)> {
+    fn meta_dir_times(&self, dirs: &[Ino], t: Tier) -> Vec<DirTimes> {
         let meta = self.tiers.meta;
         if t != meta {
             return Vec::new();
         }
-        let mut saved: Vec<(Ino, TimeSpec)> = Vec::new();
+        let mut saved: Vec<DirTimes> = Vec::new();
         for &p in dirs {
-            if saved.iter().any(|s| s.0 == p) {
+            if saved.iter().any(|s| s.dir == p) {
                 continue;
             }
             if let Ok(st) = self.meta_dir(p).and_then(|d| Ok(self.tiers.store(meta).stat(Target::This(&d))?)) {
-                saved.push((p, st.mtime));
+                saved.push(DirTimes { dir: p, mtime: st.mtime, ctime: st.ctime });
             }
         }
         saved
     }
 
     /// Puts back the times [`Volume::meta_dir_times`] saved (a failure
-    /// leaves the directory's time moved, as before).
-    fn restore_dir_times(&self, saved: &[(Ino, TimeSpec)]) {
+    /// leaves the directory's time moved, as before). Its ctime, which the
+    /// names and setting the mtime back moved, cannot be set: the
+    /// directory's record reports the one it had until its meta copy
+    /// changes again (`ctime_fix`, as a moved file's).
+    fn restore_dir_times(&self, saved: &[DirTimes]) {
         let s = self.tiers.store(self.tiers.meta);
-        for (p, mtime) in saved {
-            if let Ok(d) = self.meta_dir(*p) {
-                if let Err(e) = s.utimens(Target::This(&d), SetTime::Omit, SetTime::At(*mtime)) {
-                    tracing::debug!(dir = p, error = %e, "could not put back a directory's time after a migration");
-                }
+        let mut b = self.ns.batch();
+        for t in saved {
+            let Ok(d) = self.meta_dir(t.dir) else { continue };
+            if let Err(e) = s.utimens(Target::This(&d), SetTime::Omit, SetTime::At(t.mtime)) {
+                tracing::debug!(dir = t.dir, error = %e, "could not put back a directory's time after a migration");
+                continue;
+            }
+            let (Ok(now), Ok(Some(mut rec))) = (s.stat(Target::This(&d)), self.ns.record(t.dir)) else { continue };
+            if now.ctime == t.ctime {
+                continue;
+            }
+            let logical = match rec.ctime_fix {
+                Some(f) if f.backing == t.ctime => f.logical,
+                _ => t.ctime,
+            };
+            rec.ctime_fix = Some(CtimeFix { backing: now.ctime, logical });
+            b.put_record(t.dir, &rec);
+        }
+        if !b.is_empty() {
+            if let Err(e) = self.ns.commit(b, false) {
+                tracing::debug!(error = %e, "could not keep the ctime of a migrated file's directories");
             }
         }
     }
@@ -1158,7 +1188,7 @@ impl<S: Store> Volume<S> {
         if rep.unclean {
             for ino in self.ns.cached()? {
                 let links = self.ns.links(ino)?;
-                let removed = self.unlink_names(Tier::Ssd, &links)?;
+                let removed = self.drop_copy_at_recovery(ino, &links)?;
                 self.sync_dirs(Tier::Ssd, &removed)?;
                 if let Some(mut rec) = self.ns.record(ino)? {
                     rec.placement = Placement::On(Tier::Hdd);
@@ -1177,6 +1207,56 @@ impl<S: Store> Volume<S> {
             tracing::info!(?rep, "recovery at mount");
         }
         Ok(rep)
+    }
+
+    /// Removes the SSD names of cached file `ino` that are its copy, as
+    /// the copy's making recorded it (`Namespace::copy_id`); anything else
+    /// under one of them is set aside (`Volume::put_aside`), never deleted:
+    /// a rename over the file, killed between its backing renames and its
+    /// commit, leaves the only copy of another file there. A copy made by
+    /// an older build, whose identity is unknown, is taken for the file's
+    /// if it has the size and modification time of the file's HDD copy
+    /// under the same name (as a copy is made). Returns the directories it
+    /// removed names from.
+    fn drop_copy_at_recovery(&self, ino: Ino, links: &[(Ino, OsString)]) -> Result<Vec<Ino>> {
+        let id = self.ns.copy_id(ino)?;
+        let s = self.tiers.store(Tier::Ssd);
+        let mut removed = Vec::new();
+        for (p, n) in links {
+            let d = match self.tiers.dir(*p, Tier::Ssd, false) {
+                Ok(d) => d,
+                Err(e) if e.is(libc::ENOENT) => continue,
+                Err(e) => return Err(e),
+            };
+            let st = match s.stat(Target::Entry(&d, n)) {
+                Ok(st) => st,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            if st.kind() == Some(FileKind::Dir) {
+                tracing::warn!(ino, name = ?n, "left alone: a directory under a cached file's name");
+                continue;
+            }
+            // The inode number, as `unlink_checked` compares it.
+            let ours = match id {
+                Some(id) => id.1 == st.ino,
+                None => self.stat_on(*p, n, Tier::Hdd).is_ok_and(|h| (h.size, h.mtime) == (st.size, st.mtime)),
+            };
+            if ours {
+                s.unlink(&d, n)?;
+                if !removed.contains(p) {
+                    removed.push(*p);
+                }
+                continue;
+            }
+            let aside = self.put_aside(Tier::Ssd, &d, n, *p, n).map_err(|e| {
+                // The mount stops rather than delete what it cannot place.
+                Error::State(format!("setting aside what is under the name {n:?} of cached file inode {ino}: {e}"))
+            })?;
+            tracing::warn!(ino, name = ?n, aside = ?aside, known = id.is_some(),
+                "recovery: not the cached copy it recorded under the file's name on the SSD: set aside");
+        }
+        Ok(removed)
     }
 
     /// Marks a clean shutdown (after everything else is flushed).

@@ -30,9 +30,9 @@
 use super::{Kv, Op, SledKv, TreeId};
 use crate::error::{Error, Result};
 use fjall::{Config, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The block cache, shared by the trees.
@@ -79,6 +79,24 @@ const IDS: &[u8] = b"ids";
 
 /// The fjall backend.
 pub struct FjallKv {
+    /// The keyspace's directory.
+    path: PathBuf,
+    /// The open keyspace; `None` after a reopen that failed (the next use
+    /// tries again).
+    db: RwLock<Option<Db>>,
+    /// How many times the keyspace was opened: a writer that saw it refuse
+    /// a write reopens it only if nobody did since.
+    generation: AtomicU64,
+    /// When it was last reopened (at most once a [`REOPEN_EVERY`]).
+    reopened: Mutex<Option<std::time::Instant>>,
+    /// Room kept on the database's file system for the database.
+    reserve: Arc<Reserve>,
+    /// (next id, first id not yet reserved durably)
+    ids: Mutex<(u64, u64)>,
+}
+
+/// One open keyspace.
+struct Db {
     ks: Keyspace,
     /// Makes the journal durable (shared with the background fsync).
     journal: Arc<JournalSync>,
@@ -87,8 +105,6 @@ pub struct FjallKv {
     ns: PartitionHandle,
     stats: PartitionHandle,
     meta: PartitionHandle,
-    /// (next id, first id not yet reserved durably)
-    ids: Mutex<(u64, u64)>,
 }
 
 impl std::fmt::Debug for FjallKv {
@@ -113,6 +129,46 @@ impl From<fjall::LsmError> for Error {
             other => Error::State(other.to_string()),
         }
     }
+}
+
+/// Why a write of the database failed.
+enum Failed {
+    /// fjall refuses writes (it does after a journal write failed: a full
+    /// file system): a reopen may help.
+    Refused,
+    /// Anything else (an fsync of the journal that failed is for good).
+    Error(Error),
+}
+
+impl From<fjall::Error> for Failed {
+    fn from(e: fjall::Error) -> Self {
+        match e {
+            fjall::Error::Poisoned => Failed::Refused,
+            other => Failed::Error(other.into()),
+        }
+    }
+}
+
+impl From<Error> for Failed {
+    fn from(e: Error) -> Self {
+        Failed::Error(e)
+    }
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failed::Refused => f.write_str("the keyspace refuses writes after a failed journal write"),
+            Failed::Error(e) => e.fmt(f),
+        }
+    }
+}
+
+/// The least time between two reopens of the keyspace.
+const REOPEN_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn closed() -> Error {
+    Error::State("the state database is closed: its reopen failed".into())
 }
 
 fn u64_of(v: &[u8]) -> Result<u64> {
@@ -163,6 +219,149 @@ impl FjallKv {
     }
 
     fn open_at(path: &Path) -> Result<Self> {
+        // Taken first: the open writes out recovered memtables.
+        let reserve = Arc::new(Reserve::new(path.with_extension("reserve")));
+        reserve.fill(false);
+        let db = Db::open(path, &reserve)?;
+        let reserved = db.meta.get(IDS)?.map(|v| u64_of(&v)).transpose()?.unwrap_or(0);
+        Ok(FjallKv {
+            path: path.to_path_buf(),
+            db: RwLock::new(Some(db)),
+            generation: AtomicU64::new(0),
+            reopened: Mutex::new(None),
+            reserve,
+            ids: Mutex::new((reserved, reserved)),
+        })
+    }
+
+    /// The open keyspace, read-locked (reopened first if a reopen failed).
+    fn db(&self) -> Result<parking_lot::MappedRwLockReadGuard<'_, Db>> {
+        for _ in 0..2 {
+            let g = self.db.read();
+            if let Ok(db) = parking_lot::RwLockReadGuard::try_map(g, Option::as_ref) {
+                return Ok(db);
+            }
+            self.reopen(self.generation.load(Ordering::Acquire))?;
+        }
+        Err(closed())
+    }
+
+    /// Runs `f`, a write of the database. If fjall refuses it (after a
+    /// journal write failed, it refuses every later one until it is
+    /// opened again), the database gets its reserve's room, is reopened,
+    /// and `f` runs once more.
+    fn writing<T>(&self, f: impl Fn(&Db) -> std::result::Result<T, Failed>) -> Result<T> {
+        let generation = self.generation.load(Ordering::Acquire);
+        let first = match self.db.read().as_ref() {
+            Some(db) => f(db),
+            None => Err(Failed::Refused),
+        };
+        match first {
+            Ok(t) => Ok(t),
+            Err(Failed::Error(e)) => Err(e),
+            Err(Failed::Refused) => {
+                self.reopen(generation)?;
+                match f(&*self.db()?) {
+                    Ok(t) => Ok(t),
+                    Err(Failed::Error(e)) => Err(e),
+                    Err(Failed::Refused) => Err(Error::State("the state database refuses writes".into())),
+                }
+            }
+        }
+    }
+
+    /// Opens the keyspace again after it refused a write, unless another
+    /// writer did since `seen` (the generation the caller saw refuse). Only
+    /// where its file system is short of room, the cause fjall does not
+    /// report (a failed fsync, or a refusal on a file system with room,
+    /// is for good: the kernel may have dropped what it could not write),
+    /// and at most once a [`REOPEN_EVERY`]. The old keyspace is closed
+    /// before the reserve is given back, so that a half-written batch it
+    /// still buffers stays half-written and is dropped by the open, as
+    /// its writer was told it failed.
+    fn reopen(&self, seen: u64) -> Result<()> {
+        let mut slot = self.db.write();
+        if self.generation.load(Ordering::Acquire) != seen {
+            return Ok(());
+        }
+        if slot.as_ref().is_some_and(|db| db.journal.check().is_err()) {
+            return Err(Error::State("an fsync of the journal failed: the database takes no more writes".into()));
+        }
+        let avail = free_bytes(self.path.parent().unwrap_or(&self.path)).unwrap_or(0);
+        if slot.is_some() && avail >= self.reserve.target.max(RESERVE_MIN) {
+            return Err(Error::State(
+                "the state database refuses writes on a file system with room: it takes no more writes".into(),
+            ));
+        }
+        {
+            let mut last = self.reopened.lock();
+            if last.is_some_and(|t| t.elapsed() < REOPEN_EVERY) {
+                return Err(Error::State("the state database refuses writes; it was reopened a moment ago".into()));
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        drop(slot.take());
+        let given = self.reserve.release();
+        let db = Db::open(&self.path, &self.reserve).inspect_err(|e| {
+            tracing::error!(error = %e, "the state database could not be reopened");
+        })?;
+        *slot = Some(db);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        tracing::error!(
+            reserve_bytes = given,
+            "the state database's file system is full: the database was given its reserve and reopened; free space there"
+        );
+        Ok(())
+    }
+
+    /// Copies every tree of the sled database in `dir` and its id
+    /// generator, durably.
+    fn copy_from_sled(&self, dir: &Path) -> Result<()> {
+        tracing::info!(dir = %dir.display(), "copying the state database of an older build (sled) to fjall");
+        let old = SledKv::open(dir)?;
+        for tree in [TreeId::Ns, TreeId::Stats] {
+            let mut ops = Vec::new();
+            let mut failed = None;
+            old.for_each(tree, b"", &mut |k, v| {
+                if failed.is_some() {
+                    return;
+                }
+                ops.push(Op::Put(k.to_vec(), v.to_vec()));
+                if ops.len() == 10_000 {
+                    failed = self.apply(tree, std::mem::take(&mut ops)).err();
+                }
+            })?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            self.apply(tree, ops)?;
+        }
+        // Every id sled handed out is below the one it hands out next.
+        let next = old.next_id()?;
+        let mut ids = self.ids.lock();
+        self.write_reservation(next)?;
+        *ids = (ids.0.max(next), next);
+        drop(ids);
+        self.flush()?;
+        tracing::info!("state database copied");
+        Ok(())
+    }
+
+    /// Durably records that ids below `upto` may have been handed out (the
+    /// caller holds [`FjallKv::ids`] and moves its bound after this).
+    fn write_reservation(&self, upto: u64) -> Result<()> {
+        self.writing(|db| {
+            let mut b = db.ks.batch().durability(Some(PersistMode::Buffer));
+            b.insert(&db.meta, IDS, upto.to_be_bytes());
+            b.commit()?;
+            Ok(())
+        })?;
+        self.flush()
+    }
+}
+
+impl Db {
+    fn open(path: &Path, reserve: &Arc<Reserve>) -> Result<Self> {
         let ks = Config::new(path)
             .cache_size(CACHE_BYTES)
             .max_write_buffer_size(WRITE_BUFFER_BYTES)
@@ -184,24 +383,26 @@ impl FjallKv {
         let ns = ks.open_partition("ns", opts())?;
         let stats = ks.open_partition("stats", opts())?;
         let meta = ks.open_partition("meta", opts())?;
-        let reserved = meta.get(IDS)?.map(|v| u64_of(&v)).transpose()?.unwrap_or(0);
         let journal = Arc::new(JournalSync {
             ks: ks.clone(),
             dir: path.join(JOURNALS),
             poisoned: AtomicBool::new(false),
             newest: Mutex::new(None),
         });
-        let mut kv = FjallKv { journal, ks, ns, stats, meta, ids: Mutex::new((reserved, reserved)), syncer: None };
-        kv.drain_recovered()?;
-        kv.start_syncer()?;
-        Ok(kv)
+        let mut db = Db { journal, ks, ns, stats, meta, syncer: None };
+        db.drain_recovered()?;
+        db.start_syncer(reserve.clone())?;
+        Ok(db)
     }
 
-    /// Starts the thread that fsyncs the journal every [`FSYNC_EVERY`].
-    fn start_syncer(&mut self) -> Result<()> {
+    /// Starts the thread that fsyncs the journal every [`FSYNC_EVERY`]
+    /// and, every [`RESERVE_EVERY`], makes the reserve whole again when
+    /// there is room for it.
+    fn start_syncer(&mut self, reserve: Arc<Reserve>) -> Result<()> {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let journal = self.journal.clone();
         let h = std::thread::Builder::new().name("tierfs-kv-sync".into()).spawn(move || {
+            let mut refilled = std::time::Instant::now();
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(FSYNC_EVERY) {
                 if let Err(e) = journal.sync() {
                     tracing::error!(error = %e, "the state database's journal could not be synced");
@@ -209,6 +410,10 @@ impl FjallKv {
                         // For good: every later write fails and says so.
                         break;
                     }
+                }
+                if refilled.elapsed() >= RESERVE_EVERY {
+                    refilled = std::time::Instant::now();
+                    reserve.fill(true);
                 }
             }
         })?;
@@ -263,46 +468,6 @@ impl FjallKv {
         Ok(())
     }
 
-    /// Copies every tree of the sled database in `dir` and its id
-    /// generator, durably.
-    fn copy_from_sled(&self, dir: &Path) -> Result<()> {
-        tracing::info!(dir = %dir.display(), "copying the state database of an older build (sled) to fjall");
-        let old = SledKv::open(dir)?;
-        for tree in [TreeId::Ns, TreeId::Stats] {
-            let mut ops = Vec::new();
-            let mut failed = None;
-            old.for_each(tree, b"", &mut |k, v| {
-                if failed.is_some() {
-                    return;
-                }
-                ops.push(Op::Put(k.to_vec(), v.to_vec()));
-                if ops.len() == 10_000 {
-                    failed = self.apply(tree, std::mem::take(&mut ops)).err();
-                }
-            })?;
-            if let Some(e) = failed {
-                return Err(e);
-            }
-            self.apply(tree, ops)?;
-        }
-        // Every id sled handed out is below the one it hands out next.
-        let next = old.next_id()?;
-        let mut ids = self.ids.lock();
-        self.write_reservation(next)?;
-        *ids = (ids.0.max(next), next);
-        drop(ids);
-        self.flush()?;
-        tracing::info!("state database copied");
-        Ok(())
-    }
-
-    /// Durably records that ids below `upto` may have been handed out (the
-    /// caller holds [`FjallKv::ids`] and moves its bound after this).
-    fn write_reservation(&self, upto: u64) -> Result<()> {
-        self.meta.insert(IDS, upto.to_be_bytes())?;
-        self.flush()
-    }
-
     fn tree(&self, t: TreeId) -> &PartitionHandle {
         match t {
             TreeId::Ns => &self.ns,
@@ -318,6 +483,114 @@ impl FjallKv {
     }
 }
 
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Some((tx, h)) = self.syncer.take() {
+            drop(tx);
+            let _ = h.join();
+        }
+        // What the last half second committed: fjall itself only flushes
+        // its buffer when dropped.
+        if let Err(e) = self.journal.sync() {
+            tracing::error!(error = %e, "the state database's journal could not be synced at close");
+        }
+    }
+}
+
+/// The least room kept for the database on its file system, and the most.
+const RESERVE_MIN: u64 = 4 << 20;
+const RESERVE_MAX: u64 = 64 << 20;
+
+/// How often the syncer looks whether the reserve can be made whole again.
+const RESERVE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The size of the file system of `dir` and the bytes free there for the
+/// daemon's user.
+fn fs_space(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is plain data, for which all zeros is a value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a statvfs to fill.
+    let ok = unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0;
+    ok.then(|| (st.f_blocks as u64 * st.f_frsize as u64, st.f_bavail as u64 * st.f_frsize as u64))
+}
+
+/// Bytes free for the daemon's user on the file system of `dir`.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    fs_space(dir).map(|s| s.1)
+}
+
+/// Room kept for the state database on its file system: a file of
+/// allocated blocks next to the keyspace (`kv.reserve`), a sixteenth of the
+/// file system (4 to 64 MiB). Anyone else filling the file system (a
+/// writer passing through to an SSD file, which the daemon does not see)
+/// finds it full while the reserve still stands; the database, refused a
+/// journal write, gets the reserve's room (`FjallKv::reopen`), which is
+/// taken again once the file system has twice as much free.
+struct Reserve {
+    path: PathBuf,
+    target: u64,
+}
+
+impl Reserve {
+    fn new(path: PathBuf) -> Self {
+        let total = path.parent().and_then(fs_space).map_or(0, |s| s.0);
+        let target = (total / 16).clamp(RESERVE_MIN, RESERVE_MAX) & !((1 << 20) - 1);
+        Reserve { path, target }
+    }
+
+    /// Bytes the reserve holds now.
+    fn held(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&self.path).map_or(0, |m| m.blocks() * 512)
+    }
+
+    /// Makes the reserve whole if the file system has room for it (with
+    /// `spare`, and as much again left over). A failure is logged: the
+    /// database works without it.
+    fn fill(&self, spare: bool) {
+        let held = self.held();
+        if held >= self.target {
+            return;
+        }
+        let need = self.target - held;
+        let dir = self.path.parent().unwrap_or(&self.path);
+        if free_bytes(dir).is_none_or(|f| f < need + if spare { self.target } else { 0 }) {
+            return;
+        }
+        let r = std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(&self.path).and_then(|f| {
+            use std::os::fd::AsRawFd;
+            // SAFETY: a valid descriptor.
+            match unsafe { libc::posix_fallocate(f.as_raw_fd(), 0, self.target as libc::off_t) } {
+                0 => f.sync_all(),
+                e => Err(std::io::Error::from_raw_os_error(e)),
+            }
+        });
+        match r {
+            Ok(()) if held > 0 || spare => {
+                tracing::info!(bytes = self.target, "the state database's reserve is whole again")
+            }
+            Ok(()) => {}
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), error = %e, "cannot keep a reserve for the state database")
+            }
+        }
+    }
+
+    /// Gives the reserve's room back to the file system; returns the bytes.
+    fn release(&self) -> u64 {
+        let held = self.held();
+        if held > 0 {
+            if let Err(e) = std::fs::OpenOptions::new().write(true).open(&self.path).and_then(|f| f.set_len(0)) {
+                tracing::error!(error = %e, "cannot free the state database's reserve");
+                return 0;
+            }
+        }
+        held
+    }
+}
+
 fn sync_dir(dir: &Path) -> Result<()> {
     std::fs::File::open(dir)?.sync_all()?;
     Ok(())
@@ -325,21 +598,23 @@ fn sync_dir(dir: &Path) -> Result<()> {
 
 impl Kv for FjallKv {
     fn get(&self, tree: TreeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.snap(tree).get(key)?.map(|v| v.to_vec()))
+        Ok(self.db()?.snap(tree).get(key)?.map(|v| v.to_vec()))
     }
 
     fn apply(&self, tree: TreeId, ops: Vec<Op>) -> Result<()> {
-        self.journal.check()?;
-        let p = self.tree(tree);
-        let mut b = self.ks.batch().durability(Some(PersistMode::Buffer));
-        for op in ops {
-            match op {
-                Op::Put(k, v) => b.insert(p, k, v),
-                Op::Del(k) => b.remove(p, k),
+        self.writing(|db| {
+            db.journal.check()?;
+            let p = db.tree(tree);
+            let mut b = db.ks.batch().durability(Some(PersistMode::Buffer));
+            for op in &ops {
+                match op {
+                    Op::Put(k, v) => b.insert(p, k.as_slice(), v.as_slice()),
+                    Op::Del(k) => b.remove(p, k.as_slice()),
+                }
             }
-        }
-        b.commit()?;
-        Ok(())
+            b.commit()?;
+            Ok(())
+        })
     }
 
     fn scan(&self, tree: TreeId, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
@@ -350,7 +625,7 @@ impl Kv for FjallKv {
 
     fn range(&self, tree: TreeId, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let mut out = Vec::new();
-        for kv in self.snap(tree).range(start..end).take(limit) {
+        for kv in self.db()?.snap(tree).range(start..end).take(limit) {
             let (k, v) = kv?;
             out.push((k.to_vec(), v.to_vec()));
         }
@@ -358,7 +633,7 @@ impl Kv for FjallKv {
     }
 
     fn for_each(&self, tree: TreeId, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8])) -> Result<()> {
-        for kv in self.snap(tree).prefix(prefix) {
+        for kv in self.db()?.snap(tree).prefix(prefix) {
             let (k, v) = kv?;
             f(&k, &v);
         }
@@ -366,11 +641,11 @@ impl Kv for FjallKv {
     }
 
     fn any_with_prefix(&self, tree: TreeId, prefix: &[u8]) -> Result<bool> {
-        Ok(self.snap(tree).prefix(prefix).next().transpose()?.is_some())
+        Ok(self.db()?.snap(tree).prefix(prefix).next().transpose()?.is_some())
     }
 
     fn flush(&self) -> Result<()> {
-        self.journal.sync()
+        self.writing(|db| db.journal.sync())
     }
 
     fn next_id(&self) -> Result<u64> {
@@ -384,20 +659,6 @@ impl Kv for FjallKv {
         }
         ids.0 += 1;
         Ok(ids.0 - 1)
-    }
-}
-
-impl Drop for FjallKv {
-    fn drop(&mut self) {
-        if let Some((tx, h)) = self.syncer.take() {
-            drop(tx);
-            let _ = h.join();
-        }
-        // What the last half second committed: fjall itself only flushes
-        // its buffer when dropped.
-        if let Err(e) = self.journal.sync() {
-            tracing::error!(error = %e, "the state database's journal could not be synced at close");
-        }
     }
 }
 
@@ -435,20 +696,21 @@ impl JournalSync {
         Ok(())
     }
 
-    fn sync(&self) -> Result<()> {
+    fn sync(&self) -> std::result::Result<(), Failed> {
         self.check()?;
         self.ks.persist(PersistMode::Buffer)?;
-        let r = match self.newest()? {
-            // fjall marks itself failed when its own fsync of a journal it
-            // seals fails: asking it again after ours hears of that too.
-            Some(f) => f.sync_all().map_err(Error::from).and_then(|()| Ok(self.ks.persist(PersistMode::Buffer)?)),
+        let synced = match self.newest().map_err(Error::from)? {
+            Some(f) => f.sync_all(),
             // Not the layout this was written for: fjall's own, slower way.
-            None => Ok(self.ks.persist(PersistMode::SyncAll)?),
+            None => return Ok(self.ks.persist(PersistMode::SyncAll)?),
         };
-        if r.is_err() {
+        if let Err(e) = synced {
             self.poisoned.store(true, Ordering::Release);
+            return Err(Failed::Error(e.into()));
         }
-        r
+        // fjall marks itself failed when its own fsync of a journal it
+        // seals fails: asking it again after ours hears of that too.
+        Ok(self.ks.persist(PersistMode::Buffer)?)
     }
 
     /// The journal fjall appends to: the highest-numbered file in the
@@ -495,14 +757,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let kv = FjallKv::open(dir.path()).unwrap();
         for round in 0..3u8 {
-            let before = newest_len(&kv.journal);
+            let before = newest_len(&kv.db().unwrap().journal);
             kv.apply(TreeId::Ns, vec![Op::Put(vec![round], vec![7; 4096])]).unwrap();
             kv.flush().unwrap();
-            let after = newest_len(&kv.journal);
+            let after = newest_len(&kv.db().unwrap().journal);
             assert!(after >= before + 4096, "round {round}: the newest journal went from {before} to {after} bytes");
-            kv.ns.rotate_memtable().unwrap();
+            kv.db().unwrap().ns.rotate_memtable().unwrap();
         }
-        assert!(kv.ks.journal_count() >= 2, "{} journals", kv.ks.journal_count());
+        let journals = kv.db().unwrap().ks.journal_count();
+        assert!(journals >= 2, "{journals} journals");
     }
 
     /// After a failed fsync of the journal the kernel may report the next
@@ -513,7 +776,7 @@ mod tests {
         let kv = FjallKv::open(dir.path()).unwrap();
         kv.apply(TreeId::Ns, vec![Op::Put(b"a".to_vec(), b"1".to_vec())]).unwrap();
         kv.flush().unwrap();
-        kv.journal.poisoned.store(true, Ordering::Release);
+        kv.db().unwrap().journal.poisoned.store(true, Ordering::Release);
         assert!(kv.apply(TreeId::Ns, vec![Op::Put(b"b".to_vec(), b"2".to_vec())]).is_err());
         assert!(kv.flush().is_err());
         assert_eq!(kv.get(TreeId::Ns, b"b").unwrap(), None);
@@ -592,17 +855,93 @@ mod tests {
             kv.apply(TreeId::Stats, vec![Op::Put(b"s".to_vec(), vec![0; 62])]).unwrap();
             for i in 0..40u32 {
                 kv.apply(TreeId::Ns, vec![Op::Put(i.to_be_bytes().to_vec(), vec![1; 100])]).unwrap();
-                kv.ns.rotate_memtable().unwrap();
+                kv.db().unwrap().ns.rotate_memtable().unwrap();
             }
             kv.flush().unwrap();
-            assert!(kv.ks.journal_count() > 10, "{} journals", kv.ks.journal_count());
+            let journals = kv.db().unwrap().ks.journal_count();
+            assert!(journals > 10, "{journals} journals");
         }
         let kv = FjallKv::open(dir.path()).unwrap();
-        assert_eq!(kv.sealed_bytes(), 0, "memtables still queued after the open");
+        assert_eq!(kv.db().unwrap().sealed_bytes(), 0, "memtables still queued after the open");
         for i in 0..40u32 {
             assert_eq!(kv.get(TreeId::Ns, &i.to_be_bytes()).unwrap(), Some(vec![1; 100]));
         }
-        assert!(kv.ks.journal_count() <= 3, "{} journals kept", kv.ks.journal_count());
+        let journals = kv.db().unwrap().ks.journal_count();
+        assert!(journals <= 3, "{journals} journals kept");
+    }
+
+    /// A small tmpfs, unmounted on drop (root only).
+    struct SmallFs(tempfile::TempDir);
+
+    impl SmallFs {
+        fn new(megabytes: u64) -> Option<Self> {
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } != 0 {
+                return None;
+            }
+            let d = tempfile::tempdir().unwrap();
+            let size = format!("size={megabytes}m");
+            let ok = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &size, "tierfs-test"])
+                .arg(d.path())
+                .status()
+                .is_ok_and(|s| s.success());
+            ok.then_some(SmallFs(d))
+        }
+    }
+
+    impl Drop for SmallFs {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg("-l").arg(self.0.path()).status();
+        }
+    }
+
+    /// Writes zeros into `path` until its file system is full.
+    fn fill(path: &std::path::Path) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(path).unwrap();
+        let block = vec![0u8; 64 << 10];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.sync_all();
+    }
+
+    #[test]
+    fn a_state_database_whose_file_system_another_writer_filled_goes_on_taking_writes() {
+        // A writer passing through to an SSD file filled the file system
+        // the state database is on: a journal write failed, fjall refused
+        // every later write (for every user) until a remount, even once
+        // there was room again. The database keeps a reserve it gives
+        // itself when its file system is full, and reopens after a failed
+        // write.
+        let Some(fs) = SmallFs::new(48) else { return };
+        let state = fs.0.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        let kv = FjallKv::open(&state).unwrap();
+        kv.apply(TreeId::Ns, vec![Op::Put(b"before".to_vec(), vec![1; 100])]).unwrap();
+        kv.flush().unwrap();
+        fill(&fs.0.path().join("filler"));
+        let mut failed = 0;
+        for i in 0..4000u32 {
+            let key = [b"k".as_slice(), &i.to_be_bytes()].concat();
+            if kv.apply(TreeId::Ns, vec![Op::Put(key, vec![2; 200])]).is_err() {
+                failed += 1;
+            }
+        }
+        let flushed = kv.flush();
+        assert_eq!(failed, 0, "writes refused on a file system others filled");
+        flushed.unwrap();
+        assert!(kv.reserve.held() < kv.reserve.target, "the reserve was not given to the database");
+        std::fs::remove_file(fs.0.path().join("filler")).unwrap();
+        // Once there is room, the syncer makes the reserve whole again.
+        kv.reserve.fill(true);
+        assert_eq!(kv.reserve.held(), kv.reserve.target);
+        kv.apply(TreeId::Ns, vec![Op::Put(b"after".to_vec(), vec![3; 100])]).unwrap();
+        kv.flush().unwrap();
+        drop(kv);
+        let kv = FjallKv::open(&state).unwrap();
+        for key in [b"before".as_slice(), b"after", b"k\0\0\x0f\x9f"] {
+            assert!(kv.get(TreeId::Ns, key).unwrap().is_some(), "{key:?} lost");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! | `i` ino | [`InodeRecord`] | kind, placement, subdirectory count |
 //! | `j` ino | [`JournalEntry`] | a migration in progress |
 //! | `c` ino | – | the inode has a cached SSD copy |
+//! | `k` ino | [`BackingId`] | that copy's backing identity |
 //! | `s` ino | JSON | per-directory (or per-file) settings |
 //! | `m` name | bytes | schema version, clean-shutdown flag |
 //!
@@ -29,9 +30,11 @@ pub type Ino = u64;
 /// The root directory.
 pub const ROOT_INO: Ino = 1;
 /// Version of the state schema written by this build: 2 added the backing
-/// identities to journal entries. A database of an older schema is read
-/// (and marked with this one); one of a newer schema is refused.
-pub const SCHEMA_VERSION: u32 = 2;
+/// identities to journal entries, 3 those of cached copies (`k`) and of
+/// split files' HDD files (the extent map's file keys, format 2, which an
+/// older build cannot read). A database of an older schema is read (and
+/// marked with this one); one of a newer schema is refused.
+pub const SCHEMA_VERSION: u32 = 3;
 const REC_V1: u8 = 1;
 /// Journal entries with the backing identities of their copies.
 const JOURNAL_V2: u8 = 2;
@@ -294,6 +297,20 @@ fn decode_journal(ino: Ino, b: &[u8]) -> Result<JournalEntry> {
     Ok(JournalEntry { ino, op, state, links, source: ids[0], target: ids[1] })
 }
 
+/// A backing identity as stored (`k` keys, the extent map's file keys):
+/// a format byte, the device and the inode number.
+pub(crate) fn encode_backing_id((dev, ino): BackingId) -> Vec<u8> {
+    let mut e = Enc::new();
+    e.u64(dev).u64(ino);
+    e.0
+}
+
+/// The backing identity stored by [`encode_backing_id`].
+pub(crate) fn decode_backing_id(b: &[u8], what: &'static str) -> Result<BackingId> {
+    let mut d = Dec::new(b, what)?;
+    Ok((d.u64()?, d.u64()?))
+}
+
 /// A key of the `ns` tree: a tag byte and an inode number, big-endian.
 pub(crate) fn key(tag: u8, ino: Ino) -> Vec<u8> {
     let mut k = Vec::with_capacity(9);
@@ -551,6 +568,12 @@ impl Namespace {
         self.kv.scan(TreeId::Ns, b"c")?.into_iter().map(|(k, _)| ino_at(&k, 1)).collect()
     }
 
+    /// The backing identity of the SSD copy of cached file `ino`, as its
+    /// making recorded it (`None`: made by an older build).
+    pub fn copy_id(&self, ino: Ino) -> Result<Option<BackingId>> {
+        self.kv.get(TreeId::Ns, &key(b'k', ino))?.map(|v| decode_backing_id(&v, "cached copy")).transpose()
+    }
+
     /// Calls `f` with every inode record, in inode order, without holding
     /// them all (for audits and the accounting at mount: a million records
     /// as one list took 200 MB). Stops at the first undecodable record.
@@ -710,7 +733,16 @@ impl Batch {
             self.ops.push(Op::Put(key(b'c', ino), Vec::new()));
         } else {
             self.ops.push(Op::Del(key(b'c', ino)));
+            self.ops.push(Op::Del(key(b'k', ino)));
         }
+        self
+    }
+
+    /// Records the backing identity of the SSD copy of `ino` (with the
+    /// record that makes the file cached): recovery removes only that
+    /// object under the file's names.
+    pub fn put_copy_id(&mut self, ino: Ino, id: BackingId) -> &mut Self {
+        self.ops.push(Op::Put(key(b'k', ino), encode_backing_id(id)));
         self
     }
 
@@ -743,6 +775,7 @@ impl Batch {
     pub fn del_record(&mut self, ino: Ino) -> &mut Self {
         self.ops.push(Op::Del(key(b'i', ino)));
         self.ops.push(Op::Del(key(b'c', ino)));
+        self.ops.push(Op::Del(key(b'k', ino)));
         self.ops.push(Op::Del(key(b's', ino)));
         self
     }

@@ -4,7 +4,7 @@
 //! (for preallocating benchmark files) and reset.
 
 use super::{DirEntry, FsStats, SetTime, Stat, Store, Target};
-use crate::clock::{Clock, Timestamp};
+use crate::clock::{wait_until, Clock};
 use crate::device::{Device, Profile, Req};
 use parking_lot::Mutex;
 use std::ffi::{OsStr, OsString};
@@ -72,23 +72,6 @@ impl Emulation {
         let now = self.clock.now();
         let done = self.device.lock().submit(now, req);
         wait_until(self.clock.as_ref(), done);
-    }
-}
-
-/// Waits until `t`: sleeps while far, spins the last stretch (sleeping is
-/// too coarse for the tens of microseconds an SSD request takes).
-fn wait_until(clock: &dyn Clock, t: Timestamp) {
-    loop {
-        let now = clock.now();
-        if now >= t {
-            return;
-        }
-        let left = t.since(now);
-        if left > Duration::from_micros(300) {
-            std::thread::sleep(left - Duration::from_micros(150));
-        } else {
-            std::thread::yield_now();
-        }
     }
 }
 

@@ -66,13 +66,19 @@ struct Inner {
 pub struct MemStore {
     inner: Arc<Mutex<Inner>>,
     gate: Arc<Mutex<Option<Gate>>>,
+    /// A one-shot failure (see [`MemStore::fail_once`]).
+    fail: Arc<Mutex<Option<Failure>>>,
 }
 
+/// An operation, the entry it acts on, and the errno it is to fail with.
+type Failure = (&'static str, OsString, i32);
+
 /// A test's hook, called with the operation's name ("unlink", "link",
-/// "rename", "mkdir", "open", "write", "copy_range", "fstat", and "stat" of
-/// an entry) and the entry's name (empty for a write) before the
-/// change: it may block to hold the operation at that point while another
-/// thread runs.
+/// "rename", "mkdir", "open", "write", "copy_range", "fstat", "readlink",
+/// and "stat", "chmod", "chown", "utimens", "getxattr", "setxattr",
+/// "listxattr" of an entry) and the entry's name (empty for an operation
+/// on an open file) before the change: it may block to hold the operation
+/// at that point while another thread runs.
 pub type Gate = Arc<dyn Fn(&'static str, &OsStr) + Send + Sync>;
 
 impl std::fmt::Debug for MemStore {
@@ -130,6 +136,7 @@ impl MemStore {
                 health_checks: 0,
             })),
             gate: Arc::new(Mutex::new(None)),
+            fail: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -148,10 +155,34 @@ impl MemStore {
         *self.gate.lock() = g;
     }
 
-    fn pass(&self, op: &'static str, name: &OsStr) {
+    /// Makes the next `op` (a name the [`Gate`] is called with) on the
+    /// entry `name` ("" for an operation on an open file) fail with
+    /// `errno`, changing nothing.
+    pub fn fail_once(&self, op: &'static str, name: &str, errno: i32) {
+        *self.fail.lock() = Some((op, OsString::from(name), errno));
+    }
+
+    /// The test hooks of an operation: the gate, then a one-shot failure.
+    fn pass(&self, op: &'static str, name: &OsStr) -> io::Result<()> {
         let g = self.gate.lock().clone();
         if let Some(g) = g {
             g(op, name);
+        }
+        let mut f = self.fail.lock();
+        match f.take() {
+            Some((o, n, code)) if o == op && n == name => Err(e(code)),
+            other => {
+                *f = other;
+                Ok(())
+            }
+        }
+    }
+
+    /// [`MemStore::pass`] for an operation on a target.
+    fn pass_target(&self, op: &'static str, t: &Target<'_, MemDir>) -> io::Result<()> {
+        match t {
+            Target::Entry(_, name) => self.pass(op, name),
+            Target::This(_) => self.pass(op, OsStr::new("")),
         }
     }
 
@@ -408,7 +439,7 @@ impl Store for MemStore {
 
     fn stat(&self, t: Target<'_, MemDir>) -> io::Result<Stat> {
         if let Target::Entry(_, name) = t {
-            self.pass("stat", name);
+            self.pass("stat", name)?;
         }
         let g = self.inner.lock();
         g.stat(g.target(t)?)
@@ -432,7 +463,7 @@ impl Store for MemStore {
     }
 
     fn mkdir(&self, parent: &MemDir, name: &OsStr, mode: u32) -> io::Result<()> {
-        self.pass("mkdir", name);
+        self.pass("mkdir", name)?;
         self.inner.lock().create(parent.0, name, FileKind::Dir, mode).map(drop)
     }
 
@@ -457,6 +488,7 @@ impl Store for MemStore {
     }
 
     fn readlink(&self, parent: &MemDir, name: &OsStr) -> io::Result<OsString> {
+        self.pass("readlink", name)?;
         let g = self.inner.lock();
         let n = g.node(g.child(parent.0, name)?)?;
         if n.kind != FileKind::Symlink {
@@ -466,7 +498,7 @@ impl Store for MemStore {
     }
 
     fn link(&self, op: &MemDir, on: &OsStr, np: &MemDir, nn: &OsStr) -> io::Result<()> {
-        self.pass("link", nn);
+        self.pass("link", nn)?;
         let mut g = self.inner.lock();
         let id = g.child(op.0, on)?;
         if g.node(id)?.kind == FileKind::Dir {
@@ -486,7 +518,7 @@ impl Store for MemStore {
     }
 
     fn unlink(&self, parent: &MemDir, name: &OsStr) -> io::Result<()> {
-        self.pass("unlink", name);
+        self.pass("unlink", name)?;
         self.inner.lock().remove(parent.0, name, false)
     }
 
@@ -495,7 +527,7 @@ impl Store for MemStore {
     }
 
     fn rename(&self, op: &MemDir, on: &OsStr, np: &MemDir, nn: &OsStr, flags: u32) -> io::Result<()> {
-        self.pass("rename", on);
+        self.pass("rename", on)?;
         let mut g = self.inner.lock();
         let src = g.child(op.0, on)?;
         if nn.len() > 255 {
@@ -536,6 +568,7 @@ impl Store for MemStore {
     }
 
     fn chmod(&self, t: Target<'_, MemDir>, mode: u32) -> io::Result<()> {
+        self.pass_target("chmod", &t)?;
         let mut g = self.inner.lock();
         let id = g.target(t)?;
         let now = g.tick();
@@ -546,6 +579,7 @@ impl Store for MemStore {
     }
 
     fn chown(&self, t: Target<'_, MemDir>, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+        self.pass_target("chown", &t)?;
         let mut g = self.inner.lock();
         let id = g.target(t)?;
         let now = g.tick();
@@ -561,6 +595,7 @@ impl Store for MemStore {
     }
 
     fn utimens(&self, t: Target<'_, MemDir>, atime: SetTime, mtime: SetTime) -> io::Result<()> {
+        self.pass_target("utimens", &t)?;
         let mut g = self.inner.lock();
         let id = g.target(t)?;
         let now = g.tick();
@@ -577,17 +612,20 @@ impl Store for MemStore {
     }
 
     fn getxattr(&self, t: Target<'_, MemDir>, name: &OsStr) -> io::Result<Vec<u8>> {
+        self.pass_target("getxattr", &t)?;
         let g = self.inner.lock();
         g.get_xattr(g.target(t)?, name)
     }
 
     fn setxattr(&self, t: Target<'_, MemDir>, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
+        self.pass_target("setxattr", &t)?;
         let mut g = self.inner.lock();
         let id = g.target(t)?;
         g.set_xattr(id, name, value, flags)
     }
 
     fn listxattr(&self, t: Target<'_, MemDir>) -> io::Result<Vec<u8>> {
+        self.pass_target("listxattr", &t)?;
         let g = self.inner.lock();
         g.list_xattr(g.target(t)?)
     }
@@ -619,7 +657,7 @@ impl Store for MemStore {
     }
 
     fn open(&self, parent: &MemDir, name: &OsStr, flags: i32, mode: u32) -> io::Result<MemFile> {
-        self.pass("open", name);
+        self.pass("open", name)?;
         let mut g = self.inner.lock();
         let id = match g.child(parent.0, name) {
             Ok(id) => {
@@ -661,7 +699,7 @@ impl Store for MemStore {
     }
 
     fn write_at(&self, f: &MemFile, data: &[u8], off: u64) -> io::Result<usize> {
-        self.pass("write", OsStr::new(""));
+        self.pass("write", OsStr::new(""))?;
         let mut g = self.inner.lock();
         let cur = g.node(f.id)?.meta.data.len();
         let off = if f.append { cur } else { off as usize };
@@ -681,7 +719,7 @@ impl Store for MemStore {
     }
 
     fn fstat(&self, f: &MemFile) -> io::Result<Stat> {
-        self.pass("fstat", OsStr::new(""));
+        self.pass("fstat", OsStr::new(""))?;
         self.inner.lock().stat(f.id)
     }
 
@@ -745,7 +783,7 @@ impl Store for MemStore {
     }
 
     fn copy_range(&self, src: &MemFile, so: u64, dst: &MemFile, d_o: u64, len: u64) -> io::Result<usize> {
-        self.pass("copy_range", OsStr::new(""));
+        self.pass("copy_range", OsStr::new(""))?;
         let len = if self.inner.lock().features.copy_range { len } else { len.min(1) };
         let mut buf = vec![0u8; len as usize];
         let n = self.read_at(src, &mut buf, so)?;

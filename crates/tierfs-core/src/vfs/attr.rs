@@ -21,18 +21,19 @@ impl<S: Store> Volume<S> {
             let names = self.ns.link_count(ino)?;
             return Ok(self.make_attr(ino, &rec, &st, names));
         }
-        let rec = self.record(ino)?;
+        let rec = self.kernel_record(ino)?;
         if rec.kind == FileKind::Dir {
             let d = self.meta_dir(ino)?;
             let st = self.tiers.store(self.tiers.meta).stat(Target::This(&d))?;
             return Ok(self.make_attr(ino, &rec, &st, 0));
         }
-        // A migration switches the file's tier holding this lock: the
-        // record and the copy it names are read together.
+        // A migration switches the file's tier, and a rename its names,
+        // holding this lock: the record, the name and the copy it names
+        // are read together.
         let _il = self.ilocks.get(ino).read();
-        let rec = self.record(ino)?;
+        let rec = self.kernel_record(ino)?;
         let names = self.ns.links(ino)?;
-        let Some((p, n)) = names.first().cloned() else { return err(libc::ENOENT) };
+        let Some((p, n)) = names.first().cloned() else { return err(libc::ESTALE) };
         // A cached file is answered from its SSD copy (kept in step with the
         // primary), so that reading it never costs an HDD access.
         let st = match rec.placement {
@@ -54,7 +55,7 @@ impl<S: Store> Volume<S> {
             None if self.open_inode(ino).is_some() || fh.is_some() => {
                 InodeRecord::new(FileKind::File, crate::tier::Placement::On(Tier::Hdd))
             }
-            None => return err(libc::ENOENT),
+            None => return err(libc::ESTALE),
         };
         if rec.kind == FileKind::Dir {
             if sa.size.is_some() {
@@ -148,11 +149,12 @@ impl<S: Store> Volume<S> {
     }
 
     /// setattr of a file nobody has open (the caller holds its inode lock
-    /// for writing, so nobody can open it meanwhile): on every copy, the
-    /// primary first. Returns true if the cached copy missed the change.
+    /// for writing, so nobody can open, migrate or rename it meanwhile): on
+    /// every copy, the primary first. Returns true if the cached copy
+    /// missed the change.
     fn set_closed_attrs(&self, ino: Ino, sa: &SetAttr) -> Result<bool> {
-        let rec = self.record(ino)?;
-        let (p, n) = self.link_of(ino)?;
+        let rec = self.kernel_record(ino)?;
+        let (p, n) = self.kernel_link(ino)?;
         let stale = self.copy_is_stale(ino);
         let mut lost_copy = false;
         for (i, &t) in rec.placement.tiers().iter().enumerate() {
@@ -248,13 +250,14 @@ impl<S: Store> Volume<S> {
 
     /// Reads a symbolic link.
     pub fn readlink(&self, ino: Ino) -> Result<OsString> {
-        let rec = self.record(ino)?;
+        let rec = self.kernel_record(ino)?;
         if rec.kind != FileKind::Symlink {
             return err(libc::EINVAL);
         }
+        // The name is read and used holding this lock (see `getattr`).
         let _il = self.ilocks.get(ino).read();
-        let rec = self.record(ino)?;
-        let (p, n) = self.link_of(ino)?;
+        let rec = self.kernel_record(ino)?;
+        let (p, n) = self.kernel_link(ino)?;
         let t = rec.placement.primary();
         let d = self.tiers.dir(p, t, false)?;
         Ok(self.tiers.store(t).readlink(&d, &n)?)

@@ -49,6 +49,9 @@ impl<S: Store> Volume<S> {
             match found {
                 Some((ino, _)) => match self.getattr(ino) {
                     Ok(a) => return Ok(Some(a)),
+                    // Removed (or renamed over) since it was found: look
+                    // again.
+                    Err(e) if e.is(libc::ESTALE) && attempt == 0 => continue,
                     // The backing copy went away behind our back: look again.
                     Err(e) if e.is(libc::ENOENT) && attempt == 0 => self.reconcile(parent, true)?,
                     Err(e) => return Err(e),
@@ -174,15 +177,18 @@ impl<S: Store> Volume<S> {
             s.mknod(pd, name, kind.mode_bits() | perm, rdev)
         })?;
         drop(il);
-        self.after_naming(parent, self.getattr(ino))
+        self.after_naming(parent, name, self.getattr(ino))
     }
 
-    /// The answer of an operation that has committed a name in `parent`.
-    /// The kernel drops its copy of the directory's listing only when the
-    /// operation succeeds, so if it fails after all the kernel is told.
-    pub(crate) fn after_naming<T>(&self, parent: Ino, r: Result<T>) -> Result<T> {
+    /// The answer of an operation that has committed `name` in `parent`.
+    /// The kernel drops its copy of the directory's listing, and of what
+    /// it knew of the name (its absence, from the lookup before a create),
+    /// only when the operation succeeds: if it fails after all the kernel
+    /// is told, or it would answer the name absent for the cache timeout.
+    pub(crate) fn after_naming<T>(&self, parent: Ino, name: &OsStr, r: Result<T>) -> Result<T> {
         if r.is_err() {
             self.listing_changed(parent);
+            self.entry_changed(parent, name);
         }
         r
     }
@@ -195,7 +201,7 @@ impl<S: Store> Volume<S> {
         let (ino, _, _, il) =
             self.create_node(ctx, parent, name, FileKind::Symlink, 0, |s, pd| s.symlink(target, pd, name))?;
         drop(il);
-        self.after_naming(parent, self.getattr(ino))
+        self.after_naming(parent, name, self.getattr(ino))
     }
 
     /// Creates a directory on the meta tier.
@@ -242,7 +248,7 @@ impl<S: Store> Volume<S> {
         self.mark_verified(ino);
         let r = self.getattr(ino);
         drop(_g);
-        self.after_naming(parent, r)
+        self.after_naming(parent, name, r)
     }
 
     /// Adds the name `new_name` in `new_parent` for `ino`, on every tier
@@ -253,10 +259,10 @@ impl<S: Store> Volume<S> {
             return err(libc::EPERM);
         }
         self.reconcile(new_parent, false)?;
-        if self.record(ino)?.kind == FileKind::Dir {
+        if self.kernel_record(ino)?.kind == FileKind::Dir {
             return err(libc::EPERM);
         }
-        let (p, n) = self.link_of(ino)?;
+        let (p, n) = self.kernel_link(ino)?;
         let _g = self.locks.lock(&[p, new_parent]);
         // The file's tiers are read, and linked on, with its inode lock held:
         // a migration cannot move it in between.
@@ -267,7 +273,7 @@ impl<S: Store> Volume<S> {
             drop(_g);
             return self.link(ino, new_parent, new_name);
         }
-        let rec = self.record(ino)?;
+        let rec = self.kernel_record(ino)?;
         self.parent_dir_record(new_parent)?;
         if self.ns.lookup(new_parent, new_name)?.is_some() {
             return err(libc::EEXIST);
@@ -308,7 +314,7 @@ impl<S: Store> Volume<S> {
         drop(il);
         self.touch_dir(new_parent, rec.placement.primary());
         drop(_g);
-        self.after_naming(new_parent, self.getattr(ino))
+        self.after_naming(new_parent, new_name, self.getattr(ino))
     }
 
     /// Removes a non-directory name.
@@ -469,3 +475,6 @@ pub(super) fn restore_id_bits<S: Store>(s: &S, pd: &S::Dir, name: &OsStr, want: 
         _ => {}
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,7 +9,6 @@
 //! start to end. Open files carry a copy of "has chunks" that is read
 //! without the map's lock, so unsplit files pay nothing for the feature.
 
-use super::creds::AsCaller;
 use super::file::Handle;
 use super::{OpenInode, Volume};
 use crate::error::{Error, Result};
@@ -25,8 +24,19 @@ use std::ffi::OsString;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// How long the scrubber waits for a file's directories and inode lock.
-const SCRUB_NAMES_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+/// How long the scrubber waits for a file's inode lock.
+const SCRUB_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Where a split file's HDD file stands (see `Volume::find_home`).
+enum Home<F> {
+    /// Found under the file's first name, and it is the file's.
+    File(F),
+    /// The file is gone, or no longer a plain file on the HDD.
+    Gone,
+    /// Not under the file's first name (parent, name): the name is gone,
+    /// or (`true`) another file has it.
+    Lost(Ino, OsString, bool),
+}
 
 /// The directory of the shadow files, `.tierfs/shadow` on the SSD tier.
 pub const SHADOW_DIR: &str = "shadow";
@@ -110,7 +120,7 @@ impl<S: Store> Volume<S> {
 
     /// A split file's two copies as the extent code sees them.
     pub(crate) fn split_view<'a>(&'a self, ino: Ino, home: &'a S::File, shadow: &'a S::File) -> Split<'a, S> {
-        Split { hdd: self.tiers.store(Tier::Hdd), home, ssd: self.tiers.store(Tier::Ssd), shadow, ino }
+        Split { hdd: self.tiers.store(Tier::Hdd), home, ssd: self.tiers.store(Tier::Ssd), shadow, ino, caller: None }
     }
 
     /// The shadow of a file the map says is split, which must exist.
@@ -200,7 +210,7 @@ impl<S: Store> Volume<S> {
         if !add && !self.is_split(ino) {
             return Ok(Outcome::Skipped(Skip::AlreadyThere));
         }
-        let Some((names, _il)) = self.lock_names(ino, ctl.io_wait())? else {
+        let Some(_il) = self.lock_file(ino, ctl.io_wait()) else {
             return Ok(Outcome::Skipped(Skip::Busy));
         };
         let rec = self.ns.record(ino)?;
@@ -250,8 +260,6 @@ impl<S: Store> Volume<S> {
         } else {
             self.existing_shadow(ino)?
         };
-        // The HDD file is open: renames may go on.
-        drop(names);
         let split = self.split_view(ino, &home, &shadow);
         let hooks = self.hooks();
         let mut reserved = 0;
@@ -382,10 +390,8 @@ impl<S: Store> Volume<S> {
                 return Ok(None);
             }
         };
-        let split = self.split_view(h.ino, &home, &shadow);
-        let as_caller = AsCaller::new(&h.caller, false);
+        let split = Split { caller: Some(h.caller), ..self.split_view(h.ino, &home, &shadow) };
         let r = split.buffer(&self.extents, off, data, chunk, crash);
-        drop(as_caller);
         let split_now = self.is_split(h.ino);
         h.oi.split.store(split_now, Ordering::Release);
         // What the map has now (a write that failed after the commit left
@@ -467,7 +473,7 @@ impl<S: Store> Volume<S> {
         // No chunk move, migration or other scrub of the file until its
         // time is put back (each would read a time this one moved).
         let Some(_only) = self.exclusive(ino) else { return Ok(None) };
-        let Some((names, il)) = self.lock_names(ino, Some(SCRUB_NAMES_WAIT))? else { return Ok(None) };
+        let Some(il) = self.lock_file(ino, Some(SCRUB_LOCK_WAIT)) else { return Ok(None) };
         let oi = self.open_inode(ino);
         let io = oi.as_ref().map(|o| o.io.write());
         let home = match &io {
@@ -478,7 +484,6 @@ impl<S: Store> Volume<S> {
                 None => return Ok(None),
             },
         };
-        drop(names);
         let Some(shadow) = self.shadow(ino, false)? else { return Ok(None) };
         let split = self.split_view(ino, &home, &shadow);
         let Some(copy) = split.read_dirty(&self.extents, id.index)? else {
@@ -514,12 +519,11 @@ impl<S: Store> Volume<S> {
             tracing::debug!(ino, "the file is busy: a scrub leaves its mtime moved");
             false
         };
-        let Ok(Some((names, _il))) = self.lock_names(ino, Some(SCRUB_NAMES_WAIT)) else { return busy() };
-        drop(names);
+        let Some(_il) = self.lock_file(ino, Some(SCRUB_LOCK_WAIT)) else { return busy() };
         let oi = self.open_inode(ino);
         let io = match &oi {
             None => None,
-            Some(o) => match o.io.try_write_for(SCRUB_NAMES_WAIT) {
+            Some(o) => match o.io.try_write_for(SCRUB_LOCK_WAIT) {
                 Some(g) => Some(g),
                 None => return busy(),
             },
@@ -534,32 +538,21 @@ impl<S: Store> Volume<S> {
         kept
     }
 
-    /// The directory stripes of `ino`'s parents, then its inode lock for
-    /// writing (the lock hierarchy's order), its names checked unchanged in
-    /// between; each waited for at most `wait` (None: as long as it takes).
-    /// While the stripes are held no rename can put another file under one
-    /// of its names, so its HDD file can be opened by name. Review finding:
-    /// opened by name under the inode lock alone, a rename over that name
-    /// in between gave the scrubber another file's HDD copy to write a
-    /// chunk into. `None`: busy, or its names changed.
-    fn lock_names(
-        &self,
-        ino: Ino,
-        wait: Option<std::time::Duration>,
-    ) -> Result<Option<(super::locks::DirGuard<'_>, parking_lot::RwLockWriteGuard<'_, ()>)>> {
-        let links = self.ns.links(ino)?;
-        let parents: Vec<Ino> = links.iter().map(|l| l.0).collect();
+    /// The inode lock of `ino` for writing, waited for at most `wait`
+    /// (None: as long as it takes). While it is held the file's names are
+    /// its own (a rename of the file, or over one of its names, waits for
+    /// it), so its HDD file can be opened by name. `None`: busy.
+    fn lock_file(&self, ino: Ino, wait: Option<std::time::Duration>) -> Option<parking_lot::RwLockWriteGuard<'_, ()>> {
         let lock = self.ilocks.get(ino);
-        let locked = match wait {
-            None => Some((self.locks.lock(&parents), lock.write())),
-            Some(d) => {
-                self.locks.try_lock_for(&parents, d).and_then(|names| lock.try_write_for(d).map(|il| (names, il)))
-            }
-        };
-        match locked {
-            Some(l) if self.ns.links(ino)? == links => Ok(Some(l)),
-            _ => Ok(None),
+        match wait {
+            None => Some(lock.write()),
+            Some(d) => lock.try_write_for(d),
         }
+    }
+
+    /// True if some chunk of `ino` on the SSD is dirty.
+    fn dirty_chunks(&self, ino: Ino) -> bool {
+        self.extents.lock().chunks(ino).any(|(_, s)| s == ChunkState::Dirty)
     }
 
     /// Whether a chunk is on the SSD and dirty (`Some(true)`), clean
@@ -654,7 +647,7 @@ impl<S: Store> Volume<S> {
         if !self.is_split(ino) {
             return Ok(false);
         }
-        let (p, n) = self.link_of(ino)?;
+        let (p, n) = self.kernel_link(ino)?;
         let d = self.tiers.dir(p, Tier::Hdd, false)?;
         let home = self.tiers.store(Tier::Hdd).open(&d, &n, libc::O_WRONLY, 0)?;
         let shadow = self.existing_shadow(ino)?;
@@ -666,23 +659,45 @@ impl<S: Store> Volume<S> {
         Ok(true)
     }
 
-    /// The HDD file of a split file, opened for reading and writing; None
-    /// if it is not a regular file on the HDD or its name is gone.
-    fn open_home(&self, ino: Ino) -> Result<Option<S::File>> {
+    /// Where a split file's HDD file (its home) stands: found by its first
+    /// name, and checked against the identity the map recorded with its
+    /// first chunk.
+    fn find_home(&self, ino: Ino) -> Result<Home<S::File>> {
         match self.ns.record(ino)? {
             Some(r) if r.kind == crate::store::FileKind::File && r.placement == Placement::On(Tier::Hdd) => {}
-            _ => return Ok(None),
+            _ => return Ok(Home::Gone),
         }
-        let open = || -> Result<S::File> {
-            let (p, n) = self.link_of(ino)?;
-            let d = self.tiers.dir(p, Tier::Hdd, false)?;
-            Ok(self.tiers.store(Tier::Hdd).open(&d, &n, libc::O_RDWR, 0)?)
+        let Some((p, n)) = self.ns.first_link(ino)? else { return Ok(Home::Gone) };
+        let hdd = self.tiers.store(Tier::Hdd);
+        let opened = self.tiers.dir(p, Tier::Hdd, false).and_then(|d| Ok(hdd.open(&d, &n, libc::O_RDWR, 0)?));
+        let f = match opened {
+            Ok(f) => f,
+            Err(e) if e.is(libc::ENOENT) => return Ok(Home::Lost(p, n, false)),
+            Err(e) => return Err(e),
         };
-        match open() {
-            Ok(f) => Ok(Some(f)),
-            Err(e) if e.is(libc::ENOENT) => Ok(None),
-            Err(e) => Err(e),
+        // The inode number, as recovery compares it everywhere: a device
+        // number may change across reboots.
+        let recorded = self.extents.lock().home(ino);
+        if let Some((_, i)) = recorded {
+            if hdd.fstat(&f)?.ino != i {
+                return Ok(Home::Lost(p, n, true));
+            }
         }
+        Ok(Home::File(f))
+    }
+
+    /// The HDD file of a split file, opened for reading and writing; None
+    /// if it is not a regular file on the HDD, its name is gone, or another
+    /// file has it.
+    fn open_home(&self, ino: Ino) -> Result<Option<S::File>> {
+        Ok(match self.find_home(ino)? {
+            Home::File(f) => Some(f),
+            Home::Lost(_, n, true) => {
+                tracing::error!(ino, name = ?n, "another file has the name of a split file's HDD file: its chunks stay on the SSD");
+                None
+            }
+            Home::Lost(..) | Home::Gone => None,
+        })
     }
 
     /// Loads the extent map at mount (after an unclean shutdown every chunk
@@ -696,22 +711,40 @@ impl<S: Store> Volume<S> {
         let mut fixed = 0;
         let files: Vec<Ino> = self.extents.lock().files().collect();
         for ino in files {
-            // A name that did not survive a power cut (its directory was
-            // not synced) is dropped by reconciliation later: its chunks go
-            // now.
-            let home = self.open_home(ino)?;
+            let home = self.find_home(ino)?;
             let shadow = self.shadow(ino, false)?;
             match (home, shadow) {
-                (Some(home), Some(shadow)) => {
+                (Home::File(home), Some(shadow)) => {
                     self.split_view(ino, &home, &shadow).recover(&self.extents).map_err(|e| {
                         // The mount stops (its chunks may hold the only copy
                         // of acknowledged writes): say which file.
                         Error::State(format!("recovering the chunks of split file inode {ino}: {e}"))
                     })?;
                 }
+                (Home::Lost(p, n, other), Some(_)) if self.dirty_chunks(ino) => {
+                    // Its name is gone (a rename of the file, or a power
+                    // cut before its directory was synced), or another file
+                    // has it (a rename over the file, killed between the
+                    // backing renames and the commit): the dirty chunks, the
+                    // only copy of acknowledged writes, cannot be written
+                    // back, and into another file they must not be. The
+                    // shadow, the file's image with those chunks, is set
+                    // aside where the file was.
+                    let d = self.tiers.reserved(Tier::Ssd, SHADOW_DIR)?;
+                    let from = OsString::from(ino.to_string());
+                    let aside = self.put_aside(Tier::Ssd, &d, &from, p, &n).map_err(|e| {
+                        // The mount stops rather than lose the chunks.
+                        Error::State(format!("setting aside the chunks of split file inode {ino}: {e}"))
+                    })?;
+                    tracing::warn!(ino, name = ?n, aside = ?aside, other_file = other,
+                        "recovery: a split file's HDD file is not where its name is; its chunks are set aside");
+                    self.forget_chunks(ino);
+                    fixed += 1;
+                }
                 _ => {
                     // The file is gone (removed while open, then a crash),
-                    // or the shadow is: nothing of the chunks can be used.
+                    // its chunks are copies of its HDD bytes, or the shadow
+                    // is gone: nothing of the chunks can be used.
                     tracing::warn!(ino, "chunks of a file that is gone or has no shadow are dropped");
                     self.forget_chunks(ino);
                     fixed += 1;

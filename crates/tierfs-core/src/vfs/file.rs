@@ -128,12 +128,11 @@ impl<S: Store> Volume<S> {
         self.handles.read().get(&fh).cloned().ok_or_else(|| Error::errno(libc::EBADF))
     }
 
-    /// Opens the backing copies of a file: the primary read-write if
-    /// possible (else with the access the caller asked for), and the SSD
-    /// copy of a cached file.
-    /// Opens the primary copy of a file, read-write when possible.
+    /// Opens the primary copy of a file, read-write when possible, by its
+    /// name: the caller holds the file's inode lock, or the I/O lock of its
+    /// open state, either of which a rename of the file waits for.
     fn open_primary(&self, ino: Ino, placement: Placement, want_write: bool) -> Result<(Arc<S::File>, bool)> {
-        let (p, n) = self.link_of(ino)?;
+        let (p, n) = self.kernel_link(ino)?;
         let t = placement.primary();
         let d = self.tiers.dir(p, t, false)?;
         let s = self.tiers.store(t);
@@ -148,7 +147,8 @@ impl<S: Store> Volume<S> {
         Ok((Arc::new(primary), writable))
     }
 
-    /// The primary descriptor of an open file, opening it on first use.
+    /// The primary descriptor of an open file, opening it on first use
+    /// (the caller holds the open state's I/O lock).
     pub(crate) fn primary_of(&self, ino: Ino, io: &IoState<S>) -> Result<Arc<S::File>> {
         if let Some(p) = io.primary.get() {
             return Ok(p.0.clone());
@@ -158,14 +158,17 @@ impl<S: Store> Volume<S> {
         Ok(io.primary.get().map(|p| p.0.clone()).expect("just set"))
     }
 
-    /// Attributes of an open file: from the primary if it is open, else from
-    /// the cached copy.
+    /// Attributes of an open file: a cached file's from its copy (kept in
+    /// step with the primary, and where a closed cached file's come from:
+    /// taken from the primary while a writer had it open, the ctime
+    /// flipped between the copies' as writers opened and closed the file),
+    /// else from the primary.
     pub(crate) fn io_stat(&self, oi: &OpenInode<S>, io: &IoState<S>) -> Result<Stat> {
-        if let Some(p) = io.primary_open() {
-            return Ok(self.tiers.store(io.placement.primary()).fstat(p)?);
-        }
         if let Some(c) = self.live_copy(oi, io) {
             return Ok(self.tiers.store(Tier::Ssd).fstat(c)?);
+        }
+        if let Some(p) = io.primary_open() {
+            return Ok(self.tiers.store(io.placement.primary()).fstat(p)?);
         }
         let p = self.primary_of(oi.ino, io)?;
         Ok(self.tiers.store(io.placement.primary()).fstat(&p)?)
@@ -175,7 +178,7 @@ impl<S: Store> Volume<S> {
     /// possible) unless the file is cached and only read, and the SSD copy
     /// of a cached file.
     fn open_backing(&self, ino: Ino, placement: Placement, want_write: bool) -> Result<Backing<S>> {
-        let (p, n) = self.link_of(ino)?;
+        let (p, n) = self.kernel_link(ino)?;
         let copy = if placement == Placement::Cached && !self.copy_is_stale(ino) {
             let r = self
                 .tiers
@@ -234,7 +237,7 @@ impl<S: Store> Volume<S> {
             // A file `create_node` just made exclusively is empty.
             Some((t, f)) => (Placement::On(t), Some((Arc::new(f), true)), None, 0),
             None => {
-                let rec = self.record(ino)?;
+                let rec = self.kernel_record(ino)?;
                 if rec.kind != FileKind::File {
                     return err(if rec.kind == FileKind::Dir { libc::EISDIR } else { libc::EINVAL });
                 }
@@ -270,7 +273,7 @@ impl<S: Store> Volume<S> {
                 handles: 0,
                 backed: 0,
                 kernel_file: None,
-                kernel_seen: crate::heat::Seen::default(),
+                kernel_watch: None,
                 retired: false,
             }),
             order: Mutex::new(()),
@@ -280,6 +283,9 @@ impl<S: Store> Volume<S> {
             // Under the inode lock, which the chunk mover holds for writing.
             split: std::sync::atomic::AtomicBool::new(self.is_split(ino)),
             wb: self.hooks().write_back(ino, parent),
+            chunks_counted: self.io_mode() == IoMode::Passthrough
+                && Tier::ALL.iter().any(|t| !self.heat().sees(*t).reads)
+                && self.hooks().counts_chunks(ino, size),
         });
         loop {
             let here = self.open.lock().entry(ino).or_insert_with(|| oi.clone()).clone();
@@ -342,7 +348,7 @@ impl<S: Store> Volume<S> {
             if let Some(b) = &backing {
                 io.backed += 1;
                 if io.kernel_file.is_none() {
-                    io.kernel_seen = self.watch(ino, b);
+                    io.kernel_watch = self.watch(ino, b);
                     io.kernel_file = Some(b.clone());
                 }
                 oi.passthrough.store(io.backed, Ordering::Release);
@@ -356,7 +362,15 @@ impl<S: Store> Volume<S> {
             }
             // What the kernel does for this handle that no heat source
             // sees: the open stands for it.
-            let seen = if write { io.kernel_seen.writes } else { io.kernel_seen.reads };
+            let seen = io.kernel_watch.is_some_and(|w| {
+                if flags & libc::O_DIRECT != 0 {
+                    w.seen.direct
+                } else if write {
+                    w.seen.writes
+                } else {
+                    w.seen.reads
+                }
+            });
             let unseen = backing.is_some() && !direct && !seen;
             (io.placement.read_tier(), size, backing, direct, unseen)
         };
@@ -392,11 +406,6 @@ impl<S: Store> Volume<S> {
         if self.io_mode() != IoMode::Passthrough || oi.split.load(Ordering::Acquire) || wb {
             return None;
         }
-        // Its chunks are counted from its requests, which no heat source
-        // would see.
-        if !self.heat().sees().reads && self.hooks().counts_chunks(ino, oi.size.load(Ordering::Acquire)) {
-            return None;
-        }
         let file = if !write {
             match self.live_copy(oi, io) {
                 Some(c) => Some((Tier::Ssd, c.clone())),
@@ -417,7 +426,11 @@ impl<S: Store> Volume<S> {
                 _ => None,
             }
         };
-        file.filter(|(t, f)| self.tiers.store(*t).raw_fd(f).is_some())
+        // Its chunks are counted from its requests: the kernel must not
+        // serve them where the heat source would not see them.
+        file.filter(|(t, f)| {
+            self.tiers.store(*t).raw_fd(f).is_some() && (!oi.chunks_counted || self.heat().sees(*t).reads)
+        })
     }
 
     /// A handle let go of the inode's kernel backing file.
@@ -429,22 +442,18 @@ impl<S: Store> Volume<S> {
     fn unback_locked(&self, oi: &OpenInode<S>, io: &mut super::IoState<S>) {
         io.backed = io.backed.saturating_sub(1);
         if io.backed == 0 {
-            if let Some((t, f)) = io.kernel_file.take() {
-                if io.kernel_seen != crate::heat::Seen::default() {
-                    if let Some(fd) = self.tiers.store(t).raw_fd(&f) {
-                        self.heat().unwatch(fd);
-                    }
-                }
+            io.kernel_file = None;
+            if let Some(w) = io.kernel_watch.take() {
+                self.heat().unwatch(&w);
             }
-            io.kernel_seen = crate::heat::Seen::default();
         }
         oi.passthrough.store(io.backed, Ordering::Release);
     }
 
     /// Has the heat source watch the file the kernel is given as `ino`'s
     /// backing file; what it will see of the kernel's requests.
-    fn watch(&self, ino: Ino, (t, f): &(Tier, Arc<S::File>)) -> crate::heat::Seen {
-        self.tiers.store(*t).raw_fd(f).map_or_else(crate::heat::Seen::default, |fd| self.heat().watch(ino, *t, fd))
+    fn watch(&self, ino: Ino, (t, f): &(Tier, Arc<S::File>)) -> Option<crate::heat::Watched> {
+        self.tiers.store(*t).raw_fd(f).and_then(|fd| self.heat().watch(ino, *t, fd))
     }
 
     /// The kernel refused passthrough for a handle: count it as userspace.
@@ -502,9 +511,9 @@ impl<S: Store> Volume<S> {
             self.create_node(ctx, parent, name, FileKind::File, perm & super::entry::ID_BITS, |s, pd| {
                 s.open(pd, name, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, perm)
             })?;
-        let oi = self.after_naming(parent, self.acquire(ino, true, Some((t, f, il, parent))))?;
+        let oi = self.after_naming(parent, name, self.acquire(ino, true, Some((t, f, il, parent))))?;
         let opened = self.register(ctx, ino, oi, flags);
-        match self.after_naming(parent, self.getattr(ino)) {
+        match self.after_naming(parent, name, self.getattr(ino)) {
             Ok(a) => Ok((a, opened)),
             Err(e) => {
                 let _ = self.release(opened.fh);
@@ -596,7 +605,11 @@ impl<S: Store> Volume<S> {
         let order = (may_extend || copy.is_some()).then(|| h.oi.order.lock());
         let t = io.placement.primary();
         let s = self.tiers.store(t);
-        let cur = if h.append { s.fstat(&primary)?.size } else { h.oi.size.load(Ordering::Acquire) };
+        // A write that may extend the file takes its size from the file:
+        // what tierfs last knew may be older (the kernel writes through
+        // passthrough handles without telling), and a failed growing write
+        // cuts the file back to it.
+        let cur = if may_extend { s.fstat(&primary)?.size } else { h.oi.size.load(Ordering::Acquire) };
         let off = if h.append { cur } else { off };
         let extends = may_extend && off >= cur;
         let end = off + len;
@@ -678,15 +691,14 @@ impl<S: Store> Volume<S> {
         let order = may_extend.then(|| h.oi.order.lock());
         let off = if h.append { hdd.fstat(home)?.size } else { off };
         let end = off + len;
-        let split = self.split_view(h.ino, home, shadow);
-        let as_caller = AsCaller::new(&h.caller, false);
+        // The bytes land as the writer (see `Split::caller`).
+        let split = crate::extent::split::Split { caller: Some(h.caller), ..self.split_view(h.ino, home, shadow) };
         let all_ssd = match split.write_pieces(&self.extents, off, data) {
             Ok(all) => all,
             // Only the shadow's ENOSPC is a full SSD; the HDD's is the answer.
             Err((Tier::Ssd, e)) if e.is(libc::ENOSPC) => return Ok(Attempt::Full(len)),
             Err((_, e)) => return Err(e),
         };
-        drop(as_caller);
         if all_ssd {
             self.touch_home(h.ino, home);
         }
@@ -1007,15 +1019,16 @@ impl<S: Store> Volume<S> {
         // allocation past the end must not race it.
         let _order = h.oi.order.lock();
         let hdd = self.tiers.store(Tier::Hdd);
-        let as_caller = AsCaller::new(&h.caller, false);
         // The HDD file first: a mode its file system refuses changes
-        // nothing.
-        hdd.fallocate(home, mode, off, len)?;
+        // nothing. As the writer: it may allocate.
+        let as_caller = AsCaller::new(&h.caller, false);
+        let r = hdd.fallocate(home, mode, off, len);
+        drop(as_caller);
+        r?;
         if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0 {
             self.split_view(h.ino, home, shadow).punch_shadow(&self.extents, off, len)?;
             self.hooks().settle_ssd(h.ino, 0, Some(self.ssd_alloc(shadow)));
         }
-        drop(as_caller);
         self.note_change(h.ino);
         let resizes = mode & libc::FALLOC_FL_KEEP_SIZE == 0;
         let size = if resizes {
@@ -1171,3 +1184,6 @@ impl<S: Store> Volume<S> {
         matches!(self.migrate(ino, mv, &crate::migrate::NoCrash), Ok(crate::migrate::Outcome::Done(_)))
     }
 }
+
+#[cfg(test)]
+mod tests;

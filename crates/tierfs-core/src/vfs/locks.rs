@@ -60,9 +60,10 @@ impl DirLocks {
 }
 
 /// Striped reader-writer locks on inodes: opening a file (which reads its
-/// placement and opens the backing copy) holds one for reading; a
-/// migration's switch-over holds it for writing, so no open ever sees a
-/// half-moved file.
+/// placement and name and opens the backing copy) holds one for reading; a
+/// migration's switch-over and a rename of the file hold it for writing,
+/// so no open ever sees a half-moved file, nor a name that is another
+/// file's by the time it is used.
 pub(crate) struct InodeLocks {
     stripes: Vec<parking_lot::RwLock<()>>,
 }
@@ -73,6 +74,13 @@ impl InodeLocks {
     }
     pub(crate) fn get(&self, ino: Ino) -> &parking_lot::RwLock<()> {
         &self.stripes[DirLocks::stripe(ino)]
+    }
+
+    /// The locks of `inos` for writing, each stripe once, in stripe order:
+    /// a rename holds those of the files it renames and replaces, and two
+    /// renames take theirs in the same order.
+    pub(crate) fn write_all(&self, inos: &[Ino]) -> Vec<parking_lot::RwLockWriteGuard<'_, ()>> {
+        DirLocks::ordered(inos).into_iter().map(|i| self.stripes[i].write()).collect()
     }
 }
 

@@ -16,7 +16,7 @@
 
 mod adopt;
 mod attr;
-mod creds;
+pub(crate) mod creds;
 mod dir;
 mod entry;
 pub mod extent;
@@ -130,6 +130,10 @@ pub trait KernelCache: Send + Sync {
     fn attrs_changed(&self, ino: Ino);
     /// The listing of directory `dir` changed (and its attributes).
     fn listing_changed(&self, dir: Ino);
+    /// What the kernel knows of the name `name` in `parent` (an entry, or
+    /// its absence) is wrong now. Called from a request that may hold the
+    /// kernel's lock of `parent`: the adapter must not wait for it.
+    fn entry_changed(&self, _parent: Ino, _name: &OsStr) {}
 }
 
 /// What the tiering engine tells the file system, and what it is told.
@@ -283,6 +287,11 @@ pub struct OpenInode<S: Store> {
     /// The write-back area its writes may use, as it was when the file was
     /// opened (a settings change reaches open files at their next open).
     pub(crate) wb: WriteBackUse,
+    /// Its policy counts its chunks (`Hooks::counts_chunks`), asked when it
+    /// was opened, in passthrough mode on a volume whose heat source misses
+    /// the reads of some tier: where it does, the file takes the userspace
+    /// path.
+    pub(crate) chunks_counted: bool,
 }
 
 pub(crate) struct IoState<S: Store> {
@@ -300,8 +309,8 @@ pub(crate) struct IoState<S: Store> {
     /// The file the kernel holds as the inode's backing file while
     /// `backed > 0`.
     pub kernel_file: Option<(Tier, Arc<S::File>)>,
-    /// What the heat source sees of the kernel's requests to it.
-    pub kernel_seen: crate::heat::Seen,
+    /// The heat source's watch of it, if it watches it.
+    pub kernel_watch: Option<crate::heat::Watched>,
     /// The last handle closed: this state is leaving the open map, and an
     /// open that finds it there must make a new one.
     pub retired: bool,
@@ -544,6 +553,15 @@ impl<S: Store> Volume<S> {
         }
     }
 
+    /// What the kernel knows of `name` in `parent` is wrong now (see
+    /// [`KernelCache::entry_changed`]).
+    pub(crate) fn entry_changed(&self, parent: Ino, name: &OsStr) {
+        let k = self.kernel.read().clone();
+        if let Some(k) = k {
+            k.entry_changed(parent, name);
+        }
+    }
+
     /// The listing of directory `dir` changed other than through a request
     /// on it (the kernel may hold the old one).
     pub(crate) fn listing_changed(&self, dir: Ino) {
@@ -604,6 +622,20 @@ impl<S: Store> Volume<S> {
     /// One name of an inode, or ENOENT.
     pub fn link_of(&self, ino: Ino) -> Result<(Ino, OsString)> {
         self.ns.first_link(ino)?.ok_or_else(|| Error::errno(libc::ENOENT))
+    }
+
+    /// The record of an inode the kernel names by its number (getattr,
+    /// setattr, open, readlink, xattrs, link), or ESTALE if it is gone:
+    /// the kernel then looks the name up again, and may find another file
+    /// under it now, where ENOENT failed the call.
+    pub(crate) fn kernel_record(&self, ino: Ino) -> Result<InodeRecord> {
+        self.ns.record(ino)?.ok_or_else(|| Error::errno(libc::ESTALE))
+    }
+
+    /// One name of an inode the kernel names by its number, or ESTALE (see
+    /// [`Volume::kernel_record`]).
+    pub(crate) fn kernel_link(&self, ino: Ino) -> Result<(Ino, OsString)> {
+        self.ns.first_link(ino)?.ok_or_else(|| Error::errno(libc::ESTALE))
     }
 
     /// The open state of an inode, if it has open handles.

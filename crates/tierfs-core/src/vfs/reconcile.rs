@@ -623,11 +623,7 @@ impl<S: Store> Volume<S> {
         let s = self.tiers.store(t);
         let mut n = 1;
         let new_name = loop {
-            let mut cand = name.as_bytes().to_vec();
-            let suffix = if n == 1 { format!(".tierfs-conflict-{t}") } else { format!(".tierfs-conflict-{t}-{n}") };
-            cand.truncate(super::NAME_MAX - suffix.len());
-            cand.extend_from_slice(suffix.as_bytes());
-            let cand = OsString::from_vec(cand);
+            let cand = aside_name(name, t, n);
             let taken = l.names.contains_key(&cand) || self.ns.lookup(dir, &cand)?.is_some();
             if !taken {
                 match s.rename(&d, name, &d, &cand, RENAME_NOREPLACE) {
@@ -660,6 +656,49 @@ impl<S: Store> Volume<S> {
         pres[t.idx()] = st;
         l.names.insert(new_name.clone(), pres);
         self.adopt_one(dir, &new_name, t, st.as_ref(), l, b, events)
+    }
+}
+
+/// The `n`-th name (from 1) the copy of `name` on tier `t` is set aside
+/// under: `NAME.tierfs-conflict-TIER[-N]`, cut to fit the longest name.
+pub(crate) fn aside_name(name: &OsStr, t: Tier, n: u32) -> OsString {
+    let mut cand = name.as_bytes().to_vec();
+    let suffix = if n == 1 { format!(".tierfs-conflict-{t}") } else { format!(".tierfs-conflict-{t}-{n}") };
+    cand.truncate(super::NAME_MAX - suffix.len());
+    cand.extend_from_slice(suffix.as_bytes());
+    OsString::from_vec(cand)
+}
+
+impl<S: Store> Volume<S> {
+    /// Renames `from` (in `src`, a directory of tier `t`) to the first
+    /// [`aside_name`] of `name` that is free in directory `dir` (in the
+    /// namespace and on both tiers), durably, on tier `t`: the next
+    /// reconciliation of `dir` adopts it as a file of its own. What recovery
+    /// finds under a name and cannot place is set aside so, never deleted.
+    /// Returns the new name.
+    pub(crate) fn put_aside(&self, t: Tier, src: &S::Dir, from: &OsStr, dir: Ino, name: &OsStr) -> Result<OsString> {
+        let s = self.tiers.store(t);
+        let d = self.tiers.dir(dir, t, true)?;
+        let other = self.tiers.dir(dir, t.other(), false).ok();
+        let mut n = 1;
+        loop {
+            let cand = aside_name(name, t, n);
+            n += 1;
+            let elsewhere =
+                other.as_ref().is_some_and(|o| self.tiers.store(t.other()).stat(Target::Entry(o, &cand)).is_ok());
+            if elsewhere || self.ns.lookup(dir, &cand)?.is_some() {
+                continue;
+            }
+            match s.rename(src, from, &d, &cand, RENAME_NOREPLACE) {
+                Ok(()) => {
+                    s.sync_dir(&d)?;
+                    s.sync_dir(src)?;
+                    return Ok(cand);
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 }
 

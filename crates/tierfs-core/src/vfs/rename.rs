@@ -164,15 +164,27 @@ impl<S: Store> Volume<S> {
         (a, ka): (Ino, FileKind),
         b: Option<(Ino, FileKind)>,
     ) -> Result<()> {
-        // A replaced file's names are counted and its last one removed
-        // with its inode lock held, as unlink does: an unlink of another of
-        // its names elsewhere counts in turn (before the tree shape, which
-        // comes later in the hierarchy; a replaced non-directory means the
-        // source is no directory, so the shape is not taken then).
-        let replaced = match b {
-            Some((bi, kb)) if !exchange && kb != FileKind::Dir => Some(self.ilocks.get(bi).write()),
-            _ => None,
+        // The files whose names change (the renamed ones, and one it
+        // replaces), each with its inode lock held for writing, and the I/O
+        // lock of its open state if it has one. Every operation that reads
+        // a file's name and then uses it on a tier (getattr, a closed
+        // file's setattr, readlink, the stored xattrs, opening its backing
+        // copies) holds one of the two: without them, a name read before
+        // the backing renames and used after them reached the file now
+        // under it (another user's file truncated, chmod-ed or opened). A
+        // replaced file's names are counted and its last one removed under
+        // its lock too, as unlink does: an unlink of another of its names
+        // elsewhere counts in turn. All before the tree shape, which comes
+        // later in the hierarchy.
+        let files: Vec<Ino> =
+            [Some((a, ka)), b].into_iter().flatten().filter(|(_, k)| *k != FileKind::Dir).map(|(i, _)| i).collect();
+        let inode_locks = self.ilocks.write_all(&files);
+        let open: Vec<_> = {
+            let mut inos = files.clone();
+            inos.sort_unstable();
+            inos.into_iter().filter_map(|i| self.open_inode(i)).collect()
         };
+        let io_locks: Vec<_> = open.iter().map(|oi| oi.io.write()).collect();
         // A directory changes the shape of the tree: no backing copy may be
         // made under the name it leaves while it moves.
         let moves_dir = ka == FileKind::Dir || (exchange && b.is_some_and(|(_, k)| k == FileKind::Dir));
@@ -295,7 +307,8 @@ impl<S: Store> Volume<S> {
         }
         // The tree has its new shape: nothing below waits while it is held.
         drop(shape);
-        drop(replaced);
+        drop(io_locks);
+        drop(inode_locks);
         for t in touched {
             self.touch_dir(parent, t);
             self.touch_dir(new_parent, t);
@@ -345,3 +358,6 @@ impl<S: Store> Volume<S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -16,14 +16,15 @@ fn is_acl(name: &OsStr) -> bool {
 
 impl<S: Store> Volume<S> {
     /// Runs `f` on the object's authoritative copy. For a non-directory the
-    /// caller holds the inode lock, so the copy cannot move meanwhile.
+    /// caller holds the inode lock, so the copy cannot move, nor its name
+    /// go to another file, meanwhile.
     fn on_primary<T>(&self, ino: Ino, f: impl FnOnce(&S, Target<'_, S::Dir>) -> std::io::Result<T>) -> Result<T> {
-        let rec = self.record(ino)?;
+        let rec = self.kernel_record(ino)?;
         if rec.kind == FileKind::Dir {
             let d = self.meta_dir(ino)?;
             return Ok(f(self.tiers.store(self.tiers.meta), Target::This(&d))?);
         }
-        let (p, n) = self.link_of(ino)?;
+        let (p, n) = self.kernel_link(ino)?;
         let t = rec.placement.primary();
         let d = self.tiers.dir(p, t, false)?;
         Ok(f(self.tiers.store(t), Target::Entry(&d, &n))?)
@@ -32,7 +33,7 @@ impl<S: Store> Volume<S> {
     /// Runs `f` on every copy that carries attributes (all copies of a
     /// directory, the primary of anything else).
     fn on_all<T>(&self, ino: Ino, f: impl Fn(&S, Target<'_, S::Dir>) -> std::io::Result<T>) -> Result<()> {
-        let rec = self.record(ino)?;
+        let rec = self.kernel_record(ino)?;
         if rec.kind != FileKind::Dir {
             self.on_primary(ino, f)?;
             // A migration copying the file must see this.

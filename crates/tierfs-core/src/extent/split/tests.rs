@@ -47,12 +47,13 @@ impl Rig {
 
     /// Runs `f` on the split file and the map.
     fn with<R>(&mut self, f: impl FnOnce(&Split<'_, MemStore>, &Mutex<ExtentMap>) -> R) -> R {
-        let s = Split { hdd: &self.hdd, home: &self.home, ssd: &self.ssd, shadow: &self.shadow, ino: INO };
+        let s =
+            Split { hdd: &self.hdd, home: &self.home, ssd: &self.ssd, shadow: &self.shadow, ino: INO, caller: None };
         f(&s, &self.map)
     }
 
     fn split(&self) -> Split<'_, MemStore> {
-        Split { hdd: &self.hdd, home: &self.home, ssd: &self.ssd, shadow: &self.shadow, ino: INO }
+        Split { hdd: &self.hdd, home: &self.home, ssd: &self.ssd, shadow: &self.shadow, ino: INO, caller: None }
     }
 
     fn content(&self) -> Vec<u8> {
@@ -90,12 +91,14 @@ impl Rig {
 
     fn restart(&mut self) {
         self.map = Mutex::new(ExtentMap::load(Arc::new(self.kv.clone()), false).unwrap());
-        let s = Split { hdd: &self.hdd, home: &self.home, ssd: &self.ssd, shadow: &self.shadow, ino: INO };
+        let s =
+            Split { hdd: &self.hdd, home: &self.home, ssd: &self.ssd, shadow: &self.shadow, ino: INO, caller: None };
         s.recover(&self.map).unwrap();
     }
 
     fn mover(&mut self, kind: u8, index: u64, crash: CrashHook<'_>) -> Result<()> {
-        let s = Split { hdd: &self.hdd, home: &self.home, ssd: &self.ssd, shadow: &self.shadow, ino: INO };
+        let s =
+            Split { hdd: &self.hdd, home: &self.home, ssd: &self.ssd, shadow: &self.shadow, ino: INO, caller: None };
         let size = s.size()?;
         match kind {
             0 if index * C < size => s.add(&self.map, index, CHUNK, crash),
