@@ -896,21 +896,40 @@ mod tests {
 /// count as disagreeing with live runs that differ only by noise. 1 for
 /// fewer than two items; 0 when either scoring ties everything.
 pub fn kendall_tau(a: &[f64], b: &[f64]) -> f64 {
+    let spans: Vec<(f64, f64)> = a.iter().map(|&x| (x, x)).collect();
+    kendall_tau_measured(&spans, b)
+}
+
+/// [`kendall_tau`] where the first scoring was measured several times: each
+/// item is the lowest and highest of its repeats, and two items whose
+/// ranges overlap are tied in it, because the measurements cannot say
+/// which comes first (the live sweep's `--repeat`).
+pub fn kendall_tau_measured(a: &[(f64, f64)], b: &[f64]) -> f64 {
     let n = a.len().min(b.len());
+    let order_a = |i: usize, j: usize| {
+        let ((lo_i, hi_i), (lo_j, hi_j)) = (a[i], a[j]);
+        if hi_i < lo_j {
+            -1.0
+        } else if hi_j < lo_i {
+            1.0
+        } else {
+            0.0
+        }
+    };
     let (mut agree, mut disagree, mut tied_a, mut tied_b) = (0i64, 0i64, 0i64, 0i64);
     for i in 0..n {
         for j in i + 1..n {
-            let (x, y) = ((a[i] - a[j]).signum(), (b[i] - b[j]).signum());
-            if a[i] == a[j] {
+            let x = order_a(i, j);
+            if x == 0.0 {
                 tied_a += 1;
             }
             if b[i] == b[j] {
                 tied_b += 1;
             }
-            if a[i] == a[j] || b[i] == b[j] {
+            if x == 0.0 || b[i] == b[j] {
                 continue;
             }
-            if x * y > 0.0 {
+            if x * (b[i] - b[j]).signum() > 0.0 {
                 agree += 1;
             } else {
                 disagree += 1;
@@ -957,35 +976,33 @@ pub fn fidelity(live: &[Row], sim: &[Row]) -> Vec<Fidelity> {
         }
     }
     for w in workloads {
-        let pairs: Vec<(String, u32, f64, f64)> = live
+        // Each compared run with the range of its live repeats.
+        let runs: Vec<((String, u32, f64, f64), (f64, f64))> = live
             .iter()
             .filter(|l| l.workload == w)
             .filter_map(|l| {
                 let s = sim.iter().find(|s| s.workload == w && s.arch == l.arch && s.pct == l.pct)?;
-                Some((l.arch.clone(), l.pct, l.report.ops_per_sec, s.report.ops_per_sec))
+                let x = l.report.ops_per_sec;
+                let range = l.repeats.iter().fold((x, x), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+                Some(((l.arch.clone(), l.pct, x, s.report.ops_per_sec), range))
             })
             .collect();
-        if pairs.is_empty() {
+        if runs.is_empty() {
             continue;
         }
-        let tau =
-            kendall_tau(&pairs.iter().map(|p| p.2).collect::<Vec<_>>(), &pairs.iter().map(|p| p.3).collect::<Vec<_>>());
+        let tau_of = |at: &[&((String, u32, f64, f64), (f64, f64))]| {
+            kendall_tau_measured(&at.iter().map(|r| r.1).collect::<Vec<_>>(), &at.iter().map(|r| r.0 .3).collect::<Vec<_>>())
+        };
+        let tau = tau_of(&runs.iter().collect::<Vec<_>>());
+        let pairs: Vec<(String, u32, f64, f64)> = runs.iter().map(|r| r.0.clone()).collect();
         let mut sizes: Vec<u32> = pairs.iter().map(|p| p.1).filter(|&s| s > 0).collect();
         sizes.sort_unstable();
         sizes.dedup();
         let tau_by_size = sizes
             .iter()
             .filter_map(|&s| {
-                let at: Vec<_> = pairs.iter().filter(|p| p.1 == s).collect();
-                (at.len() > 1).then(|| {
-                    (
-                        s,
-                        kendall_tau(
-                            &at.iter().map(|p| p.2).collect::<Vec<_>>(),
-                            &at.iter().map(|p| p.3).collect::<Vec<_>>(),
-                        ),
-                    )
-                })
+                let at: Vec<_> = runs.iter().filter(|r| r.0 .1 == s).collect();
+                (at.len() > 1).then(|| (s, tau_of(&at)))
             })
             .collect();
         let within_25 = pairs.iter().filter(|p| p.2 > 0.0 && (p.3 / p.2 - 1.0).abs() <= 0.25).count();
@@ -998,7 +1015,7 @@ pub fn fidelity(live: &[Row], sim: &[Row]) -> Vec<Fidelity> {
 /// run side by side.
 pub fn fidelity_markdown(f: &[Fidelity]) -> String {
     let mut s = String::from(
-        "Kendall's tau-b of the runs' throughputs (ties in either ordering count neither way); within 25 %: the simulated throughput is 0.75 to 1.25 times the live one.\n\n| workload | Kendall's tau, all runs | tau per SSD size | runs within 25 % |\n|---|---|---|---|\n",
+        "Kendall's tau-b of the runs' throughputs (ties in either ordering count neither way; two live runs measured several times whose repeats overlap are tied); within 25 %: the simulated throughput is 0.75 to 1.25 times the live one.\n\n| workload | Kendall's tau, all runs | tau per SSD size | runs within 25 % |\n|---|---|---|---|\n",
     );
     for w in f {
         let by: Vec<String> = w.tau_by_size.iter().map(|(p, t)| format!("{p}%: {t:.2}")).collect();
@@ -1145,5 +1162,17 @@ mod fidelity_tests {
         assert!((t - 2.0 / 6f64.sqrt()).abs() < 1e-12, "{t}");
         assert_eq!(kendall_tau(&[1.0, 2.0], &[5.0, 5.0]), 0.0, "everything tied");
         assert_eq!(kendall_tau(&[1.0], &[2.0]), 1.0);
+    }
+
+    #[test]
+    fn live_runs_whose_repeats_overlap_are_tied_in_kendalls_tau() {
+        // Runs 0 and 1 overlap (the live sweep cannot order them), so the
+        // simulator's order of them counts neither way; the other pairs agree.
+        let live = [(500.0, 530.0), (520.0, 590.0), (700.0, 710.0)];
+        let t = kendall_tau_measured(&live, &[560.0, 510.0, 800.0]);
+        assert!((t - 2.0 / 6f64.sqrt()).abs() < 1e-12, "{t}");
+        // Apart, the same simulated order disagrees on that pair.
+        let apart = [(500.0, 510.0), (520.0, 590.0), (700.0, 710.0)];
+        assert!((kendall_tau_measured(&apart, &[560.0, 510.0, 800.0]) - 1.0 / 3.0).abs() < 1e-12);
     }
 }
