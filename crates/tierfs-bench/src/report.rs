@@ -976,8 +976,8 @@ pub fn fidelity(live: &[Row], sim: &[Row]) -> Vec<Fidelity> {
         }
     }
     for w in workloads {
-        // Each compared run with the range of its live repeats.
-        let runs: Vec<((String, u32, f64, f64), (f64, f64))> = live
+        // Each compared run, and the range of its live repeats.
+        let (pairs, ranges): (Vec<_>, Vec<(f64, f64)>) = live
             .iter()
             .filter(|l| l.workload == w)
             .filter_map(|l| {
@@ -986,22 +986,24 @@ pub fn fidelity(live: &[Row], sim: &[Row]) -> Vec<Fidelity> {
                 let range = l.repeats.iter().fold((x, x), |(lo, hi), &r| (lo.min(r), hi.max(r)));
                 Some(((l.arch.clone(), l.pct, x, s.report.ops_per_sec), range))
             })
-            .collect();
-        if runs.is_empty() {
+            .unzip();
+        if pairs.is_empty() {
             continue;
         }
-        let tau_of = |at: &[&((String, u32, f64, f64), (f64, f64))]| {
-            kendall_tau_measured(&at.iter().map(|r| r.1).collect::<Vec<_>>(), &at.iter().map(|r| r.0 .3).collect::<Vec<_>>())
+        let tau_of = |at: &[usize]| {
+            kendall_tau_measured(
+                &at.iter().map(|&i| ranges[i]).collect::<Vec<_>>(),
+                &at.iter().map(|&i| pairs[i].3).collect::<Vec<_>>(),
+            )
         };
-        let tau = tau_of(&runs.iter().collect::<Vec<_>>());
-        let pairs: Vec<(String, u32, f64, f64)> = runs.iter().map(|r| r.0.clone()).collect();
+        let tau = tau_of(&(0..pairs.len()).collect::<Vec<_>>());
         let mut sizes: Vec<u32> = pairs.iter().map(|p| p.1).filter(|&s| s > 0).collect();
         sizes.sort_unstable();
         sizes.dedup();
         let tau_by_size = sizes
             .iter()
             .filter_map(|&s| {
-                let at: Vec<_> = runs.iter().filter(|r| r.0 .1 == s).collect();
+                let at: Vec<usize> = (0..pairs.len()).filter(|&i| pairs[i].1 == s).collect();
                 (at.len() > 1).then(|| (s, tau_of(&at)))
             })
             .collect();

@@ -258,7 +258,9 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 bail!("--phases goes with --sim: a live run's phase is wherever its start puts it");
             }
             let mut p = Preset::named(preset).ok_or_else(|| {
-                anyhow::anyhow!("unknown preset {preset:?} (small, compare, full, extents, writeback, measured or blocks)")
+                anyhow::anyhow!(
+                    "unknown preset {preset:?} (small, compare, full, extents, writeback, measured or blocks)"
+                )
             })?;
             if p.simulated_only && !*sim {
                 bail!("the {preset} preset replays block traces, which only the simulator does: add --sim");

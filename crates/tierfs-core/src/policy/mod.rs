@@ -599,6 +599,11 @@ pub fn admit_on_read(v: &View<'_>, ino: Ino, f: &FileStats, ev: &EventKind, mv: 
     // access.
     let heat = match (v.params.admission, *ev) {
         (Admission::First, _) => f.counter,
+        // A read that found the end of the file (a program reading a file
+        // whole ends with one) belongs to the access before it: all the
+        // file's heat was there before it, and it would admit a file read
+        // once.
+        (Admission::Repeat, EventKind::Read { len: 0, .. }) => 0,
         (Admission::Repeat, EventKind::Read { off, len, .. }) => {
             f.counter.saturating_sub(counter::weight(counter::pages(off, len)))
         }

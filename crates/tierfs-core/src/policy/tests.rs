@@ -132,6 +132,21 @@ fn repeat_admission_needs_the_heat_before_the_read_above_the_threshold() {
 }
 
 #[test]
+fn a_read_at_the_end_of_a_file_read_once_does_not_admit_it_under_repeat_admission() {
+    // A program reads a file whole, then reads once more to find its end:
+    // the second request reads no bytes, and with `repeat` the whole
+    // counter was "before" it, which admitted a file read once.
+    let s = stats(&[(10, 64, Residence::Hdd, 4096)]);
+    let mut env = Env::new(0, 1 << 30);
+    env.params.admission = Admission::Repeat;
+    let eof = EventKind::Read { off: 4096, len: 0, tier: Tier::Hdd, fragment: false };
+    for kind in [PolicyKind::DynamicHotDst, PolicyKind::OnDemandCache] {
+        let p = env.with(&s, |v| kind.policy().on_access(v, 10, &s.get(10).unwrap(), &eof));
+        assert!(p.is_empty(), "{kind:?}: {p:?}");
+    }
+}
+
+#[test]
 fn passthrough_open_for_reading_counts_as_a_read() {
     let s = stats(&[(5, 64, Residence::Hdd, 100)]);
     let env = Env::new(0, 1 << 30);
