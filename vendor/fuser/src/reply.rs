@@ -10,7 +10,6 @@ use std::convert::AsRef;
 use std::ffi::OsStr;
 use std::io::IoSlice;
 use std::os::fd::BorrowedFd;
-use std::path::Path;
 use std::time::Duration;
 #[cfg(target_os = "macos")]
 use std::time::SystemTime;
@@ -36,12 +35,9 @@ use crate::ll::{self};
 use crate::passthrough::BackingId;
 
 /// Generic reply callback to send data
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) enum ReplySender {
     Channel(ChannelSender),
-    /// The ring entry a request came on (tierfs: FUSE over io_uring)
-    #[cfg(target_os = "linux")]
-    Ring(crate::uring::RingSender),
     #[cfg(test)]
     Assert(AssertSender),
     #[cfg(test)]
@@ -53,8 +49,6 @@ impl ReplySender {
     pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> std::io::Result<()> {
         match self {
             ReplySender::Channel(sender) => sender.send(data),
-            #[cfg(target_os = "linux")]
-            ReplySender::Ring(sender) => sender.send(data),
             #[cfg(test)]
             ReplySender::Assert(sender) => sender.send(data),
             #[cfg(test)]
@@ -69,8 +63,6 @@ impl ReplySender {
     pub(crate) fn open_backing(&self, fd: BorrowedFd<'_>) -> std::io::Result<BackingId> {
         match self {
             ReplySender::Channel(sender) => sender.open_backing(fd),
-            #[cfg(target_os = "linux")]
-            ReplySender::Ring(sender) => sender.channel().open_backing(fd),
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]
@@ -82,8 +74,6 @@ impl ReplySender {
     pub(crate) unsafe fn wrap_backing(&self, id: u32) -> BackingId {
         match self {
             ReplySender::Channel(sender) => unsafe { sender.wrap_backing(id) },
-            #[cfg(target_os = "linux")]
-            ReplySender::Ring(sender) => unsafe { sender.channel().wrap_backing(id) },
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]
@@ -93,7 +83,7 @@ impl ReplySender {
 }
 
 #[cfg(test)]
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct AssertSender {
     expected: Vec<u8>,
 }
@@ -754,14 +744,6 @@ pub struct ReplyDirectoryPlus {
     buf: DirEntPlusList,
 }
 
-// An entry with a name of one byte, padded to 8 (`EntListBuf::push`),
-// takes no more than `MIN_ENTRY`: so capacity / MIN_ENTRY entries is at
-// least what a reply holds.
-const _: () = assert!(
-    ReplyDirectoryPlus::MIN_ENTRY
-        <= (std::mem::size_of::<crate::ll::fuse_abi::fuse_direntplus>() + 1).next_multiple_of(8)
-);
-
 impl ReplyDirectoryPlus {
     /// Creates a new `ReplyDirectory` with a specified buffer size.
     pub(crate) fn new(
@@ -774,16 +756,6 @@ impl ReplyDirectoryPlus {
             buf: DirEntPlusList::new(size),
         }
     }
-
-    /// The size of the reply the kernel asked for, in bytes (each entry
-    /// takes at least [`ReplyDirectoryPlus::MIN_ENTRY`] of it).
-    pub fn capacity(&self) -> usize {
-        self.buf.capacity()
-    }
-
-    /// The fewest bytes an entry takes in a reply: its attributes, its
-    /// header and a name of up to 8 bytes.
-    pub const MIN_ENTRY: usize = 160;
 
     /// Add an entry to the directory reply buffer. Returns true if the buffer is full.
     /// A transparent offset value can be provided for each entry. The kernel uses these
@@ -807,13 +779,6 @@ impl ReplyDirectoryPlus {
             attr.into(),
             *ttl,
         ))
-    }
-
-    /// tierfs addition: add an entry without attributes (node id 0): the
-    /// kernel lists it with `ino` and `kind` and looks the name up when it
-    /// is used. Returns true if the buffer is full.
-    pub fn add_without_attr<T: AsRef<OsStr>>(&mut self, ino: INodeNo, offset: u64, kind: FileType, name: T) -> bool {
-        self.buf.push_without_attr(ino, DirEntOffset(offset), kind, Path::new(name.as_ref()))
     }
 
     /// Reply to a request with the filled directory buffer
@@ -1267,72 +1232,6 @@ mod test {
         assert!(!reply.add(INodeNo(0xaabb), 1, FileType::Directory, "hello"));
         assert!(!reply.add(INodeNo(0xccdd), 2, FileType::RegularFile, "world.rs"));
         reply.ok();
-    }
-
-    /// tierfs addition: an entry without attributes has node id 0 and no
-    /// attributes but its inode and kind, and the listing's inode, offset,
-    /// kind and name.
-    #[test]
-    fn reply_directory_plus_without_attr() {
-        let mut expected = Vec::new();
-        let u32s = |v: &mut Vec<u8>, x: u32| v.extend_from_slice(&x.to_le_bytes());
-        let u64s = |v: &mut Vec<u8>, x: u64| v.extend_from_slice(&x.to_le_bytes());
-        u32s(&mut expected, 16 + 40 + 88 + 24 + 8);
-        u32s(&mut expected, 0);
-        u64s(&mut expected, 0xdeadbeef);
-        expected.extend_from_slice(&[0; 40]); // entry_out: node id 0, no validity
-        u64s(&mut expected, 0xaabb); // attr.ino
-        expected.extend_from_slice(&[0; 52]);
-        u32s(&mut expected, libc::S_IFDIR); // attr.mode
-        expected.extend_from_slice(&[0; 24]);
-        u64s(&mut expected, 0xaabb); // dirent.ino
-        u64s(&mut expected, 7); // dirent.off
-        u32s(&mut expected, 5); // namelen
-        u32s(&mut expected, libc::DT_DIR.into());
-        expected.extend_from_slice(b"hello\0\0\0");
-        let sender = ReplySender::Assert(AssertSender { expected });
-        let mut reply = ReplyDirectoryPlus::new(ll::RequestId(0xdeadbeef), sender, 4096);
-        assert!(!reply.add_without_attr(INodeNo(0xaabb), 7, FileType::Directory, "hello"));
-        reply.ok();
-    }
-
-    /// tierfs addition: a reply of `n * MIN_ENTRY` bytes holds `n` entries
-    /// of names of up to 8 bytes, and one byte less holds `n - 1`; a name
-    /// of 9 bytes takes more.
-    #[test]
-    fn reply_directory_plus_capacity_in_entries() {
-        let attr = FileAttr {
-            ino: INodeNo(2),
-            size: 0,
-            blocks: 0,
-            atime: UNIX_EPOCH,
-            mtime: UNIX_EPOCH,
-            ctime: UNIX_EPOCH,
-            crtime: UNIX_EPOCH,
-            kind: FileType::RegularFile,
-            perm: 0o644,
-            nlink: 1,
-            uid: 0,
-            gid: 0,
-            rdev: 0,
-            blksize: 4096,
-            flags: 0,
-        };
-        let ttl = Duration::from_secs(1);
-        // How many entries named `name` a reply of `cap` bytes holds.
-        let held = |cap: usize, name: &str| {
-            let (tx, _rx) = sync_channel::<()>(1);
-            let mut reply = ReplyDirectoryPlus::new(ll::RequestId(1), ReplySender::Sync(tx), cap);
-            assert_eq!(reply.capacity(), cap);
-            (0..10)
-                .take_while(|i| !reply.add(INodeNo(2), i + 1, name, &ttl, &attr, Generation(0)))
-                .count()
-        };
-        let min = ReplyDirectoryPlus::MIN_ENTRY;
-        assert_eq!(held(3 * min, "a"), 3);
-        assert_eq!(held(3 * min, "abcdefgh"), 3);
-        assert_eq!(held(3 * min - 1, "a"), 2);
-        assert_eq!(held(3 * min, "abcdefghi"), 2);
     }
 
     #[test]
