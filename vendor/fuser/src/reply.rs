@@ -744,6 +744,14 @@ pub struct ReplyDirectoryPlus {
     buf: DirEntPlusList,
 }
 
+// An entry with a name of one byte, padded to 8 (`EntListBuf::push`),
+// takes no more than `MIN_ENTRY`: so capacity / MIN_ENTRY entries is at
+// least what a reply holds.
+const _: () = assert!(
+    ReplyDirectoryPlus::MIN_ENTRY
+        <= (std::mem::size_of::<crate::ll::fuse_abi::fuse_direntplus>() + 1).next_multiple_of(8)
+);
+
 impl ReplyDirectoryPlus {
     /// Creates a new `ReplyDirectory` with a specified buffer size.
     pub(crate) fn new(
@@ -756,6 +764,16 @@ impl ReplyDirectoryPlus {
             buf: DirEntPlusList::new(size),
         }
     }
+
+    /// The size of the reply the kernel asked for, in bytes (each entry
+    /// takes at least [`ReplyDirectoryPlus::MIN_ENTRY`] of it).
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// The fewest bytes an entry takes in a reply: its attributes, its
+    /// header and a name of up to 8 bytes.
+    pub const MIN_ENTRY: usize = 160;
 
     /// Add an entry to the directory reply buffer. Returns true if the buffer is full.
     /// A transparent offset value can be provided for each entry. The kernel uses these
@@ -1232,6 +1250,45 @@ mod test {
         assert!(!reply.add(INodeNo(0xaabb), 1, FileType::Directory, "hello"));
         assert!(!reply.add(INodeNo(0xccdd), 2, FileType::RegularFile, "world.rs"));
         reply.ok();
+    }
+
+    /// tierfs addition: a reply of `n * MIN_ENTRY` bytes holds `n` entries
+    /// of names of up to 8 bytes, and one byte less holds `n - 1`; a name
+    /// of 9 bytes takes more.
+    #[test]
+    fn reply_directory_plus_capacity_in_entries() {
+        let attr = FileAttr {
+            ino: INodeNo(2),
+            size: 0,
+            blocks: 0,
+            atime: UNIX_EPOCH,
+            mtime: UNIX_EPOCH,
+            ctime: UNIX_EPOCH,
+            crtime: UNIX_EPOCH,
+            kind: FileType::RegularFile,
+            perm: 0o644,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        };
+        let ttl = Duration::from_secs(1);
+        // How many entries named `name` a reply of `cap` bytes holds.
+        let held = |cap: usize, name: &str| {
+            let (tx, _rx) = sync_channel::<()>(1);
+            let mut reply = ReplyDirectoryPlus::new(ll::RequestId(1), ReplySender::Sync(tx), cap);
+            assert_eq!(reply.capacity(), cap);
+            (0..10)
+                .take_while(|i| !reply.add(INodeNo(2), i + 1, name, &ttl, &attr, Generation(0)))
+                .count()
+        };
+        let min = ReplyDirectoryPlus::MIN_ENTRY;
+        assert_eq!(held(3 * min, "a"), 3);
+        assert_eq!(held(3 * min, "abcdefgh"), 3);
+        assert_eq!(held(3 * min - 1, "a"), 2);
+        assert_eq!(held(3 * min, "abcdefghi"), 2);
     }
 
     #[test]

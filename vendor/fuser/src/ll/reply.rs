@@ -510,6 +510,10 @@ impl DirEntPlusList {
     pub(crate) fn new(max_size: usize) -> Self {
         Self(EntListBuf::new(max_size))
     }
+    /// The size of the reply the kernel asked for, in bytes.
+    pub(crate) fn capacity(&self) -> usize {
+        self.0.max_size
+    }
     /// Add an entry to the directory reply buffer. Returns true if the buffer is full.
     /// A transparent offset value can be provided for each entry. The kernel uses these
     /// value to request the next entries in further readdir calls
