@@ -10,6 +10,7 @@ use std::convert::AsRef;
 use std::ffi::OsStr;
 use std::io::IoSlice;
 use std::os::fd::BorrowedFd;
+use std::path::Path;
 use std::time::Duration;
 #[cfg(target_os = "macos")]
 use std::time::SystemTime;
@@ -799,6 +800,13 @@ impl ReplyDirectoryPlus {
         ))
     }
 
+    /// tierfs addition: add an entry without attributes (node id 0): the
+    /// kernel lists it with `ino` and `kind` and looks the name up when it
+    /// is used. Returns true if the buffer is full.
+    pub fn add_without_attr<T: AsRef<OsStr>>(&mut self, ino: INodeNo, offset: u64, kind: FileType, name: T) -> bool {
+        self.buf.push_without_attr(ino, DirEntOffset(offset), kind, Path::new(name.as_ref()))
+    }
+
     /// Reply to a request with the filled directory buffer
     pub fn ok(self) {
         let response: ll::ResponseData = self.buf.into();
@@ -1249,6 +1257,33 @@ mod test {
         let mut reply = ReplyDirectory::new(ll::RequestId(0xdeadbeef), sender, 4096);
         assert!(!reply.add(INodeNo(0xaabb), 1, FileType::Directory, "hello"));
         assert!(!reply.add(INodeNo(0xccdd), 2, FileType::RegularFile, "world.rs"));
+        reply.ok();
+    }
+
+    /// tierfs addition: an entry without attributes has node id 0 and no
+    /// attributes but its inode and kind, and the listing's inode, offset,
+    /// kind and name.
+    #[test]
+    fn reply_directory_plus_without_attr() {
+        let mut expected = Vec::new();
+        let u32s = |v: &mut Vec<u8>, x: u32| v.extend_from_slice(&x.to_le_bytes());
+        let u64s = |v: &mut Vec<u8>, x: u64| v.extend_from_slice(&x.to_le_bytes());
+        u32s(&mut expected, 16 + 40 + 88 + 24 + 8);
+        u32s(&mut expected, 0);
+        u64s(&mut expected, 0xdeadbeef);
+        expected.extend_from_slice(&[0; 40]); // entry_out: node id 0, no validity
+        u64s(&mut expected, 0xaabb); // attr.ino
+        expected.extend_from_slice(&[0; 52]);
+        u32s(&mut expected, libc::S_IFDIR); // attr.mode
+        expected.extend_from_slice(&[0; 24]);
+        u64s(&mut expected, 0xaabb); // dirent.ino
+        u64s(&mut expected, 7); // dirent.off
+        u32s(&mut expected, 5); // namelen
+        u32s(&mut expected, libc::DT_DIR.into());
+        expected.extend_from_slice(b"hello\0\0\0");
+        let sender = ReplySender::Assert(AssertSender { expected });
+        let mut reply = ReplyDirectoryPlus::new(ll::RequestId(0xdeadbeef), sender, 4096);
+        assert!(!reply.add_without_attr(INodeNo(0xaabb), 7, FileType::Directory, "hello"));
         reply.ok();
     }
 

@@ -539,6 +539,58 @@ impl DirEntPlusList {
         };
         self.0.push([header.as_bytes(), name])
     }
+
+    /// tierfs addition: an entry that is listed but not looked up. Its node
+    /// id is 0, which tells the kernel that no attributes come with it (it
+    /// takes no lookup count, and asks by LOOKUP when the name is used);
+    /// the listing still shows `ino` and `kind`. Returns true if the
+    /// buffer is full.
+    #[must_use]
+    pub(crate) fn push_without_attr(&mut self, ino: INodeNo, offset: DirEntOffset, kind: FileType, name: &Path) -> bool {
+        let name = name.as_os_str().as_bytes();
+        let attr = abi::fuse_attr {
+            ino: ino.0,
+            size: 0,
+            blocks: 0,
+            atime: 0,
+            mtime: 0,
+            ctime: 0,
+            #[cfg(target_os = "macos")]
+            crtime: 0,
+            atimensec: 0,
+            mtimensec: 0,
+            ctimensec: 0,
+            #[cfg(target_os = "macos")]
+            crtimensec: 0,
+            mode: mode_from_kind_and_perm(kind, 0),
+            nlink: 0,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            #[cfg(target_os = "macos")]
+            flags: 0,
+            blksize: 0,
+            padding: 0,
+        };
+        let header = abi::fuse_direntplus {
+            entry_out: abi::fuse_entry_out {
+                nodeid: 0,
+                generation: 0,
+                entry_valid: 0,
+                attr_valid: 0,
+                entry_valid_nsec: 0,
+                attr_valid_nsec: 0,
+                attr,
+            },
+            dirent: abi::fuse_dirent {
+                ino: ino.0,
+                off: offset.0,
+                namelen: name.len().try_into().expect("Name too long"),
+                typ: attr.mode >> 12,
+            },
+        };
+        self.0.push([header.as_bytes(), name])
+    }
 }
 
 #[cfg(test)]
