@@ -139,6 +139,9 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// Set at INIT when requests come over io_uring (tierfs addition).
+    #[cfg(target_os = "linux")]
+    pub(crate) uring: Option<crate::uring::UringSetup>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +189,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            #[cfg(target_os = "linux")]
+            uring: None,
         };
 
         session.handshake()?;
@@ -214,6 +219,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            #[cfg(target_os = "linux")]
+            uring: None,
         };
 
         session.handshake()?;
@@ -244,6 +251,18 @@ impl<FS: Filesystem> Session<FS> {
     /// # Errors
     /// Returns any final error when the session comes to an end.
     pub fn run(self) -> io::Result<()> {
+        self.run_when_ready(|| ())
+    }
+
+    /// As [`Session::run`], calling `ready` once the session serves
+    /// requests: with FUSE over io_uring, after every CPU's queue has
+    /// registered (the kernel holds all requests until then). If the
+    /// queues cannot register, returns the error without calling `ready`;
+    /// the mount then cannot answer and should be unmounted (tierfs
+    /// addition).
+    /// # Errors
+    /// Returns any final error when the session comes to an end.
+    pub fn run_when_ready(self, ready: impl FnOnce()) -> io::Result<()> {
         let Session {
             filesystem,
             ch,
@@ -252,9 +271,15 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            #[cfg(target_os = "linux")]
+            uring,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
+        // tierfs: with the rings, /dev/fuse carries only FORGET, INTERRUPT
+        // and the replies to notifications: one thread reads it.
+        #[cfg(target_os = "linux")]
+        let n_threads = if uring.is_some() { 1 } else { n_threads };
 
         if !cfg!(target_os = "linux") && n_threads != 1 {
             // TODO: check whether it works on macOS/FreeBSD and enable if it works.
@@ -290,6 +315,20 @@ impl<FS: Filesystem> Session<FS> {
 
         let mut threads = Vec::with_capacity(n_threads);
 
+        // tierfs: with the rings, the one /dev/fuse thread pauses after a
+        // FORGET (see `SessionEventLoop::event_loop`).
+        #[cfg(target_os = "linux")]
+        let forget_pause = if uring.is_some() { FORGET_PAUSE } else { std::time::Duration::ZERO };
+        #[cfg(not(target_os = "linux"))]
+        let forget_pause = std::time::Duration::ZERO;
+
+        #[cfg(target_os = "linux")]
+        if let Some(setup) = uring {
+            let ring_ch = channels[0].clone();
+            threads.extend(spawn_rings(&filesystem, &ring_ch, setup, allowed, session_owner)?);
+        }
+        ready();
+
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
             let event_loop = SessionEventLoop {
@@ -298,6 +337,7 @@ impl<FS: Filesystem> Session<FS> {
                 ch,
                 allowed,
                 session_owner,
+                forget_pause,
             };
             threads.push(
                 thread::Builder::new()
@@ -432,6 +472,27 @@ impl<FS: Filesystem> Session<FS> {
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
 
+            // FUSE over io_uring: once granted, the kernel holds every request
+            // until each CPU's queue has a ring entry, so ask for it only where
+            // this process can set up the rings.
+            #[cfg(target_os = "linux")]
+            if config.requested.contains(InitFlags::FUSE_OVER_IO_URING) {
+                match crate::uring::probe() {
+                    Ok(()) => {
+                        self.uring = Some(crate::uring::UringSetup::new(
+                            config.max_write,
+                            config.max_pages(),
+                            self.config.io_uring_threads,
+                            self.config.io_uring_spin,
+                        ));
+                    }
+                    Err(e) => {
+                        warn!("FUSE over io_uring not used: cannot set up an io_uring here: {e}");
+                        config.requested.remove(InitFlags::FUSE_OVER_IO_URING);
+                    }
+                }
+            }
+
             // Log capability status for debugging
             for bit in 0..64 {
                 let bitflags = InitFlags::from_bits_retain(1 << bit);
@@ -477,6 +538,14 @@ impl<FS: Filesystem> Session<FS> {
         }
     }
 
+    /// Whether requests come over io_uring (granted at INIT; tierfs addition).
+    pub fn uses_io_uring(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        return self.uring.is_some();
+        #[cfg(not(target_os = "linux"))]
+        return false;
+    }
+
     /// Unmount the filesystem
     pub fn unmount(&mut self) -> io::Result<()> {
         self.mount.umount()
@@ -511,6 +580,69 @@ impl SessionUnmounter {
     }
 }
 
+/// Starts the threads of every CPU's ring queue and waits until each has
+/// registered its entry (tierfs addition): `threads_per_queue` for the
+/// queues of online CPUs, one for the others (the kernel wants an entry on
+/// every possible CPU's queue, but no request comes from an offline CPU).
+#[cfg(target_os = "linux")]
+fn spawn_rings<FS: Filesystem>(
+    filesystem: &Arc<FilesystemHolder<FS>>,
+    ch: &Channel,
+    setup: crate::uring::UringSetup,
+    allowed: SessionACL,
+    session_owner: Uid,
+) -> io::Result<Vec<JoinHandle<io::Result<()>>>> {
+    let queues = crate::uring::queues();
+    let online = crate::uring::online_cpus();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut threads = Vec::new();
+    for qid in 0..queues {
+        let n = if online.as_ref().is_none_or(|o| o.contains(&qid)) {
+            setup.threads_per_queue
+        } else {
+            1
+        };
+        for k in 0..n {
+            let thread_name = format!("fuser-ring-{qid}-{k}");
+            let event_loop = SessionEventLoop {
+                thread_name: thread_name.clone(),
+                filesystem: filesystem.clone(),
+                ch: ch.clone(),
+                allowed,
+                session_owner,
+                forget_pause: std::time::Duration::ZERO,
+            };
+            let tx = tx.clone();
+            let ch = ch.clone();
+            let qid = u16::try_from(qid).map_err(|_| io::Error::other("too many CPUs"))?;
+            threads.push(thread::Builder::new().name(thread_name).spawn(move || {
+                crate::uring::serve(&event_loop, &ch, qid, setup, tx)
+            })?);
+        }
+    }
+    drop(tx);
+    // Each thread sends once and drops its sender: one that dies first
+    // shows as a missing answer.
+    let answers: Vec<io::Result<()>> = rx.iter().collect();
+    if answers.len() < threads.len() {
+        return Err(io::Error::other("a FUSE ring thread ended before it registered"));
+    }
+    for r in answers {
+        r.map_err(|e| io::Error::new(e.kind(), format!("FUSE over io_uring was granted but a queue failed: {e}")))?;
+    }
+    debug!("FUSE over io_uring: {queues} queues, {} threads", threads.len());
+    Ok(threads)
+}
+
+/// tierfs: how long the /dev/fuse thread of a session served over io_uring
+/// waits after a FORGET before it reads again, so that the FORGETs of a
+/// burst are read together (BATCH_FORGET). No client waits for a FORGET
+/// (and tierfs, whose inodes live in its database, ignores them); an
+/// INTERRUPT or a notification's reply read after one waits this long at
+/// most.
+#[cfg(target_os = "linux")]
+const FORGET_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
+
 pub(crate) struct SessionEventLoop<FS: Filesystem> {
     /// Cache thread name for faster `debug!`.
     pub(crate) thread_name: String,
@@ -518,6 +650,9 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
+    /// tierfs: after a FORGET, wait this long before reading again (see
+    /// `event_loop`); zero: read at once.
+    pub(crate) forget_pause: std::time::Duration,
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
@@ -530,14 +665,19 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
             match self.ch.receive_retrying(buf) {
-                Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
+                Ok(size) => match RequestWithSender::new(ReplySender::Channel(self.ch.sender()), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {
-                        if let Ok(Operation::Destroy(_)) = req.request.operation() {
+                        let op = req.request.operation();
+                        if let Ok(Operation::Destroy(_)) = op {
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());
-                        } else {
-                            req.dispatch(self)
+                        }
+                        // tierfs: see `FORGET_PAUSE`.
+                        let forget = matches!(op, Ok(Operation::Forget(_) | Operation::BatchForget(_)));
+                        req.dispatch(self);
+                        if forget && !self.forget_pause.is_zero() {
+                            thread::sleep(self.forget_pause);
                         }
                     }
                     // Quit loop on illegal request

@@ -18,6 +18,13 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// Threads per CPU queue when the filesystem asks for
+    /// `FUSE_OVER_IO_URING` in `init` and the kernel grants it (0: one).
+    /// tierfs addition.
+    pub io_uring_threads: usize,
+    /// How long a ring thread watches for the next request after an answer
+    /// before it sleeps (zero: never). tierfs addition.
+    pub io_uring_spin: std::time::Duration,
 }
 
 /// Mount options accepted by the FUSE filesystem type
