@@ -103,6 +103,10 @@ mod session;
 mod time;
 #[cfg(target_os = "linux")]
 mod uring;
+/// tierfs addition: the rule by which a thread's watch for the next
+/// request adapts, shared by the ring threads and tierfs's `/dev/fuse` ones.
+#[cfg(target_os = "linux")]
+pub use crate::uring::adapt_watch;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]

@@ -391,7 +391,7 @@ fn pin(cpu: usize) {
 /// up and its next request (`None`: the watch caught it). A wait within
 /// `longest` doubles the watch, at least to an eighth of `longest`; a
 /// longer one halves it, and below a sixteenth of `longest` there is none.
-pub(crate) fn adapt_watch(window: Duration, longest: Duration, slept: Option<Duration>) -> Duration {
+pub fn adapt_watch(window: Duration, longest: Duration, slept: Option<Duration>) -> Duration {
     match slept {
         None => window,
         Some(s) if s <= longest => (window * 2).clamp(longest / 8, longest),
