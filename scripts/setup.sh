@@ -4,13 +4,14 @@
 # benchmarks drive (attr for getfattr/setfattr, fio, postmark, mergerfs and
 # rsync for the mover of its tiered-cache recipe,
 # prometheus for promtool and a server that scrapes a mount), clang,
-# which compiles the eBPF heat source (crates/tierfs-heat), and mdBook,
+# which compiles the eBPF heat source (crates/tierfs-heat), python3, which
+# the doc link check and some benchmark scripts run, and mdBook,
 # which builds the book under docs/ (not packaged in bookworm: from
 # crates.io).
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 
-packages=(fuse3 libfuse3-dev pkg-config attr e2fsprogs fio postmark mergerfs rsync util-linux procps prometheus curl clang)
+packages=(fuse3 libfuse3-dev pkg-config attr e2fsprogs fio postmark mergerfs rsync util-linux procps prometheus curl clang python3)
 missing=()
 for p in "${packages[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
