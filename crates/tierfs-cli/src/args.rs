@@ -370,13 +370,15 @@ pub struct MountArgs {
     pub delta: String,
     /// Which read of a file from the HDD may admit it to the SSD (the
     /// dynamic and caching policies): first (any read after which its
-    /// counter passes the admission threshold) or repeat (only one before
-    /// which it already did: files read once are not admitted)
-    /// [default: first].
+    /// counter passes the admission threshold) or repeat (only a request
+    /// before which it already did: a file read once in one request is not
+    /// admitted; one read once in several is, at its second) [default:
+    /// first].
     #[arg(long, value_name = "RULE")]
     pub admission: Option<String>,
     /// What halves the counters besides --aging: period (nothing else),
-    /// requests (also every 10 accesses per file on the SSD) or shift
+    /// requests (also every 10 accesses per file on the SSD, once a file
+    /// has had to leave it for room) or shift
     /// (also when the SSD's share of the requests fell well below its
     /// average: the hot set moved) [default: period].
     #[arg(long, value_name = "RULE")]

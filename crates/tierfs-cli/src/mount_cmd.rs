@@ -358,7 +358,6 @@ fn parse_profiles(text: &str, path: &Path) -> Result<Vec<Profile>> {
     Ok(out)
 }
 
-/// Parses --interval: a duration of more than 0.
 /// `--admission` (None: the default).
 pub fn parse_admission(v: Option<&str>) -> Result<Admission> {
     let Some(v) = v else { return Ok(Admission::default()) };
@@ -377,6 +376,7 @@ pub fn parse_aging_rule(v: Option<&str>) -> Result<AgingRule> {
     })
 }
 
+/// Parses --interval: a duration of more than 0.
 pub fn parse_interval(s: &str) -> Result<std::time::Duration> {
     let d = parse_duration(s).map_err(|e| anyhow::anyhow!("--interval: {e}"))?;
     if d.is_zero() {

@@ -135,6 +135,7 @@ impl Planner {
             tokens,
             moves: &moves,
             ssd_admits: &ssd_admits,
+            counter_before: None,
         };
         f(&v)
     }
@@ -150,10 +151,14 @@ impl Planner {
                 self.stats.insert(ev.ino, FileStats { residence, group, ..FileStats::default() });
             }
         }
+        let before = self.stats.get(ev.ino).map_or(0, |f| f.counter);
         self.stats.apply(ev, &mut |d| tiers.group_of(d));
         let Some(f) = self.stats.get(ev.ino) else { return Plan::default() };
         let (kind, params) = tiers.setting(f.group);
-        self.view(tiers, f.group, params, now, false, 0, |v| kind.policy().on_access(v, ev.ino, &f, &ev.kind))
+        self.view(tiers, f.group, params, now, false, 0, |v| {
+            let v = View { counter_before: Some(before), ..*v };
+            kind.policy().on_access(&v, ev.ino, &f, &ev.kind)
+        })
     }
 
     /// Group `g`'s periodic plan at `now` (`Policy::on_tick`, with `last`
@@ -236,6 +241,7 @@ impl Planner {
 mod tests {
     use super::*;
     use crate::event::Event;
+    use crate::policy::Admission;
     use crate::tier::Placement;
     use std::cell::RefCell;
 
@@ -243,6 +249,7 @@ mod tests {
     struct Table {
         policy: PolicyKind,
         aging: AgingRule,
+        admission: Admission,
         used: u64,
         limit: u64,
         busy: HashSet<Ino>,
@@ -251,7 +258,7 @@ mod tests {
 
     impl Tiers for Table {
         fn setting(&self, _g: Group) -> (PolicyKind, Params) {
-            (self.policy, Params { aging: self.aging, ..Params::default() })
+            (self.policy, Params { aging: self.aging, admission: self.admission, ..Params::default() })
         }
         fn group_of(&self, _dir: Ino) -> Group {
             0
@@ -276,6 +283,7 @@ mod tests {
         Table {
             policy,
             aging: AgingRule::Period,
+            admission: Admission::First,
             used: 0,
             limit: 1 << 20,
             busy: HashSet::new(),
@@ -301,21 +309,46 @@ mod tests {
     }
 
     #[test]
+    fn a_sampled_read_of_a_file_read_once_does_not_admit_it_under_repeat_admission() {
+        // A heat source's event stands for `times` requests of one access:
+        // all of its weight is this access's, none came before it.
+        let mut t = table(PolicyKind::DynamicHotDst);
+        t.admission = Admission::Repeat;
+        let mut p = Planner::new(Stats::new(crate::stats::DEFAULT_AGING));
+        let placement = Placement::On(Tier::Hdd);
+        p.event(&ev(1, 1, EventKind::Create { placement, parent: 1, size: 4096 }), Timestamp::from_secs(1), &t);
+        assert_eq!(p.stats.get(1).unwrap().counter, 0);
+        let read = EventKind::Read { off: 0, len: 4096, tier: Tier::Hdd, fragment: false };
+        let sampled = Event { times: 16, ..ev(1, 1, read) };
+        let plan = p.event(&sampled, Timestamp::from_secs(1), &t);
+        assert!(plan.steps.is_empty(), "{plan:?}");
+        let plan = p.event(&ev(1, 2, read), Timestamp::from_secs(2), &t);
+        assert_eq!(plan.steps.len(), 1, "its next read admits it: {plan:?}");
+    }
+
+    #[test]
     fn the_roots_aging_rule_ages_the_statistics_at_each_tick() {
-        // One file on the SSD: `requests` halves every ten accesses.
+        // One file on a full SSD: `requests` halves every ten accesses.
         let mut t = table(PolicyKind::DynamicHotDst);
         let mut p = Planner::new(Stats::new(crate::stats::DEFAULT_AGING));
         let placement = Placement::On(Tier::Ssd);
         p.event(&ev(1, 1, EventKind::Create { placement, parent: 1, size: 100 }), Timestamp::from_secs(1), &t);
-        for _ in 0..10 {
-            let read = EventKind::Read { off: 0, len: 4096, tier: Tier::Ssd, fragment: false };
-            p.event(&ev(1, 1, read), Timestamp::from_secs(1), &t);
-        }
+        p.stats.last_evicted = Some(0);
+        let reads = |p: &mut Planner, t: &Table| {
+            for _ in 0..10 {
+                let read = EventKind::Read { off: 0, len: 4096, tier: Tier::Ssd, fragment: false };
+                p.event(&ev(1, 1, read), Timestamp::from_secs(1), t);
+            }
+        };
+        reads(&mut p, &t);
         p.tick(Timestamp::from_secs(2), &[0], &t);
         assert_eq!(p.stats.get(1).unwrap().counter, 640, "the period alone: no halving");
         t.aging = AgingRule::Requests;
         p.tick(Timestamp::from_secs(2), &[0], &t);
-        assert_eq!(p.stats.get(1).unwrap().counter, 320);
+        assert_eq!(p.stats.get(1).unwrap().counter, 640, "the count starts at the first tick under the rule");
+        reads(&mut p, &t);
+        p.tick(Timestamp::from_secs(2), &[0], &t);
+        assert_eq!(p.stats.get(1).unwrap().counter, 1280 / 2);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::clock::Timestamp;
 use crate::event::EventKind;
 use crate::migrate::Move;
 use crate::state::ns::Ino;
-use crate::stats::{counter, FileStats, Group, Residence, Stats};
+use crate::stats::{FileStats, Group, Residence, Stats};
 use crate::tier::Tier;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -479,6 +479,7 @@ impl Plan {
 }
 
 /// Everything a policy may look at.
+#[derive(Clone, Copy)]
 pub struct View<'a> {
     /// Statistics.
     pub stats: &'a Stats,
@@ -511,6 +512,10 @@ pub struct View<'a> {
     /// Would the write regulator let this many bytes go to the SSD now?
     /// (Asks only; true without a budget.)
     pub ssd_admits: &'a dyn Fn(u64) -> bool,
+    /// In [`Policy::on_access`]: the file's counter before the event,
+    /// which [`Admission::Repeat`] admits by (an event of a sampling heat
+    /// source stands for several requests, all of them this access's).
+    pub counter_before: Option<u32>,
 }
 
 /// An architecture. See the module documentation.
@@ -604,13 +609,7 @@ pub fn admit_on_read(v: &View<'_>, ino: Ino, f: &FileStats, ev: &EventKind, mv: 
         // file's heat was there before it, and it would admit a file read
         // once.
         (Admission::Repeat, EventKind::Read { len: 0, .. }) => 0,
-        (Admission::Repeat, EventKind::Read { off, len, .. }) => {
-            f.counter.saturating_sub(counter::weight(counter::pages(off, len)))
-        }
-        (Admission::Repeat, EventKind::Open { size, .. }) => {
-            f.counter.saturating_sub(counter::weight(counter::whole_file_pages(size)))
-        }
-        (Admission::Repeat, _) => f.counter,
+        (Admission::Repeat, _) => v.counter_before.unwrap_or(f.counter),
     };
     if heat <= threshold {
         p.skip(ino, NotMoved::BelowAdmission { counter: heat, threshold });

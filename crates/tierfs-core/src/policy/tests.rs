@@ -35,6 +35,8 @@ struct Env {
     moved: Vec<(Ino, u32)>,
     /// Bytes the write regulator would still let go to the SSD (None: no budget).
     budget_left: Option<u64>,
+    /// The counter of the event's file before it (`View::counter_before`).
+    counter_before: Option<u32>,
 }
 
 impl Env {
@@ -51,6 +53,7 @@ impl Env {
             tokens: 0,
             moved: vec![],
             budget_left: None,
+            counter_before: None,
         }
     }
     fn with<R>(&self, s: &Stats, f: impl FnOnce(&View<'_>) -> R) -> R {
@@ -73,6 +76,7 @@ impl Env {
             tokens: self.tokens,
             moves: &moves,
             ssd_admits: &ssd_admits,
+            counter_before: self.counter_before,
         };
         f(&v)
     }
@@ -118,11 +122,15 @@ fn repeat_admission_needs_the_heat_before_the_read_above_the_threshold() {
     let p = env.with(&s, |v| pol.on_access(v, 10, &s.get(10).unwrap(), &read_hdd()));
     assert_eq!(moves(&p), vec![(10, Move::Promote)], "first: any read past the threshold");
     env.params.admission = Admission::Repeat;
+    env.counter_before = Some(0);
     let p = env.with(&s, |v| pol.on_access(v, 10, &s.get(10).unwrap(), &read_hdd()));
     assert_eq!(p.skipped, vec![(10, NotMoved::BelowAdmission { counter: 0, threshold: 20 })]);
+    env.counter_before = Some(32);
     let p = env.with(&s, |v| pol.on_access(v, 11, &s.get(11).unwrap(), &read_hdd()));
     assert_eq!(moves(&p), vec![(11, Move::Promote)]);
-    // A passthrough open weighs the whole file: 64 for a page.
+    // A passthrough open that weighs the whole file, and a sampled read
+    // standing for several requests: what counts is the counter before.
+    env.counter_before = Some(0);
     let open = EventKind::Open { write: false, tier: Tier::Hdd, size: 4096, unseen: true };
     let p = env.with(&s, |v| PolicyKind::OnDemandCache.policy().on_access(v, 10, &s.get(10).unwrap(), &open));
     assert!(p.is_empty(), "{p:?}");

@@ -159,8 +159,10 @@ pub struct Stats {
     heat_served: [u64; 2],
     /// The window of [`Stats::age_on_shift`].
     shift: ShiftWindow,
-    /// The requests served when [`Stats::age_by_requests`] last halved.
-    requests_aged: u64,
+    /// The requests served when [`Stats::age_by_requests`] last halved or
+    /// last found the SSD with room; None until it first looks (the
+    /// totals loaded at mount are not requests since a halving).
+    requests_aged: Option<u64>,
 }
 
 /// Default aging period: ten minutes.
@@ -513,14 +515,24 @@ impl Stats {
     }
 
     /// Halves every counter once [`REQUESTS_PER_SSD_FILE`] accesses per
-    /// file on the SSD (at least one file) came since it last did
-    /// (`AgingRule::Requests`). Returns the halvings made (0 or 1).
+    /// file on the SSD came since it last did (`AgingRule::Requests`), once
+    /// the SSD is full. TinyLFU's sample is ten accesses per entry the
+    /// cache holds: the files on a full SSD are that many. Until a file
+    /// has had to leave for room (the admission threshold is set), the SSD
+    /// has room and the count starts afresh, which keeps a few files on an
+    /// empty SSD from halving every few requests. Returns the halvings
+    /// made (0 or 1).
     pub fn age_by_requests(&mut self) -> u32 {
         let requests = self.served.reqs[0] + self.served.reqs[1];
-        if requests - self.requests_aged < REQUESTS_PER_SSD_FILE * self.ssd_files().max(1) {
+        let since = *self.requests_aged.get_or_insert(requests);
+        if self.last_evicted.is_none() {
+            self.requests_aged = Some(requests);
             return 0;
         }
-        self.requests_aged = requests;
+        if requests - since < REQUESTS_PER_SSD_FILE * self.ssd_files().max(1) {
+            return 0;
+        }
+        self.requests_aged = Some(requests);
         self.halve(1);
         1
     }
@@ -543,11 +555,15 @@ impl Stats {
         self.shift.start = self.heat_served;
         let share = ssd as f64 / all as f64;
         let moved = self.shift.mean.is_some_and(|m| share < SHIFT_DROP * m);
-        self.shift.mean =
-            Some(self.shift.mean.map_or(share, |m| (1.0 - SHIFT_MEAN_WEIGHT) * m + SHIFT_MEAN_WEIGHT * share));
         if !moved {
+            self.shift.mean =
+                Some(self.shift.mean.map_or(share, |m| (1.0 - SHIFT_MEAN_WEIGHT) * m + SHIFT_MEAN_WEIGHT * share));
             return 0;
         }
+        // The share after a move is the new level to compare with: until
+        // the policy has brought the new hot set over, every window is as
+        // low, and each would otherwise halve the counters again.
+        self.shift.mean = Some(share);
         self.halve(SHIFT_HALVINGS);
         SHIFT_HALVINGS
     }
@@ -938,8 +954,10 @@ mod tests {
         }
         s.apply(&create(3, Placement::On(Tier::Hdd)), &mut no_groups);
         assert_eq!(s.ssd_files(), 2);
-        // Two files on the SSD: a halving every 20 accesses, whenever
-        // they come.
+        // Two files on a full SSD (one had to leave): a halving every 20
+        // accesses, whenever they come.
+        s.last_evicted = Some(0);
+        assert_eq!(s.age_by_requests(), 0);
         for i in 0..19 {
             s.apply(&read(3, i, 4096), &mut no_groups);
             assert_eq!(s.age_by_requests(), 0, "after {} accesses", i + 1);
@@ -948,6 +966,43 @@ mod tests {
         assert_eq!(s.age_by_requests(), 1);
         assert_eq!(s.get(3).unwrap().counter, 20 * 64 / 2);
         assert_eq!(s.age_by_requests(), 0, "the count starts again");
+    }
+
+    #[test]
+    fn aging_by_requests_waits_for_a_full_ssd() {
+        // One file on an SSD with room: ten accesses would halve.
+        let mut s = Stats::new(DEFAULT_AGING);
+        s.apply(&create(1, Placement::On(Tier::Ssd)), &mut no_groups);
+        for i in 0..100 {
+            s.apply(&read(1, i, 4096), &mut no_groups);
+            assert_eq!(s.age_by_requests(), 0, "after {} accesses", i + 1);
+        }
+        // Full from now on: the count starts there.
+        s.last_evicted = Some(0);
+        for i in 0..9 {
+            s.apply(&read(1, i, 4096), &mut no_groups);
+            assert_eq!(s.age_by_requests(), 0);
+        }
+        s.apply(&read(1, 9, 4096), &mut no_groups);
+        assert_eq!(s.age_by_requests(), 1);
+    }
+
+    #[test]
+    fn aging_by_requests_after_a_remount_counts_from_the_mount_not_from_the_first_request_ever() {
+        // The served totals are loaded at mount; the first look must not
+        // take all of them as requests since a halving.
+        let mut s = Stats::new(DEFAULT_AGING);
+        s.apply(&create(1, Placement::On(Tier::Ssd)), &mut no_groups);
+        for i in 0..1000 {
+            s.apply(&read(1, i, 4096), &mut no_groups);
+        }
+        let counter = s.get(1).unwrap().counter;
+        let mut loaded = Stats::new(DEFAULT_AGING);
+        loaded.served = s.served;
+        loaded.last_evicted = Some(0);
+        loaded.insert(1, s.get(1).unwrap());
+        assert_eq!(loaded.age_by_requests(), 0, "no request since the mount");
+        assert_eq!(loaded.get(1).unwrap().counter, counter);
     }
 
     #[test]
@@ -980,6 +1035,14 @@ mod tests {
         let heat = before + 350 * 64;
         assert_eq!(s.age_on_shift(), SHIFT_HALVINGS);
         assert_eq!(s.get(2).unwrap().counter, heat >> SHIFT_HALVINGS);
+        // While the share stays at its new level (the policy has not
+        // brought the new hot set over yet) it halves no more.
+        for _ in 0..8 {
+            for k in 0..500 {
+                read_on(&mut s, if k % 10 < 3 { 1 } else { 2 }, if k % 10 < 3 { Tier::Ssd } else { Tier::Hdd }, 4096);
+            }
+            assert_eq!(s.age_on_shift(), 0, "one move, one halving");
+        }
     }
 
     #[test]
