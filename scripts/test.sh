@@ -11,6 +11,11 @@ awk '$5 ~ /^\/tmp\/tierfs-test-/ {print $5}' /proc/self/mountinfo | sort -r | wh
     fusermount3 -u "$m" 2>/dev/null || umount -l "$m" || true
 done
 cargo fmt --all -- --check
+# No merge left its conflict markers in a tracked file.
+if git grep -n -E '^(<<<<<<<|>>>>>>>) ' -- . ':!vendor'; then
+    echo "test.sh: conflict markers above" >&2
+    exit 1
+fi
 cargo clippy --workspace --all-targets -- -D warnings
 # The book builds, and no relative link of it or of the README is broken.
 mdbook build docs
