@@ -12,13 +12,14 @@
 //! without the source, for the requests' time without it. `nostats` leaves
 //! the kernel's run-time statistics off (they add two clock reads to every
 //! run), for the requests' time as users see it. `HEAT_COST_RW` names
-//! fio's loads (default "randread randwrite").
+//! fio's loads (default "randread randwrite"), `HEAT_COST_BS` their
+//! request size (default 4k).
 
 use std::os::fd::AsFd;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tierfs_core::heat::HeatSource;
+use tierfs_core::heat::{HeatSource, Op};
 use tierfs_core::tier::Tier;
 use tierfs_heat::KernelHeat;
 
@@ -60,24 +61,27 @@ fn main() {
     let drainer = {
         let (heat, stop) = (heat.clone(), stop.clone());
         std::thread::spawn(move || {
-            let Some(heat) = heat else { return 0 };
-            let (mut n, mut out) = (0u64, Vec::new());
+            let Some(heat) = heat else { return [0; 7] };
+            let (mut n, mut out) = ([0u64; 7], Vec::new());
             while !stop.load(Ordering::Relaxed) {
                 heat.drain(&mut out);
-                n += out.len() as u64;
-                out.clear();
+                for s in out.drain(..) {
+                    n[s.op as usize] += 1;
+                }
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
             n
         })
     };
     let stats = || heat.as_ref().map(|h| h.program_stats()).unwrap_or_default();
+    let bs = std::env::var("HEAT_COST_BS").unwrap_or_else(|_| "4k".into());
     let rws = std::env::var("HEAT_COST_RW").unwrap_or_else(|_| "randread randwrite".into());
     for rw in rws.split_whitespace() {
         let before = stats();
         let cpu0 = children_cpu_ns();
         let st = Command::new("fio")
-            .args(["--name=t", "--ioengine=psync", "--bs=4k", "--size=256M", "--invalidate=0", "--time_based"])
+            .args(["--name=t", "--ioengine=psync", "--size=256M", "--invalidate=0", "--time_based"])
+            .arg(format!("--bs={bs}"))
             .arg(format!("--rw={rw}"))
             .arg(format!("--runtime={secs}"))
             .arg(format!("--filename={}", path.display()))
@@ -106,7 +110,13 @@ fn main() {
     stop.store(true, Ordering::Relaxed);
     let n = drainer.join().expect("drainer");
     let (lost, _) = heat.as_ref().map_or((0, 0), |h| h.lost_and_watched());
-    println!("samples drained {n}, lost {lost}");
+    println!(
+        "samples drained: {} reads, {} writes, {} device, {} faults; lost {lost}",
+        n[Op::Read as usize],
+        n[Op::Write as usize],
+        n[Op::Device as usize],
+        n[Op::Fault as usize]
+    );
     drop(f);
     let _ = std::fs::remove_file(&path);
 }

@@ -163,6 +163,7 @@ struct last {
 	__u64 end;
 	__u64 r_task;
 	__u64 r_ino;
+	__u64 r_start;
 	__u64 r_end;
 	__u32 r_seq;
 	__u32 keep;
@@ -262,13 +263,23 @@ static __attribute__((always_inline)) int emit(struct inode *inode, __u64 off, _
 		seq = t->ioac.syscr;
 		if (l->r_task == id && l->r_seq == seq && l->r_ino == ino &&
 		    (op == OP_DEVICE || l->r_end == end || l->r_end == 0)) {
+			// A later batch of a read whose first batch came (further
+			// on, to the same end): that one said where the read
+			// begins and ends, and the daemon ignores the rest. (Reads
+			// through io_uring leave the read count alone: one at the
+			// same offset is another read.)
+			if (op == OP_READ && l->r_end == end && off > l->r_start)
+				return 0;
 			weight = l->r_keep;
-			if (op == OP_READ)
+			if (op == OP_READ && l->r_end == 0) {
+				l->r_start = off;
 				l->r_end = end;
+			}
 		} else {
 			l->r_task = id;
 			l->r_seq = seq;
 			l->r_ino = ino;
+			l->r_start = off;
 			l->r_end = end;
 			l->r_keep = draw(l, weight);
 			weight = l->r_keep;

@@ -708,6 +708,36 @@ mod live {
     }
 
     #[test]
+    fn a_read_the_kernel_serves_in_several_batches_comes_as_one_sample() {
+        if !root() {
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let h = KernelHeat::start(dir.path(), dir.path()).expect("the heat source starts as root");
+        let path = dir.path().join("f");
+        // Written a page at a time, the file is cached in single pages: a
+        // batch holds at most 31 folios, so a 1-MiB read takes several.
+        {
+            use std::io::Write;
+            let mut w = std::fs::File::create(&path).expect("create");
+            for _ in 0..256 {
+                w.write_all(&[7u8; 4096]).expect("write");
+            }
+        }
+        let f = std::fs::File::open(&path).expect("open");
+        let _w = h.watch(9, Tier::Hdd, f.as_fd()).expect("watched");
+        let st = Command::new("dd")
+            .args([&format!("if={}", path.display()), "of=/dev/null", "bs=1M", "count=1", "status=none"])
+            .status()
+            .expect("dd");
+        assert!(st.success());
+        // dd is done: every sample it made is in the ring.
+        let got = samples_of(&h, 9, 1);
+        let reads: Vec<_> = got.iter().filter(|s| s.op == Op::Read).map(|s| (s.off, s.len)).collect();
+        assert_eq!(reads, vec![(0, 1 << 20)], "{got:?}");
+    }
+
+    #[test]
     fn our_reads_right_after_another_process_on_the_same_cpu_are_not_counted() {
         // The program remembers the last thread found not to be ours, per
         // CPU, to spare the namespace lookup: ours must still be asked.
