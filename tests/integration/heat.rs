@@ -158,8 +158,9 @@ fn hystor_puts_the_hot_chunks_of_a_file_read_through_passthrough_on_the_ssd() {
             let v = file_stats(&path);
             hot(&v) == 10 && chunks(&v) >= 32
         }),
-        "the ten hottest chunks, all in the first 2 MiB, and 32 chunks in all are not on the SSD: {}\n{}",
+        "the ten hottest chunks, all in the first 2 MiB, and 32 chunks in all are not on the SSD: {}\nheat: {}\n{}",
         file_stats(&path),
+        stats_json(&m.mnt)["heat"],
         m.log_tail(20)
     );
     let v = file_stats(&path);
