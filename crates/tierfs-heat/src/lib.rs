@@ -647,17 +647,33 @@ mod live {
         got
     }
 
+    /// The source on a new directory, and a file there of `len` bytes,
+    /// written `piece` bytes a call, that it watches as inode 9 on the HDD
+    /// (the directory goes with the first).
+    fn source_and_file(
+        len: usize,
+        piece: usize,
+    ) -> (tempfile::TempDir, KernelHeat, std::path::PathBuf, std::fs::File, Watched) {
+        use std::io::Write;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let h = KernelHeat::start(dir.path(), dir.path()).expect("the heat source starts as root");
+        let path = dir.path().join("f");
+        let mut w = std::fs::File::create(&path).expect("create");
+        for _ in 0..len / piece {
+            w.write_all(&vec![7u8; piece]).expect("write");
+        }
+        drop(w);
+        let f = std::fs::File::open(&path).expect("open");
+        let w = h.watch(9, Tier::Hdd, f.as_fd()).expect("watched");
+        (dir, h, path, f, w)
+    }
+
     #[test]
     fn another_process_reads_and_writes_of_a_watched_file_are_seen_and_ours_are_not() {
         if !root() {
             return;
         }
-        let dir = tempfile::tempdir().expect("tempdir");
-        let h = KernelHeat::start(dir.path(), dir.path()).expect("the heat source starts as root");
-        let path = dir.path().join("f");
-        std::fs::write(&path, vec![7u8; 1 << 20]).expect("write");
-        let f = std::fs::File::open(&path).expect("open");
-        let w = h.watch(9, Tier::Hdd, f.as_fd()).expect("watched");
+        let (dir, h, path, _f, w) = source_and_file(1 << 20, 1 << 20);
         let seen = w.seen;
         assert!(seen.reads);
         // XFS may be a module whose tracepoints are not in vmlinux's BTF.
@@ -712,20 +728,9 @@ mod live {
         if !root() {
             return;
         }
-        let dir = tempfile::tempdir().expect("tempdir");
-        let h = KernelHeat::start(dir.path(), dir.path()).expect("the heat source starts as root");
-        let path = dir.path().join("f");
         // Written a page at a time, the file is cached in single pages: a
         // batch holds at most 31 folios, so a 1-MiB read takes several.
-        {
-            use std::io::Write;
-            let mut w = std::fs::File::create(&path).expect("create");
-            for _ in 0..256 {
-                w.write_all(&[7u8; 4096]).expect("write");
-            }
-        }
-        let f = std::fs::File::open(&path).expect("open");
-        let _w = h.watch(9, Tier::Hdd, f.as_fd()).expect("watched");
+        let (_dir, h, path, _f, _w) = source_and_file(1 << 20, 4096);
         let st = Command::new("dd")
             .args([&format!("if={}", path.display()), "of=/dev/null", "bs=1M", "count=1", "status=none"])
             .status()
@@ -744,12 +749,7 @@ mod live {
         if !root() {
             return;
         }
-        let dir = tempfile::tempdir().expect("tempdir");
-        let h = KernelHeat::start(dir.path(), dir.path()).expect("the heat source starts as root");
-        let path = dir.path().join("f");
-        std::fs::write(&path, vec![7u8; 64 << 10]).expect("write");
-        let f = std::fs::File::open(&path).expect("open");
-        let _w = h.watch(9, Tier::Hdd, f.as_fd()).expect("watched");
+        let (_dir, h, path, f, _w) = source_and_file(64 << 10, 64 << 10);
         // This thread and the other process on one CPU.
         // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET and
         // sched_setaffinity get a valid pointer to it.
@@ -785,12 +785,7 @@ mod live {
         if !root() {
             return;
         }
-        let dir = tempfile::tempdir().expect("tempdir");
-        let h = KernelHeat::start(dir.path(), dir.path()).expect("the heat source starts as root");
-        let path = dir.path().join("f");
-        std::fs::write(&path, vec![7u8; 64 << 10]).expect("write");
-        let f = std::fs::File::open(&path).expect("open");
-        let _w = h.watch(9, Tier::Hdd, f.as_fd()).expect("watched");
+        let (_dir, h, path, _f, _w) = source_and_file(64 << 10, 64 << 10);
         let every = 8;
         h.set_every(every);
         // Another process reads each of the 16 pages 2 000 times.
