@@ -146,10 +146,12 @@ pub struct HeatCounts {
 /// Requests a second the engine takes in one by one. Past it a source
 /// samples one request in N and each sample counts N times, so that the
 /// kernel's cost per request and the engine's work stay small however fast
-/// the application is: a sampled request costs the kernel some 250 ns (it
-/// asks which process made it, takes the time and writes the ring), one
-/// not sampled some 30 ns more than a read or write pays anyway, and
-/// random 4-KiB writes through passthrough take 2.5 µs. Twenty thousand
+/// the application is: a sampled request costs the kernel's program some
+/// 150 ns more than one not sampled (it takes the time and writes the
+/// ring, and asks which process made it when the thread is new on its
+/// CPU), one not sampled some 30 ns more than an empty program on the same
+/// tracepoint, and cached random 4-KiB reads through passthrough take
+/// about 2 µs (`benches/results/heat-2026-11-29.md`). Twenty thousand
 /// samples a second still rank a hot set of thousands of chunks.
 pub const SAMPLES_PER_SEC: u64 = 20_000;
 

@@ -35,7 +35,6 @@ enum { MAP_HASH = 1, MAP_ARRAY = 2, MAP_PERCPU_ARRAY = 6, MAP_RINGBUF = 27 };
 #define RB_NO_WAKEUP 1
 
 static void *(*map_lookup)(void *map, const void *key) = (void *)1;
-static __u64 (*current_pid_tgid)(void) = (void *)14;
 static void *(*ringbuf_reserve)(void *ringbuf, __u64 size, __u64 flags) = (void *)131;
 static void (*ringbuf_submit)(void *data, __u64 flags) = (void *)132;
 static struct task_struct *(*current_task_btf)(void) = (void *)158;
@@ -71,6 +70,8 @@ struct task_io_accounting {
 	__u64 syscw;
 } CORE;
 struct task_struct {
+	int pid;
+	__u64 start_time;
 	struct task_io_accounting ioac;
 } CORE;
 
@@ -136,13 +137,9 @@ struct {
 	__type(value, __u64);
 } lost SEC(".maps");
 
-// Set by the daemon: one request in `every` is sampled (1: all).
-struct {
-	__uint(type, MAP_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-} every SEC(".maps");
+// Set by the daemon (a global: read without a map lookup): one request
+// in `every` is sampled (1: all).
+volatile __u32 every = 1;
 
 // This CPU's last decisions, so that every piece of one request gets the
 // decision its first piece got: a write piece that starts within or right
@@ -151,22 +148,32 @@ struct {
 // count) on the same file, and for a read the same end (every batch of one
 // read reports its end; a device page comes before the batch that asked for
 // it and does not know it). And the last call that reported a page read
-// from the device, which it does once.
+// from the device, which it does once. A thread is its task_struct's
+// address, which the one helper call of an unsampled request gives. The
+// last thread found not to be the daemon's (with its start time: a new
+// thread may be given a gone one's address), which spares a sampled
+// request of it the costly question.
+// And this CPU's random state (xorshift64*, seeded by the kernel's
+// generator at its first use): a draw costs a few instructions instead of
+// a helper call.
 struct last {
+	__u64 task;
 	__u64 ino;
 	__u64 start;
 	__u64 end;
-	__u32 task;
-	__u32 keep;
+	__u64 r_task;
 	__u64 r_ino;
+	__u64 r_start;
 	__u64 r_end;
-	__u32 r_task;
 	__u32 r_seq;
+	__u32 keep;
 	__u32 r_keep;
-	__u32 r_pad;
-	__u64 dev_ino;
-	__u32 dev_task;
 	__u32 dev_seq;
+	__u64 dev_task;
+	__u64 dev_ino;
+	__u64 rnd;
+	__u64 other_task;
+	__u64 other_start;
 };
 
 struct {
@@ -193,9 +200,21 @@ static __u32 (*prandom_u32)(void) = (void *)7;
 // thread and the offset would sample the same pages of a hot chunk every
 // time and never the others, and the chunk's count would be as wrong at the
 // end of a run as at its start.
-static __attribute__((always_inline)) __u32 draw(__u32 weight)
+static __attribute__((always_inline)) __u32 draw(struct last *l, __u32 weight)
 {
-	return weight <= 1 || prandom_u32() % weight == 0 ? weight : 0;
+	if (weight <= 1)
+		return weight;
+	__u64 x = l->rnd;
+	if (!x)
+		x = ((__u64)prandom_u32() << 32) | prandom_u32() | 1;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	l->rnd = x;
+	// The product's high 32 bits of 64: uniform in [0, 2^32); below
+	// 2^32 / weight one time in weight (no division).
+	__u64 r = (x * 0x2545F4914F6CDD1DULL) >> 32;
+	return (r * weight) >> 32 == 0 ? weight : 0;
 }
 
 // A request is sampled or not before the costliest question is asked (is
@@ -218,9 +237,9 @@ static __attribute__((always_inline)) int emit(struct inode *inode, __u64 off, _
 	__u64 *w = map_lookup(&filter, &word);
 	if (!w || !((*w >> ((slot & 7) * 8)) & 0xff))
 		return 0;
-	__u32 id = (__u32)current_pid_tgid();
-	__u32 *n_every = map_lookup(&every, &zero);
-	__u32 weight = n_every && *n_every > 1 ? *n_every : 1;
+	struct task_struct *t = current_task_btf();
+	__u64 id = (__u64)t;
+	__u32 weight = every > 1 ? every : 1;
 	struct last *l = map_lookup(&last, &zero);
 	if (!l)
 		return 0;
@@ -237,40 +256,54 @@ static __attribute__((always_inline)) int emit(struct inode *inode, __u64 off, _
 			l->ino = ino;
 			l->start = off;
 			l->end = off + len;
-			l->keep = draw(weight);
+			l->keep = draw(l, weight);
 			weight = l->keep;
 		}
 	} else if (op == OP_READ || op == OP_DEVICE) {
-		seq = current_task_btf()->ioac.syscr;
+		seq = t->ioac.syscr;
 		if (l->r_task == id && l->r_seq == seq && l->r_ino == ino &&
 		    (op == OP_DEVICE || l->r_end == end || l->r_end == 0)) {
+			// A later batch of a read whose first batch came (further
+			// on, to the same end): that one said where the read
+			// begins and ends, and the daemon ignores the rest. (Reads
+			// through io_uring leave the read count alone: one at the
+			// same offset is another read.)
+			if (op == OP_READ && l->r_end == end && off > l->r_start)
+				return 0;
 			weight = l->r_keep;
-			if (op == OP_READ)
+			if (op == OP_READ && l->r_end == 0) {
+				l->r_start = off;
 				l->r_end = end;
+			}
 		} else {
 			l->r_task = id;
 			l->r_seq = seq;
 			l->r_ino = ino;
+			l->r_start = off;
 			l->r_end = end;
-			l->r_keep = draw(weight);
+			l->r_keep = draw(l, weight);
 			weight = l->r_keep;
 		}
 	} else {
-		weight = draw(weight);
+		weight = draw(l, weight);
 	}
 	if (!weight)
 		return 0;
-	if (op != OP_READ && op != OP_DEVICE) {
-		struct task_struct *t = current_task_btf();
+	if (op != OP_READ && op != OP_DEVICE)
 		seq = (op == OP_WRITE || op == OP_DIO_WRITE) ? t->ioac.syscw : t->ioac.syscr;
-	}
-	// The daemon's own I/O (the userspace path, migrations).
-	struct pidns_info ns = {};
-	if (get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns, sizeof(ns)) == 0 && ns.tgid == daemon_tgid)
+	// A read call's pages from the device come as one sample.
+	if (op == OP_DEVICE && l->dev_task == id && l->dev_seq == seq && l->dev_ino == ino)
 		return 0;
-	if (op == OP_DEVICE) {
-		if (l->dev_task == id && l->dev_seq == seq && l->dev_ino == ino)
+	// The daemon's own I/O (the userspace path, migrations).
+	__u64 started = t->start_time;
+	if (l->other_task != id || l->other_start != started) {
+		struct pidns_info ns = {};
+		if (get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns, sizeof(ns)) == 0 && ns.tgid == daemon_tgid)
 			return 0;
+		l->other_task = id;
+		l->other_start = started;
+	}
+	if (op == OP_DEVICE) {
 		l->dev_task = id;
 		l->dev_seq = seq;
 		l->dev_ino = ino;
@@ -289,7 +322,7 @@ static __attribute__((always_inline)) int emit(struct inode *inode, __u64 off, _
 	s->off = off;
 	s->time = ktime_get_ns();
 	s->len = len > 0xffffffffULL ? 0xffffffffU : (__u32)len;
-	s->task = id;
+	s->task = t->pid;
 	s->seq = seq;
 	s->op = op;
 	s->weight = weight > 0xffff ? 0xffff : weight;

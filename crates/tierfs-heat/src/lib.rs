@@ -367,7 +367,8 @@ impl KernelHeat {
         };
         let samples = RingBuf::try_from(map(&mut ebpf, "samples")?).map_err(|e| Error::Kernel(chain(&e)))?;
         let lost = PerCpuArray::try_from(map(&mut ebpf, "lost")?).map_err(|e| Error::Kernel(chain(&e)))?;
-        let every = Array::try_from(map(&mut ebpf, "every")?).map_err(|e| Error::Kernel(chain(&e)))?;
+        // The program's one writable global, `every`.
+        let every = Array::try_from(map(&mut ebpf, ".data")?).map_err(|e| Error::Kernel(chain(&e)))?;
         let filter = match map(&mut ebpf, "filter")? {
             aya::maps::Map::Array(data) => Filter::map(data)?,
             _ => return Err(Error::Kernel("the filter is not an array map".into())),
@@ -400,6 +401,26 @@ impl KernelHeat {
     /// Samples dropped because no watched file has their backing file.
     pub fn foreign(&self) -> u64 {
         self.foreign.load(Ordering::Relaxed)
+    }
+
+    /// Each attached program's runs and the nanoseconds they took, as the
+    /// kernel counts them while its run-time statistics are on
+    /// (`kernel.bpf_stats_enabled`, or `aya::sys::enable_stats`): what
+    /// the source costs each request.
+    pub fn program_stats(&self) -> Vec<(String, u64, u64)> {
+        #[cfg(tierfs_bpf)]
+        {
+            self.live
+                ._ebpf
+                .programs()
+                .filter_map(|(name, p)| {
+                    let info = p.info().ok()?;
+                    Some((name.to_string(), info.run_count(), info.run_time().as_nanos() as u64))
+                })
+                .collect()
+        }
+        #[cfg(not(tierfs_bpf))]
+        Vec::new()
     }
 }
 
@@ -626,17 +647,33 @@ mod live {
         got
     }
 
+    /// The source on a new directory, and a file there of `len` bytes,
+    /// written `piece` bytes a call, that it watches as inode 9 on the HDD
+    /// (the directory goes with the first).
+    fn source_and_file(
+        len: usize,
+        piece: usize,
+    ) -> (tempfile::TempDir, KernelHeat, std::path::PathBuf, std::fs::File, Watched) {
+        use std::io::Write;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let h = KernelHeat::start(dir.path(), dir.path()).expect("the heat source starts as root");
+        let path = dir.path().join("f");
+        let mut w = std::fs::File::create(&path).expect("create");
+        for _ in 0..len / piece {
+            w.write_all(&vec![7u8; piece]).expect("write");
+        }
+        drop(w);
+        let f = std::fs::File::open(&path).expect("open");
+        let w = h.watch(9, Tier::Hdd, f.as_fd()).expect("watched");
+        (dir, h, path, f, w)
+    }
+
     #[test]
     fn another_process_reads_and_writes_of_a_watched_file_are_seen_and_ours_are_not() {
         if !root() {
             return;
         }
-        let dir = tempfile::tempdir().expect("tempdir");
-        let h = KernelHeat::start(dir.path(), dir.path()).expect("the heat source starts as root");
-        let path = dir.path().join("f");
-        std::fs::write(&path, vec![7u8; 1 << 20]).expect("write");
-        let f = std::fs::File::open(&path).expect("open");
-        let w = h.watch(9, Tier::Hdd, f.as_fd()).expect("watched");
+        let (dir, h, path, _f, w) = source_and_file(1 << 20, 1 << 20);
         let seen = w.seen;
         assert!(seen.reads);
         // XFS may be a module whose tracepoints are not in vmlinux's BTF.
@@ -687,6 +724,60 @@ mod live {
     }
 
     #[test]
+    fn a_read_the_kernel_serves_in_several_batches_comes_as_one_sample() {
+        if !root() {
+            return;
+        }
+        // Written a page at a time, the file is cached in single pages: a
+        // batch holds at most 31 folios, so a 1-MiB read takes several.
+        let (_dir, h, path, _f, _w) = source_and_file(1 << 20, 4096);
+        let st = Command::new("dd")
+            .args([&format!("if={}", path.display()), "of=/dev/null", "bs=1M", "count=1", "status=none"])
+            .status()
+            .expect("dd");
+        assert!(st.success());
+        // dd is done: every sample it made is in the ring.
+        let got = samples_of(&h, 9, 1);
+        let reads: Vec<_> = got.iter().filter(|s| s.op == Op::Read).map(|s| (s.off, s.len)).collect();
+        assert_eq!(reads, vec![(0, 1 << 20)], "{got:?}");
+    }
+
+    #[test]
+    fn our_reads_right_after_another_process_on_the_same_cpu_are_not_counted() {
+        // The program remembers the last thread found not to be ours, per
+        // CPU, to spare the namespace lookup: ours must still be asked.
+        if !root() {
+            return;
+        }
+        let (_dir, h, path, f, _w) = source_and_file(64 << 10, 64 << 10);
+        // This thread and the other process on one CPU.
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET and
+        // sched_setaffinity get a valid pointer to it.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set), 0);
+        }
+        for round in 0..20 {
+            let st = Command::new("taskset")
+                .args(["-c", "0", "dd", &format!("if={}", path.display()), "of=/dev/null", "bs=4k", "count=1"])
+                .args(["status=none"])
+                .status()
+                .expect("taskset dd");
+            assert!(st.success());
+            // Ours, at another offset.
+            let mut b = [0u8; 4096];
+            std::os::unix::fs::FileExt::read_at(&f, &mut b, 8192).expect("read");
+            let got = samples_of(&h, 9, 1);
+            let reads: Vec<_> = got.iter().filter(|s| s.op == Op::Read).collect();
+            assert!(
+                reads.len() == 1 && reads[0].off == 0,
+                "round {round}: only the other process's read is counted: {got:?}"
+            );
+        }
+    }
+
+    #[test]
     fn under_sampling_every_page_of_a_hot_chunk_is_counted_near_its_reads() {
         // Sampling decided by thread and offset took the same pages of a hot
         // chunk every time and the others never: each page came out at 0 or
@@ -694,12 +785,7 @@ mod live {
         if !root() {
             return;
         }
-        let dir = tempfile::tempdir().expect("tempdir");
-        let h = KernelHeat::start(dir.path(), dir.path()).expect("the heat source starts as root");
-        let path = dir.path().join("f");
-        std::fs::write(&path, vec![7u8; 64 << 10]).expect("write");
-        let f = std::fs::File::open(&path).expect("open");
-        let _w = h.watch(9, Tier::Hdd, f.as_fd()).expect("watched");
+        let (_dir, h, path, _f, _w) = source_and_file(64 << 10, 64 << 10);
         let every = 8;
         h.set_every(every);
         // Another process reads each of the 16 pages 2 000 times.
