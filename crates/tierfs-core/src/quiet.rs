@@ -19,7 +19,9 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QuietConfig {
     /// Bytes of held writes (files put on the SSD in place of the HDD)
-    /// that make them go to the HDD whether it is awake or not.
+    /// that make them go to the HDD whether it is awake or not; 0 at mount
+    /// means [`DEFAULT_HOLD_PERCENT`] of the SSD capacity (the engine
+    /// sets it when it starts).
     pub hold: u64,
     /// A daily window (UTC) in which held work goes to the HDD.
     pub window: Option<Window>,

@@ -244,6 +244,7 @@ pub fn render(r: &StatusReport) -> prometheus::Result<String> {
             o.gauge("tierfs_ssd_write_budget_bytes", "The SSD write budget per day.", &[], &[(&[], b as f64)])?;
         }
     }
+    hdd_families(&o, &r.hdd)?;
     let x = &r.remap;
     o.gauge(
         "tierfs_split_files",
@@ -334,6 +335,62 @@ pub fn render(r: &StatusReport) -> prometheus::Result<String> {
 /// the stores' meters (the client crate's histograms observe one value at
 /// a time; these counts are kept by the meters, so the family is built
 /// from them).
+/// The HDD's idleness: how long since its disk and tierfs last used it,
+/// its wake-ups, what woke it last, and the quiet mode's held work.
+fn hdd_families(o: &Out, h: &tierfs_core::report::HddReport) -> prometheus::Result<()> {
+    if let Some(s) = h.disk_idle_secs {
+        o.seconds(
+            "tierfs_hdd_disk_idle_seconds",
+            "Time since the HDD's disk last did any I/O (anyone's).",
+            &[],
+            &[(&[], s)],
+        )?;
+    }
+    if let Some(s) = h.tierfs_idle_secs {
+        o.seconds("tierfs_hdd_idle_seconds", "Time since tierfs's last request to the HDD tier.", &[], &[(&[], s)])?;
+    }
+    if !h.quiet && h.disk.is_none() && h.tierfs_idle_secs.is_none() {
+        return Ok(());
+    }
+    o.counter(
+        "tierfs_hdd_wakeups_total",
+        "Wake-ups of the HDD: I/O after --hdd-idle without any (from its disk's counters where found).",
+        &[],
+        &[(&[], h.wakeups_total)],
+    )?;
+    o.gauge(
+        "tierfs_hdd_wakeups_day",
+        "Wake-ups of the HDD in the last 24 hours.",
+        &[],
+        &[(&[], h.wakeups_day as f64)],
+    )?;
+    if let Some(w) = h.wakes.last() {
+        let path = w.path.as_deref().unwrap_or("");
+        o.gauge(
+            "tierfs_hdd_last_wake_timestamp_seconds",
+            "When a request of tierfs last came to the HDD after the idle time, and what it was.",
+            &["op", "call", "path"],
+            &[(&[w.op.as_str(), w.call.as_str(), path], w.at as f64)],
+        )?;
+    }
+    if h.quiet {
+        o.gauge(
+            "tierfs_hdd_held_files",
+            "Files held on the SSD while the HDD sleeps.",
+            &[],
+            &[(&[], h.held_files as f64)],
+        )?;
+        o.gauge("tierfs_hdd_held_bytes", "Their bytes on the SSD.", &[], &[(&[], h.held_bytes as f64)])?;
+        o.gauge(
+            "tierfs_hdd_open",
+            "1 while work held off the HDD may reach it (it is awake, the held bytes are full, or the window is on).",
+            &[],
+            &[(&[], if h.open.is_some() { 1.0 } else { 0.0 })],
+        )?;
+    }
+    Ok(())
+}
+
 fn latency_family(tiers: &[tierfs_core::report::TierSpeed]) -> MetricFamily {
     let mut metrics = Vec::new();
     for t in tiers {

@@ -167,7 +167,8 @@ impl<S: Store> Engine<S> {
         let pos = self.measure.lock().pos;
         for t in Tier::ALL {
             let (read, write) = due[t.idx()];
-            if !(read || write) {
+            // Never wake a sleeping HDD just to time it.
+            if !(read || write) || (t == Tier::Hdd && self.hdd_closed()) {
                 continue;
             }
             self.doing("prober", format!("a probe of the {t}"));

@@ -263,10 +263,20 @@ impl<S: Store> Volume<S> {
         Ok(self.tiers.store(t).readlink(&d, &n)?)
     }
 
-    /// Capacity of both tiers together.
+    /// Capacity of both tiers together. While the HDD is held asleep its
+    /// part is its last answer (the counters of a local file system are in
+    /// memory, but a tier on a network or FUSE file system asks its server).
     pub fn statfs(&self) -> Result<VolStats> {
         let a = self.tiers.store(Tier::Ssd).statfs()?;
-        let b = self.tiers.store(Tier::Hdd).statfs()?;
+        let kept = if self.hooks().hdd_asleep() { *self.hdd_statfs.lock() } else { None };
+        let b = match kept {
+            Some(b) => b,
+            None => {
+                let b = self.tiers.store(Tier::Hdd).statfs()?;
+                *self.hdd_statfs.lock() = Some(b);
+                b
+            }
+        };
         const BS: u64 = 4096;
         Ok(VolStats {
             bsize: BS as u32,

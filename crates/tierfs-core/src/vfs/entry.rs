@@ -161,6 +161,7 @@ impl<S: Store> Volume<S> {
         self.touch_dir(parent, t);
         drop(_g);
         if kind == FileKind::File {
+            self.hooks().created(ino, parent, t);
             self.emit(ino, EventKind::Create { placement: Placement::On(t), parent, size: 0 });
         }
         Ok((ino, t, x, il))

@@ -218,6 +218,19 @@ pub trait Hooks: Send + Sync {
     /// A write that was promised `reserved` bytes of area `area` is over;
     /// it made `chunks` of `ino` (index, bytes on the SSD) there.
     fn wb_admitted(&self, _area: u32, _ino: Ino, _chunks: &[(u64, u64)], _reserved: u64) {}
+    /// A new non-directory `ino` was made in `parent` on `tier`.
+    fn created(&self, _ino: Ino, _parent: Ino, _tier: Tier) {}
+    /// Whether the quiet HDD mode applies to directory `dir`: its
+    /// reconciliation takes the names on the HDD from the state database
+    /// once it was reconciled with the HDD in some mount.
+    fn quiet_dir(&self, _dir: Ino) -> bool {
+        false
+    }
+    /// True while the HDD is held asleep (quiet mode): what can be
+    /// answered without it is.
+    fn hdd_asleep(&self) -> bool {
+        false
+    }
 }
 
 /// A file's use of a write-back area (see [`Hooks::write_back`]).
@@ -358,6 +371,8 @@ pub struct Volume<S: Store> {
     pub(crate) locks: DirLocks,
     pub(crate) ilocks: InodeLocks,
     verified: Mutex<HashSet<Ino>>,
+    /// The HDD's last statfs answer, given while the HDD is held asleep.
+    hdd_statfs: Mutex<Option<crate::store::FsStats>>,
     /// Reconciles directories in the background (see `vfs::adopt`).
     adopter: Arc<adopt::Adopter>,
     open: Mutex<HashMap<Ino, Arc<OpenInode<S>>>>,
@@ -459,6 +474,7 @@ impl<S: Store> Volume<S> {
             locks: DirLocks::new(),
             ilocks: InodeLocks::new(),
             verified: Mutex::new(HashSet::new()),
+            hdd_statfs: Mutex::new(None),
             adopter: Arc::default(),
             open: Mutex::new(HashMap::new()),
             handles: RwLock::new(HashMap::new()),

@@ -1,0 +1,229 @@
+//! The quiet HDD mode in the engine (doing; the decisions are
+//! `crate::quiet`'s): watching the HDD (its disk's I/O counters, tierfs's
+//! own requests to the tier), the gate over background work that would
+//! reach it, and the files created on the SSD in its place (held), which
+//! are moved to the HDD together once the gate opens.
+
+use super::Engine;
+use crate::clock::Timestamp;
+use crate::migrate::Move;
+use crate::policy::{Plan, Reason, Step};
+use crate::quiet::{Activity, Disk, Open, Wake};
+use crate::report::HddReport;
+use crate::state::ns::Ino;
+use crate::store::Store;
+use crate::tier::Tier;
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// How often the disk's counters are read (a sysfs file the kernel keeps
+/// in memory: reading it asks the disk nothing).
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+
+/// Wake notes kept for the report.
+const WAKES_SHOWN: usize = 32;
+
+/// What the engine knows of the HDD's idleness (a leaf lock).
+#[derive(Debug, Default)]
+pub(super) struct QuietState {
+    /// The disk under the HDD directory, if there is one.
+    disk: Option<Disk>,
+    /// What its counters did.
+    activity: Activity,
+    /// When they were last read.
+    last_look: Option<Timestamp>,
+    /// Where no disk is known: tierfs's own requests after the idle time.
+    tierfs_wakes: VecDeque<Timestamp>,
+    tierfs_wakes_total: u64,
+    /// The gate's last answer.
+    open: Option<Open>,
+    /// Files created on the SSD in place of the HDD, waiting for the gate.
+    held: HashSet<Ino>,
+    /// What woke the HDD, latest last.
+    wakes: VecDeque<Wake>,
+}
+
+impl<S: Store> Engine<S> {
+    /// Finds the HDD's disk and starts watching the tier's requests.
+    pub(super) fn quiet_start(&self) {
+        let Some(cfg) = self.cfg.quiet else { return };
+        if let Some(m) = &self.cfg.meters {
+            m[Tier::Hdd.idx()].watch_idle(self.clock.clone(), cfg.idle_after);
+        }
+        let path = &self.cfg.tier_paths[Tier::Hdd.idx()];
+        let disk = (!path.is_empty()).then(|| Disk::of_dir(std::path::Path::new(path))).flatten();
+        match &disk {
+            Some(d) => tracing::info!(disk = %d.name, "quiet HDD: watching the disk's I/O counters"),
+            None => tracing::info!(
+                path,
+                "quiet HDD: no block device found under the HDD directory; its idleness is judged from tierfs's own requests"
+            ),
+        }
+        self.quiet.lock().disk = disk;
+    }
+
+    /// True while work that would reach the HDD is held (quiet mode, and
+    /// nothing opened the gate).
+    pub(super) fn hdd_closed(&self) -> bool {
+        self.cfg.quiet.is_some() && !self.hdd_open.load(Ordering::Acquire)
+    }
+
+    /// True if `step` waits in the queue while the HDD is held asleep:
+    /// every move reads or writes the HDD but dropping a cached copy; a pin
+    /// and a file taken off the SSD for a writer go anyway (someone asked).
+    pub(super) fn quiet_holds(&self, s: &Step) -> bool {
+        self.hdd_closed() && s.mv != Move::DropCopy && !matches!(s.reason, Reason::Pinned | Reason::Evacuate)
+    }
+
+    /// True if the quiet mode applies to files in `dir`.
+    pub(super) fn quiet_dir(&self, dir: Ino) -> bool {
+        self.cfg.quiet.is_some() && self.setting(self.group_of(dir)).1.quiet
+    }
+
+    /// A new file was made in `parent` on `tier`: held if the quiet mode
+    /// put it on the SSD where its policy puts new files on the HDD.
+    pub(super) fn quiet_created(&self, ino: Ino, parent: Ino, tier: Tier) {
+        if tier != Tier::Ssd || !self.quiet_dir(parent) {
+            return;
+        }
+        let wanted = match self.cfg.placement {
+            Some(t) => t,
+            None => self.setting(self.group_of(parent)).0.policy().initial_tier(),
+        };
+        if wanted == Tier::Hdd {
+            self.quiet.lock().held.insert(ino);
+        }
+    }
+
+    /// A file's last name went: nothing to hold.
+    pub(super) fn quiet_removed(&self, ino: Ino) {
+        if self.cfg.quiet.is_some() {
+            self.quiet.lock().held.remove(&ino);
+        }
+    }
+
+    /// Once a tick: reads the disk's counters (at most every second),
+    /// takes the notes of what woke the tier, asks the gate, and when it
+    /// opens queues the held files' moves to the HDD.
+    pub(super) fn quiet_tick(&self, now: Timestamp) {
+        let Some(cfg) = self.cfg.quiet else { return };
+        let woke = self.cfg.meters.as_ref().map(|m| m[Tier::Hdd.idx()].take_woke()).unwrap_or_default();
+        // Paths are read from the namespace before the lock is taken.
+        let notes: Vec<(Timestamp, Wake)> = woke
+            .into_iter()
+            .map(|w| {
+                let path = (w.doing.ino != 0).then(|| self.vol.path_of(w.doing.ino)).flatten();
+                let op = if w.doing.op.is_empty() { "tierfs" } else { w.doing.op };
+                let wake = Wake {
+                    at: w.at.secs(),
+                    op: op.to_string(),
+                    call: w.call.to_string(),
+                    path,
+                    after_secs: w.after.as_secs(),
+                };
+                (w.at, wake)
+            })
+            .collect();
+        for (_, w) in &notes {
+            tracing::info!(op = %w.op, call = %w.call, path = ?w.path, idle_secs = w.after_secs, "a request woke the HDD");
+        }
+        let last_request = self.cfg.meters.as_ref().and_then(|m| m[Tier::Hdd.idx()].last_request());
+        let held: Vec<Ino> = {
+            let mut q = self.quiet.lock();
+            for (at, w) in notes {
+                q.tierfs_wakes.push_back(at);
+                q.tierfs_wakes_total += 1;
+                q.wakes.push_back(w);
+            }
+            while q.wakes.len() > WAKES_SHOWN {
+                q.wakes.pop_front();
+            }
+            while q.tierfs_wakes.front().is_some_and(|t| now.since(*t) > Duration::from_secs(86_400)) {
+                q.tierfs_wakes.pop_front();
+            }
+            if q.last_look.is_none_or(|t| now.since(t) >= LOOK_EVERY) {
+                q.last_look = Some(now);
+                let counts = q.disk.as_ref().map(|d| d.counts());
+                match counts {
+                    Some(Ok(c)) => {
+                        q.activity.observe(now, c, cfg.idle_after);
+                    }
+                    Some(Err(e)) => tracing::debug!(error = %e, "cannot read the HDD's disk counters"),
+                    None => {}
+                }
+            }
+            q.held.iter().copied().collect()
+        };
+        let awake = {
+            let q = self.quiet.lock();
+            if q.disk.is_some() {
+                q.activity.awake(now, cfg.idle_after)
+            } else {
+                last_request.is_none_or(|t| now.since(t) < cfg.idle_after)
+            }
+        };
+        let held_bytes: u64 = {
+            let a = self.account.lock();
+            held.iter().map(|i| a.charge(*i)).sum()
+        };
+        let open = crate::quiet::gate(&cfg, now, awake, held_bytes);
+        let was = self.hdd_open.swap(open.is_some(), Ordering::AcqRel);
+        let held = {
+            let mut q = self.quiet.lock();
+            q.open = open;
+            if open.is_some() {
+                std::mem::take(&mut q.held)
+            } else {
+                HashSet::new()
+            }
+        };
+        if open.is_some() && !was {
+            tracing::info!(why = open.map(Open::label), held = held.len(), held_bytes, "the HDD's gate opened");
+            self.moves_cv.notify_all();
+            self.wb_cv.notify_all();
+        }
+        if !held.is_empty() {
+            let steps = {
+                let a = self.account.lock();
+                let mut v: Vec<Ino> = held.into_iter().collect();
+                v.sort_unstable();
+                v.into_iter()
+                    .map(|ino| Step { ino, mv: Move::Demote, reason: Reason::Held, size: a.charge(ino) })
+                    .collect()
+            };
+            self.enqueue(Plan { steps, skipped: vec![] });
+        }
+    }
+
+    /// The HDD part of the status report.
+    pub(super) fn hdd_report(&self, now: Timestamp) -> HddReport {
+        let last_request = self.cfg.meters.as_ref().and_then(|m| m[Tier::Hdd.idx()].last_request());
+        let cfg = self.cfg.quiet;
+        let q = self.quiet.lock();
+        let held: Vec<Ino> = q.held.iter().copied().collect();
+        let (wakeups_day, wakeups_total) = if q.disk.is_some() {
+            q.activity.wakeups(now)
+        } else {
+            (q.tierfs_wakes.len() as u64, q.tierfs_wakes_total)
+        };
+        let r = HddReport {
+            quiet: cfg.is_some(),
+            disk: q.disk.as_ref().map(|d| d.name.clone()),
+            disk_idle_secs: q.activity.idle_for(now).filter(|_| q.disk.is_some()).map(|d| d.as_secs_f64()),
+            tierfs_idle_secs: last_request.map(|t| now.since(t).as_secs_f64()),
+            idle_after_secs: cfg.map_or(0, |c| c.idle_after.as_secs()),
+            wakeups_day,
+            wakeups_total,
+            wakes: q.wakes.iter().cloned().collect(),
+            open: q.open,
+            held_files: held.len() as u64,
+            held_bytes: 0,
+            hold_limit: cfg.map_or(0, |c| c.hold),
+            window: cfg.and_then(|c| c.window).map(|w| w.to_string()),
+        };
+        drop(q);
+        let a = self.account.lock();
+        HddReport { held_bytes: held.iter().map(|i| a.charge(*i)).sum(), ..r }
+    }
+}
