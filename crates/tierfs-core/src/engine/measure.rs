@@ -196,6 +196,7 @@ impl<S: Store> Engine<S> {
     }
 
     fn probe(&self, t: Tier, read: bool, write: bool, pos: u64, meter: &Meter) -> crate::Result<()> {
+        let _doing = crate::quiet::doing("probe", 0);
         let s = self.vol.tiers.store(t);
         let f = self.probe_file(t)?;
         // Scattered: a probe pays the access time, as a random request does.

@@ -227,3 +227,178 @@ impl<S: Store> Engine<S> {
         HddReport { held_bytes: held.iter().map(|i| a.charge(*i)).sum(), ..r }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{queue, EngineConfig, Ran};
+    use super::*;
+    use crate::clock::{Clock, ManualClock};
+    use crate::event::Event;
+    use crate::migrate::NoCrash;
+    use crate::policy::PolicyKind;
+    use crate::quiet::QuietConfig;
+    use crate::state::ns::{Namespace, ROOT_INO};
+    use crate::state::MemKv;
+    use crate::store::measured::{Measured, Meter};
+    use crate::store::mem::MemStore;
+    use crate::tier::Placement;
+    use crate::vfs::{Ctx, Volume, VolumeConfig};
+    use std::ffi::OsStr;
+    use std::sync::mpsc::Receiver;
+    use std::sync::Arc;
+
+    const CTX: Ctx = Ctx { uid: 0, gid: 0, pid: 1 };
+    const IDLE: Duration = Duration::from_secs(60);
+
+    type M = Measured<MemStore>;
+
+    struct Rig {
+        vol: Arc<Volume<M>>,
+        engine: Arc<Engine<M>>,
+        clock: ManualClock,
+        rx: Receiver<Event>,
+        hdd: Arc<Meter>,
+    }
+
+    /// A mount of the default policy (new files on the HDD) with the quiet
+    /// mode on and no disk to look at: the HDD's idleness is tierfs's own.
+    fn rig(hold: u64) -> Rig {
+        crate::lockcheck::watch();
+        let clock = ManualClock::new(Timestamp::from_secs(1_000_000));
+        let meters = [Meter::new(), Meter::new()];
+        let (sink, rx) = queue();
+        let vol = Arc::new(
+            Volume::new(
+                Measured::new(MemStore::new(), meters[0].clone()),
+                Measured::new(MemStore::new(), meters[1].clone()),
+                Namespace::new(Arc::new(MemKv::new())),
+                VolumeConfig { default_tier: Tier::Hdd, ..VolumeConfig::default() },
+                sink.clone(),
+                Arc::new(clock.clone()),
+            )
+            .unwrap(),
+        );
+        vol.recover().unwrap();
+        let params = crate::policy::Params { quiet: true, ..Default::default() };
+        let cfg = EngineConfig {
+            policy: PolicyKind::DynamicHotDst,
+            params,
+            meters: Some(meters.clone()),
+            quiet: Some(QuietConfig { hold, window: None, idle_after: IDLE }),
+            ..EngineConfig::default()
+        };
+        let engine = Engine::new(vol.clone(), Arc::new(MemKv::new()), Arc::new(clock.clone()), cfg, Some(sink));
+        engine.quiet_start();
+        Rig { vol, engine, clock, rx, hdd: meters[1].clone() }
+    }
+
+    impl Rig {
+        fn tick(&self) {
+            let batch: Vec<Event> = self.rx.try_iter().collect();
+            self.engine.ingest(&batch);
+            self.engine.quiet_tick(self.clock.now());
+        }
+
+        fn write(&self, name: &str, data: &[u8]) -> (Ino, Placement) {
+            let (a, o) = self.vol.create(&CTX, ROOT_INO, OsStr::new(name), 0o644, 0, libc::O_RDWR).unwrap();
+            self.vol.write(o.fh, 0, data).unwrap();
+            self.vol.fsync(o.fh, false).unwrap();
+            self.vol.release(o.fh).unwrap();
+            (a.ino, self.vol.record(a.ino).unwrap().placement)
+        }
+
+        /// The queued moves, taken out.
+        fn queued(&self) -> Vec<Step> {
+            let mut q = self.engine.moves.lock();
+            q.busy.clear();
+            q.items.drain(..).collect()
+        }
+    }
+
+    #[test]
+    fn files_made_while_the_hdd_sleeps_wait_on_the_ssd_and_go_together_when_a_read_wakes_it() {
+        let r = rig(1 << 30);
+        r.tick();
+        assert!(!r.engine.hdd_closed(), "just mounted: the HDD is awake");
+        let (old, at) = r.write("old", b"on the hdd");
+        assert_eq!(at, Placement::On(Tier::Hdd), "awake: new files go where the policy puts them");
+        r.clock.advance(IDLE);
+        r.tick();
+        assert!(r.engine.hdd_closed(), "a minute without a request: asleep");
+        let before = r.hdd.requests();
+        let mut held = Vec::new();
+        for i in 0..3 {
+            let (ino, at) = r.write(&format!("new{i}"), &[i as u8; 5000]);
+            assert_eq!(at, Placement::On(Tier::Ssd), "asleep: new files go to the SSD");
+            held.push(ino);
+        }
+        let dh = r.vol.opendir(ROOT_INO).unwrap();
+        assert!(r.vol.readdir(dh, 0).unwrap().len() >= 4);
+        r.vol.releasedir(dh).unwrap();
+        r.tick();
+        assert_eq!(r.hdd.requests(), before, "creating, writing and listing asked the HDD nothing");
+        let rep = r.engine.hdd_report(r.clock.now());
+        assert_eq!((rep.held_files, rep.open), (3, None));
+        assert!(rep.held_bytes >= 3 * 4096, "{rep:?}");
+        assert!(r.queued().is_empty(), "nothing planned for the held files yet");
+        // A read of the file on the HDD wakes it, and is noted as what did.
+        r.clock.advance(Duration::from_secs(30));
+        crate::quiet::set_doing("open", old);
+        let o = r.vol.open(old, libc::O_RDONLY).unwrap();
+        assert_eq!(r.vol.read(o.fh, 0, 100).unwrap(), b"on the hdd");
+        r.vol.release(o.fh).unwrap();
+        r.tick();
+        assert!(!r.engine.hdd_closed());
+        let rep = r.engine.hdd_report(r.clock.now());
+        assert_eq!(rep.open, Some(Open::Awake));
+        assert_eq!(rep.wakeups_total, 1);
+        let w = &rep.wakes[0];
+        assert_eq!((w.op.as_str(), w.path.as_deref(), w.after_secs), ("open", Some("/old"), 90), "{w:?}");
+        // The held files go in that wake-up, together.
+        // (The read may also have planned the file's promotion.)
+        let steps: Vec<Step> = r.queued().into_iter().filter(|s| s.reason == Reason::Held).collect();
+        assert_eq!(steps.iter().map(|s| s.ino).collect::<Vec<_>>(), held);
+        for s in steps {
+            assert_eq!((s.mv, s.reason), (Move::Demote, Reason::Held));
+            assert_eq!(r.engine.execute(s, &NoCrash, false), Ran::Done);
+        }
+        for ino in held {
+            assert_eq!(r.vol.record(ino).unwrap().placement, Placement::On(Tier::Hdd));
+        }
+        assert_eq!(r.engine.hdd_report(r.clock.now()).held_files, 0);
+    }
+
+    #[test]
+    fn held_files_go_to_a_sleeping_hdd_once_they_fill_the_hold() {
+        let r = rig(64 << 10);
+        // The root's first reconciliation lists its HDD copy (a directory
+        // never listed there may hold names the database does not know).
+        r.write("first", b"x");
+        r.clock.advance(IDLE);
+        r.tick();
+        assert!(r.engine.hdd_closed());
+        let (a, _) = r.write("a", &[1; 40 << 10]);
+        r.tick();
+        assert!(r.engine.hdd_closed(), "40K held of 64K: {:?}", r.engine.hdd_report(r.clock.now()));
+        assert!(r.queued().is_empty());
+        let (b, _) = r.write("b", &[2; 40 << 10]);
+        r.tick();
+        assert_eq!(r.engine.hdd_report(r.clock.now()).open, Some(Open::Held));
+        let held: Vec<Ino> = r.queued().into_iter().filter(|s| s.reason == Reason::Held).map(|s| s.ino).collect();
+        assert_eq!(held, vec![a, b]);
+    }
+
+    #[test]
+    fn background_moves_wait_while_the_hdd_sleeps_but_pins_and_copy_drops_do_not() {
+        let r = rig(1 << 30);
+        r.clock.advance(IDLE);
+        r.tick();
+        let step = |mv, reason| Step { ino: 5, mv, reason, size: 1 };
+        assert!(r.engine.quiet_holds(&step(Move::Promote, Reason::HotOnRead { counter: 9, threshold: 1 })));
+        assert!(r.engine.quiet_holds(&step(Move::Demote, Reason::Evict { counter: 1 })));
+        assert!(!r.engine.quiet_holds(&step(Move::Promote, Reason::Pinned)));
+        assert!(!r.engine.quiet_holds(&step(Move::Demote, Reason::Evacuate)));
+        assert!(!r.engine.quiet_holds(&step(Move::DropCopy, Reason::Evict { counter: 1 })));
+        assert!(!r.engine.chunk_move(), "no chunk move either");
+    }
+}

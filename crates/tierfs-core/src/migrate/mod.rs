@@ -361,6 +361,7 @@ impl<S: Store> Volume<S> {
     /// always after a dropped copy or a split file's chunks brought back
     /// (`unsplit_held`).
     pub fn migrate(&self, ino: Ino, mv: Move, ctl: &dyn Control) -> Result<Outcome> {
+        let _doing = crate::quiet::doing("migrate", ino);
         self.migrate_held(ino, mv, ctl)
     }
 

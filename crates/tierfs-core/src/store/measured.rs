@@ -141,7 +141,7 @@ pub struct Meter {
     /// what asked it after a pause (the quiet HDD mode).
     idle: std::sync::OnceLock<IdleWatch>,
     /// When a request last reached the tier (`Timestamp` nanoseconds; 0:
-    /// none since the watch began).
+    /// not watched), or the watch began.
     last: AtomicU64,
     /// Requests that came after the idle time, not taken yet (at most
     /// [`WAKES_KEPT`]).
@@ -228,8 +228,12 @@ impl Meter {
 
     /// Starts noting when requests reach the tier, and which came after
     /// `after` without any (see [`Meter::take_woke`]). Once per meter.
+    /// The watch starts as if a request came now.
     pub fn watch_idle(&self, clock: Arc<dyn Clock>, after: Duration) {
-        let _ = self.idle.set(IdleWatch { clock, after });
+        let now = clock.now();
+        if self.idle.set(IdleWatch { clock, after }).is_ok() {
+            self.last.store(now.0.max(1), Ordering::Relaxed);
+        }
     }
 
     /// Requests of every kind that reached the tier so far.
@@ -237,8 +241,8 @@ impl Meter {
         self.requests.load(Ordering::Relaxed)
     }
 
-    /// When a request last reached the tier, if one did since
-    /// [`Meter::watch_idle`].
+    /// When a request last reached the tier, or [`Meter::watch_idle`] began
+    /// if none did since (`None`: not watched).
     pub fn last_request(&self) -> Option<Timestamp> {
         match self.last.load(Ordering::Relaxed) {
             0 => None,

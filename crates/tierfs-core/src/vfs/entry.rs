@@ -239,7 +239,9 @@ impl<S: Store> Volume<S> {
             let mut b = self.ns.batch();
             b.link(parent, name, ino, FileKind::Dir)
                 .put_record(ino, &InodeRecord::new(FileKind::Dir, Placement::On(meta)))
-                .put_record(parent, &prec);
+                .put_record(parent, &prec)
+                // Made empty here: the database has all its names from the start.
+                .put_hdd_listed(ino);
             self.ns.commit(b, false).map(|()| ino)
         });
         // Not recorded: the made directory goes again (see `create_node`).

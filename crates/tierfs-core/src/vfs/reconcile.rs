@@ -256,6 +256,7 @@ impl<S: Store> Volume<S> {
 
     /// [`Volume::reconcile`] in the thread that has the job.
     pub(crate) fn reconcile_now(&self, dir: Ino, force: bool) -> Result<()> {
+        let _doing = crate::quiet::doing("reconcile", dir);
         if !force && self.is_verified(dir) {
             return Ok(());
         }

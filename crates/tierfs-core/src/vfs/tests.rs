@@ -1092,3 +1092,144 @@ fn a_name_the_state_cannot_record_is_not_left_on_the_tiers() {
     v.link(f, ROOT_INO, OsStr::new("l")).unwrap();
     v.rename(ROOT_INO, OsStr::new("f"), ROOT_INO, OsStr::new("g"), 0).unwrap();
 }
+
+/// Hooks of a quiet mount: every directory is quiet.
+struct Quiet;
+impl Hooks for Quiet {
+    fn quiet_dir(&self, _dir: Ino) -> bool {
+        true
+    }
+    // New files go to the SSD while the HDD sleeps (the engine decides it
+    // on a mount).
+    fn initial_tier(&self, _parent: Ino) -> Option<Tier> {
+        Some(Tier::Ssd)
+    }
+}
+
+type Metered = crate::store::measured::Measured<MemStore>;
+
+/// A volume over these stores and state, its HDD's requests counted.
+fn metered(ssd: &MemStore, hdd: &MemStore, kv: &MemKv, quiet: bool) -> (Volume<Metered>, Arc<Meter>) {
+    use crate::store::measured::{Measured, Meter};
+    crate::lockcheck::watch();
+    let meter = Meter::new();
+    let v = Volume::new(
+        Measured::new(ssd.clone(), Meter::new()),
+        Measured::new(hdd.clone(), meter.clone()),
+        Namespace::new(Arc::new(kv.clone())),
+        VolumeConfig::default(),
+        Arc::new(NoEvents),
+        Arc::new(ManualClock::new(Timestamp::from_secs(1))),
+    )
+    .unwrap();
+    v.recover().unwrap();
+    if quiet {
+        v.set_hooks(Arc::new(Quiet));
+    }
+    // Every request after this one is noted, with the call that made it.
+    meter.watch_idle(Arc::new(ManualClock::new(Timestamp::from_secs(1))), Duration::ZERO);
+    meter.take_woke();
+    (v, meter)
+}
+
+/// The HDD requests noted since the last look (store call, what for).
+fn hdd_calls(m: &Meter) -> Vec<(&'static str, &'static str, Ino)> {
+    m.take_woke().into_iter().map(|w| (w.call, w.doing.op, w.doing.ino)).collect()
+}
+
+use crate::store::measured::Meter;
+
+fn names_of(v: &Volume<impl Store>, dir: Ino) -> BTreeSet<String> {
+    let dh = v.opendir(dir).unwrap();
+    let mut out = BTreeSet::new();
+    let mut off = 0;
+    loop {
+        let batch = v.readdir(dh, off).unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        for e in batch {
+            off = e.next;
+            out.insert(e.name.to_string_lossy().into_owned());
+        }
+    }
+    v.releasedir(dh).unwrap();
+    out.retain(|n| n != "." && n != "..");
+    out
+}
+
+/// Files on both tiers in `/d` (made with the default placement, the
+/// HDD, and one moved to the SSD), reconciled once with the HDD listed.
+fn two_tier_dir(ssd: &MemStore, hdd: &MemStore, kv: &MemKv) -> Ino {
+    let (v, _) = metered(ssd, hdd, kv, false);
+    let d = v.mkdir(&CTX, ROOT_INO, OsStr::new("d"), 0o755, 0).unwrap().ino;
+    file(&v, d, "on-hdd", b"h");
+    let s = file(&v, d, "on-ssd", b"s");
+    v.migrate(s, Move::Promote, &NoCrash).unwrap();
+    assert_eq!(names_of(&v, d), ["on-hdd", "on-ssd"].map(String::from).into());
+    d
+}
+
+#[test]
+fn a_quiet_remount_lists_a_known_directory_without_asking_the_hdd() {
+    let (ssd, hdd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
+    let d = two_tier_dir(&ssd, &hdd, &kv);
+    let (v, meter) = metered(&ssd, &hdd, &kv, true);
+    let before = meter.requests();
+    meter.take_woke();
+    assert_eq!(names_of(&v, ROOT_INO), ["d"].map(String::from).into());
+    assert_eq!(names_of(&v, d), ["on-hdd", "on-ssd"].map(String::from).into());
+    assert!(v.lookup(d, OsStr::new("missing")).is_err());
+    let n = v.lookup(d, OsStr::new("on-ssd")).unwrap();
+    assert_eq!(n.size, 1);
+    file(&v, d, "new", b"n");
+    v.statfs().unwrap();
+    assert_eq!(meter.requests(), before, "nothing of this asked the HDD: {:?}", hdd_calls(&meter));
+    // A file on the HDD is read from the HDD.
+    let h = v.lookup(d, OsStr::new("on-hdd")).unwrap();
+    assert_eq!(h.size, 1);
+    assert!(meter.requests() > before);
+}
+
+#[test]
+fn a_directory_opted_out_of_the_quiet_mode_or_never_listed_on_the_hdd_is_listed_there() {
+    let (ssd, hdd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
+    two_tier_dir(&ssd, &hdd, &kv);
+    // Never reconciled before: a quiet mount lists it on the HDD too (it
+    // may hold names the database does not know), and marks it.
+    let (ssd2, hdd2, kv2) = (MemStore::new(), MemStore::new(), MemKv::new());
+    let root = hdd2.root().unwrap();
+    hdd2.open(&root, OsStr::new("put-there"), libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    let (v, meter) = metered(&ssd2, &hdd2, &kv2, true);
+    let before = meter.requests();
+    assert_eq!(names_of(&v, ROOT_INO), ["put-there"].map(String::from).into());
+    assert!(meter.requests() > before);
+    drop(v);
+    let (v, meter) = metered(&ssd2, &hdd2, &kv2, true);
+    let before = meter.requests();
+    assert_eq!(names_of(&v, ROOT_INO), ["put-there"].map(String::from).into());
+    assert_eq!(meter.requests(), before, "listed once: from the database since: {:?}", hdd_calls(&meter));
+    drop(v);
+    // Without the quiet mode every mount lists the HDD.
+    let (v, meter) = metered(&ssd, &hdd, &kv, false);
+    let before = meter.requests();
+    names_of(&v, ROOT_INO);
+    assert!(meter.requests() > before);
+}
+
+#[test]
+fn a_quiet_reconciliation_lists_the_hdd_when_the_ssd_disagrees_with_the_database() {
+    let (ssd, hdd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
+    let d = two_tier_dir(&ssd, &hdd, &kv);
+    // A copy of the HDD file on the SSD that the database does not place
+    // there (left behind tierfs's back): the HDD's own listing decides.
+    let sd = ssd.open_dir(&ssd.root().unwrap(), OsStr::new("d")).unwrap();
+    let f = ssd.open(&sd, OsStr::new("on-hdd"), libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    ssd.write_at(&f, b"stray", 0).unwrap();
+    let (v, meter) = metered(&ssd, &hdd, &kv, true);
+    let before = meter.requests();
+    let names = names_of(&v, d);
+    assert!(meter.requests() > before, "the HDD was listed");
+    assert!(names.contains("on-hdd") && names.contains("on-ssd"), "{names:?}");
+    assert!(names.iter().any(|n| n.starts_with("on-hdd.tierfs-conflict")), "the stray was set aside: {names:?}");
+}
