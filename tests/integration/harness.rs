@@ -490,3 +490,27 @@ impl Drop for HddLoop {
         let _ = fs::remove_file(&self.img);
     }
 }
+
+/// Waits until the HDD's disk is quiet and the daemon (a `--quiet-hdd`
+/// mount) has seen it idle for its idle time, `idle` seconds (the gate
+/// over held work closed), and returns the disk's counters then. The file
+/// system is synced first, and the counters must then stand still for 5 s
+/// more: what the mount wrote is written back by ext4 a few seconds later
+/// (jbd2's commit), not by a request.
+pub fn asleep(m: &Mounted, hdd: &HddLoop, idle: f64) -> (u64, u64) {
+    for _ in 0..10 {
+        hdd.sync();
+        let slept = wait_for(60, || {
+            let h = &stats_json(&m.mnt)["hdd"];
+            h["open"].is_null() && h["disk_idle_secs"].as_f64().is_some_and(|s| s >= idle)
+        });
+        assert!(slept, "the HDD never went idle: {}\n{}", stats_json(&m.mnt)["hdd"], m.log_tail(30));
+        let c = hdd.counts();
+        std::thread::sleep(Duration::from_secs(5));
+        if hdd.counts() == c && stats_json(&m.mnt)["hdd"]["open"].is_null() {
+            return c;
+        }
+        eprintln!("the HDD's disk was not quiet yet: {c:?} -> {:?}", hdd.counts());
+    }
+    panic!("the HDD's disk never stayed quiet for 5 s: {}", stats_json(&m.mnt)["hdd"]);
+}

@@ -15,7 +15,7 @@
 //! every directory on the HDD once, and the measured one: its caches are
 //! cold, so a request of tierfs to the HDD tier would reach the disk.
 
-use crate::harness::{stats_json, wait_for, xattr, Area, HddLoop, Mounted};
+use crate::harness::{asleep, stats_json, wait_for, xattr, Area, HddLoop, Mounted};
 use std::fs;
 use std::path::Path;
 use std::process::Command;
@@ -33,29 +33,6 @@ fn run(cmd: &str, dir: &Path) -> String {
 
 /// The mount's arguments: quiet, the disk asleep after 3 s without I/O.
 const QUIET: &[&str] = &["--quiet-hdd", "--hdd-idle", "3s", "--cache-timeout", "1s"];
-
-/// Waits until the HDD's disk is quiet and the daemon has seen it idle
-/// for its idle time (the gate over held work closed), and returns the
-/// disk's counters then. The file system is synced first, and the counters
-/// must then stand still for 5 s more: what the mount wrote is written back
-/// by ext4 a few seconds later (jbd2's commit), not by a request.
-fn asleep(m: &Mounted, hdd: &HddLoop) -> (u64, u64) {
-    for _ in 0..10 {
-        hdd.sync();
-        let slept = wait_for(60, || {
-            let h = &stats_json(&m.mnt)["hdd"];
-            h["open"].is_null() && h["disk_idle_secs"].as_f64().is_some_and(|s| s >= 3.0)
-        });
-        assert!(slept, "the HDD never went idle: {}\n{}", stats_json(&m.mnt)["hdd"], m.log_tail(30));
-        let c = hdd.counts();
-        std::thread::sleep(Duration::from_secs(5));
-        if hdd.counts() == c && stats_json(&m.mnt)["hdd"]["open"].is_null() {
-            return c;
-        }
-        eprintln!("the HDD's disk was not quiet yet: {c:?} -> {:?}", hdd.counts());
-    }
-    panic!("the HDD's disk never stayed quiet for 5 s: {}", stats_json(&m.mnt)["hdd"]);
-}
 
 #[test]
 fn ssd_side_activity_leaves_a_quiet_hdd_asleep_and_an_hdd_read_wakes_it_and_flushes_the_held_files() {
@@ -91,7 +68,7 @@ fn ssd_side_activity_leaves_a_quiet_hdd_asleep_and_an_hdd_read_wakes_it_and_flus
     }
     hdd.remount();
     let m = Mounted::new(&area, QUIET);
-    let before = asleep(&m, &hdd);
+    let before = asleep(&m, &hdd, 3.0);
     let t0 = Instant::now();
     let mut round = 0u64;
     let mut new_files = Vec::new();
