@@ -137,6 +137,9 @@ pub struct Meter {
     write_hist: Histogram,
     /// Requests of every kind that reached the tier.
     requests: AtomicU64,
+    /// Requests that changed names on the tier, or the attributes of a
+    /// name (a directory's copy among them).
+    changes: AtomicU64,
     /// Set when someone wants to know when the tier was last asked and
     /// what asked it after a pause (the quiet HDD mode).
     idle: std::sync::OnceLock<IdleWatch>,
@@ -236,6 +239,12 @@ impl Meter {
         }
     }
 
+    /// Requests that changed names on the tier so far (see
+    /// [`Store::namespace_changes`]).
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
+    }
+
     /// Requests of every kind that reached the tier so far.
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
@@ -323,6 +332,9 @@ impl<S: Store> Store for Measured<S> {
     fn holes_coherent(&self) -> bool {
         self.inner.holes_coherent()
     }
+    fn namespace_changes(&self) -> Option<u64> {
+        Some(self.meter.changes())
+    }
     fn root(&self) -> io::Result<Self::Dir> {
         self.meter.touched("root");
         self.inner.root()
@@ -345,15 +357,27 @@ impl<S: Store> Store for Measured<S> {
     }
     fn mkdir(&self, parent: &Self::Dir, name: &OsStr, mode: u32) -> io::Result<()> {
         self.meter.touched("mkdir");
-        self.inner.mkdir(parent, name, mode)
+        let r = self.inner.mkdir(parent, name, mode);
+        // Counted once made, so that a sync that read the count before
+        // saw the change.
+        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        r
     }
     fn mknod(&self, parent: &Self::Dir, name: &OsStr, mode: u32, rdev: u64) -> io::Result<()> {
         self.meter.touched("mknod");
-        self.inner.mknod(parent, name, mode, rdev)
+        let r = self.inner.mknod(parent, name, mode, rdev);
+        // Counted once made, so that a sync that read the count before
+        // saw the change.
+        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        r
     }
     fn symlink(&self, target: &OsStr, parent: &Self::Dir, name: &OsStr) -> io::Result<()> {
         self.meter.touched("symlink");
-        self.inner.symlink(target, parent, name)
+        let r = self.inner.symlink(target, parent, name);
+        // Counted once made, so that a sync that read the count before
+        // saw the change.
+        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        r
     }
     fn readlink(&self, parent: &Self::Dir, name: &OsStr) -> io::Result<OsString> {
         self.meter.touched("readlink");
@@ -361,31 +385,53 @@ impl<S: Store> Store for Measured<S> {
     }
     fn link(&self, op: &Self::Dir, on: &OsStr, np: &Self::Dir, nn: &OsStr) -> io::Result<()> {
         self.meter.touched("link");
-        self.inner.link(op, on, np, nn)
+        let r = self.inner.link(op, on, np, nn);
+        // Counted once made, so that a sync that read the count before
+        // saw the change.
+        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        r
     }
     fn unlink(&self, parent: &Self::Dir, name: &OsStr) -> io::Result<()> {
         self.meter.touched("unlink");
-        self.inner.unlink(parent, name)
+        let r = self.inner.unlink(parent, name);
+        // Counted once made, so that a sync that read the count before
+        // saw the change.
+        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        r
     }
     fn rmdir(&self, parent: &Self::Dir, name: &OsStr) -> io::Result<()> {
         self.meter.touched("rmdir");
-        self.inner.rmdir(parent, name)
+        let r = self.inner.rmdir(parent, name);
+        // Counted once made, so that a sync that read the count before
+        // saw the change.
+        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        r
     }
     fn rename(&self, op: &Self::Dir, on: &OsStr, np: &Self::Dir, nn: &OsStr, flags: u32) -> io::Result<()> {
         self.meter.touched("rename");
-        self.inner.rename(op, on, np, nn, flags)
+        let r = self.inner.rename(op, on, np, nn, flags);
+        // Counted once made, so that a sync that read the count before
+        // saw the change.
+        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        r
     }
     fn chmod(&self, t: Target<'_, Self::Dir>, mode: u32) -> io::Result<()> {
         self.meter.touched("chmod");
-        self.inner.chmod(t, mode)
+        let r = self.inner.chmod(t, mode);
+        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        r
     }
     fn chown(&self, t: Target<'_, Self::Dir>, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
         self.meter.touched("chown");
-        self.inner.chown(t, uid, gid)
+        let r = self.inner.chown(t, uid, gid);
+        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        r
     }
     fn utimens(&self, t: Target<'_, Self::Dir>, atime: SetTime, mtime: SetTime) -> io::Result<()> {
         self.meter.touched("utimens");
-        self.inner.utimens(t, atime, mtime)
+        let r = self.inner.utimens(t, atime, mtime);
+        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        r
     }
     fn getxattr(&self, t: Target<'_, Self::Dir>, name: &OsStr) -> io::Result<Vec<u8>> {
         self.meter.touched("getxattr");
@@ -393,7 +439,9 @@ impl<S: Store> Store for Measured<S> {
     }
     fn setxattr(&self, t: Target<'_, Self::Dir>, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
         self.meter.touched("setxattr");
-        self.inner.setxattr(t, name, value, flags)
+        let r = self.inner.setxattr(t, name, value, flags);
+        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        r
     }
     fn listxattr(&self, t: Target<'_, Self::Dir>) -> io::Result<Vec<u8>> {
         self.meter.touched("listxattr");
@@ -401,14 +449,20 @@ impl<S: Store> Store for Measured<S> {
     }
     fn removexattr(&self, t: Target<'_, Self::Dir>, name: &OsStr) -> io::Result<()> {
         self.meter.touched("removexattr");
-        self.inner.removexattr(t, name)
+        let r = self.inner.removexattr(t, name);
+        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        r
     }
     fn statfs(&self) -> io::Result<FsStats> {
         self.inner.statfs()
     }
     fn open(&self, parent: &Self::Dir, name: &OsStr, flags: i32, mode: u32) -> io::Result<Self::File> {
         self.meter.touched("open");
-        self.inner.open(parent, name, flags, mode)
+        let r = self.inner.open(parent, name, flags, mode);
+        if flags & libc::O_CREAT != 0 {
+            self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        }
+        r
     }
 
     fn read_at(&self, f: &Self::File, buf: &mut [u8], off: u64) -> io::Result<usize> {

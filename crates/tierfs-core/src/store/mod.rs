@@ -216,6 +216,13 @@ pub trait Store: Send + Sync + 'static {
     fn holes_coherent(&self) -> bool {
         true
     }
+    /// How many calls that change names (create, link, unlink, rename,
+    /// mkdir, rmdir...) or the attributes of a named object were made
+    /// through this store so far, each counted once it returned, where it
+    /// counts them (`measured::Measured`); `None`: not counted.
+    fn namespace_changes(&self) -> Option<u64> {
+        None
+    }
     /// Opens the root directory of the tier.
     fn root(&self) -> io::Result<Self::Dir>;
     /// Opens the directory `name` in `parent` (never following a symlink).

@@ -373,6 +373,9 @@ pub struct Volume<S: Store> {
     verified: Mutex<HashSet<Ino>>,
     /// The HDD's last statfs answer, given while the HDD is held asleep.
     hdd_statfs: Mutex<Option<crate::store::FsStats>>,
+    /// Directories whose HDD copy was synced (quiet mode), with the HDD
+    /// store's count of changes read before (see `Volume::fsyncdir`).
+    hdd_dirs_synced: Mutex<HashMap<Ino, u64>>,
     /// Reconciles directories in the background (see `vfs::adopt`).
     adopter: Arc<adopt::Adopter>,
     open: Mutex<HashMap<Ino, Arc<OpenInode<S>>>>,
@@ -475,6 +478,7 @@ impl<S: Store> Volume<S> {
             ilocks: InodeLocks::new(),
             verified: Mutex::new(HashSet::new()),
             hdd_statfs: Mutex::new(None),
+            hdd_dirs_synced: Mutex::new(HashMap::new()),
             adopter: Arc::default(),
             open: Mutex::new(HashMap::new()),
             handles: RwLock::new(HashMap::new()),

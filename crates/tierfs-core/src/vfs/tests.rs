@@ -1233,3 +1233,29 @@ fn a_quiet_reconciliation_lists_the_hdd_when_the_ssd_disagrees_with_the_database
     assert!(names.contains("on-hdd") && names.contains("on-ssd"), "{names:?}");
     assert!(names.iter().any(|n| n.starts_with("on-hdd.tierfs-conflict")), "the stray was set aside: {names:?}");
 }
+
+#[test]
+fn a_quiet_fsyncdir_syncs_the_hdd_copy_again_only_after_a_change_there() {
+    let (ssd, hdd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
+    let d = two_tier_dir(&ssd, &hdd, &kv);
+    let (v, meter) = metered(&ssd, &hdd, &kv, true);
+    v.fsyncdir(d).unwrap();
+    let calls = hdd_calls(&meter);
+    assert!(calls.iter().any(|c| c.0 == "sync_dir"), "synced once: {calls:?}");
+    file(&v, d, "to-ssd", b"s");
+    v.fsyncdir(d).unwrap();
+    assert_eq!(hdd_calls(&meter), vec![], "nothing changed on the HDD since");
+    // A name made on the HDD: synced again.
+    let h = v.lookup(d, OsStr::new("on-hdd")).unwrap().ino;
+    v.link(h, d, OsStr::new("second")).unwrap();
+    hdd_calls(&meter);
+    v.fsyncdir(d).unwrap();
+    assert!(hdd_calls(&meter).iter().any(|c| c.0 == "sync_dir"));
+    // Without the quiet mode every fsyncdir syncs the HDD's copy.
+    drop(v);
+    let (v, meter) = metered(&ssd, &hdd, &kv, false);
+    for _ in 0..2 {
+        v.fsyncdir(d).unwrap();
+        assert!(hdd_calls(&meter).iter().any(|c| c.0 == "sync_dir"));
+    }
+}
