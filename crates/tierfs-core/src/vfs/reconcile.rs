@@ -274,7 +274,9 @@ impl<S: Store> Volume<S> {
         let known: BTreeMap<OsString, (Ino, FileKind)> =
             self.ns.children(dir)?.into_iter().map(|d| (d.name, (d.ino, d.kind))).collect();
         let listed_before = self.ns.hdd_listed(dir)?;
-        let hdd_known = listed_before && self.hooks().quiet_dir(dir);
+        // A forced reconciliation is asked for because a backing copy did
+        // not match the database: the HDD itself is listed.
+        let hdd_known = !force && listed_before && self.hooks().quiet_dir(dir);
         let mut l = self.list_tiers(dir, known, hdd_known)?;
         let mut all: BTreeSet<OsString> = l.names.keys().cloned().collect();
         all.extend(l.known.keys().cloned());
