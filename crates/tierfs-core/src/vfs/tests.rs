@@ -1035,19 +1035,7 @@ fn an_open_before_a_passthrough_writers_close_counts_the_written_size() {
 #[test]
 fn a_name_the_state_cannot_record_is_not_left_on_the_tiers() {
     let (ssd, hdd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
-    let mount = || {
-        let v = Volume::new(
-            ssd.clone(),
-            hdd.clone(),
-            Namespace::new(Arc::new(kv.clone())),
-            VolumeConfig::default(),
-            Arc::new(NoEvents),
-            Arc::new(ManualClock::new(Timestamp::from_secs(1))),
-        )
-        .unwrap();
-        v.recover().unwrap();
-        v
-    };
+    let mount = || mounted_on(ssd.clone(), hdd.clone(), &kv);
     let names = |s: &MemStore| -> BTreeSet<String> {
         let list = s.list(&s.root().unwrap()).unwrap();
         list.into_iter().map(|e| e.name.to_string_lossy().into_owned()).filter(|n| n != ".tierfs").collect()
@@ -1093,6 +1081,21 @@ fn a_name_the_state_cannot_record_is_not_left_on_the_tiers() {
     v.rename(ROOT_INO, OsStr::new("f"), ROOT_INO, OsStr::new("g"), 0).unwrap();
 }
 
+/// A volume over these stores and state, after recovery, as at mount.
+fn mounted_on<S: Store>(ssd: S, hdd: S, kv: &MemKv) -> Volume<S> {
+    let v = Volume::new(
+        ssd,
+        hdd,
+        Namespace::new(Arc::new(kv.clone())),
+        VolumeConfig::default(),
+        Arc::new(NoEvents),
+        Arc::new(ManualClock::new(Timestamp::from_secs(1))),
+    )
+    .unwrap();
+    v.recover().unwrap();
+    v
+}
+
 /// Hooks of a quiet mount: every directory is quiet.
 struct Quiet;
 impl Hooks for Quiet {
@@ -1113,16 +1116,7 @@ fn metered(ssd: &MemStore, hdd: &MemStore, kv: &MemKv, quiet: bool) -> (Volume<M
     use crate::store::measured::{Measured, Meter};
     crate::lockcheck::watch();
     let meter = Meter::new();
-    let v = Volume::new(
-        Measured::new(ssd.clone(), Meter::new()),
-        Measured::new(hdd.clone(), meter.clone()),
-        Namespace::new(Arc::new(kv.clone())),
-        VolumeConfig::default(),
-        Arc::new(NoEvents),
-        Arc::new(ManualClock::new(Timestamp::from_secs(1))),
-    )
-    .unwrap();
-    v.recover().unwrap();
+    let v = mounted_on(Measured::new(ssd.clone(), Meter::new()), Measured::new(hdd.clone(), meter.clone()), kv);
     if quiet {
         v.set_hooks(Arc::new(Quiet));
     }
@@ -1258,4 +1252,16 @@ fn a_quiet_fsyncdir_syncs_the_hdd_copy_again_only_after_a_change_there() {
         v.fsyncdir(d).unwrap();
         assert!(hdd_calls(&meter).iter().any(|c| c.0 == "sync_dir"));
     }
+}
+
+#[test]
+fn a_file_removed_from_the_hdd_behind_a_quiet_mount_is_forgotten_when_a_lookup_misses_its_copy() {
+    let (ssd, hdd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
+    let d = two_tier_dir(&ssd, &hdd, &kv);
+    let hd = hdd.open_dir(&hdd.root().unwrap(), OsStr::new("d")).unwrap();
+    hdd.unlink(&hd, OsStr::new("on-hdd")).unwrap();
+    let (v, _) = metered(&ssd, &hdd, &kv, true);
+    assert!(v.lookup(d, OsStr::new("on-hdd")).is_err());
+    // The forced reconciliation of the miss listed the HDD itself.
+    assert_eq!(names_of(&v, d), ["on-ssd"].map(String::from).into());
 }
