@@ -466,4 +466,27 @@ mod tests {
             assert_eq!(read(&r, "first"), b"before", "cut at {step:?}");
         }
     }
+
+    #[test]
+    fn a_directory_opted_out_of_the_quiet_mode_gets_its_new_files_where_its_policy_says() {
+        let r = rig(1 << 30);
+        r.write("first", b"x");
+        let out = r.vol.mkdir(&CTX, ROOT_INO, OsStr::new("out"), 0o755, 0).unwrap().ino;
+        let set = |v: &[u8]| r.engine.xattr_change(&CTX, out, OsStr::new("user.tierfs.quiet"), Some(v), 0).unwrap();
+        set(b"off").unwrap();
+        assert!(set(b"maybe").is_err());
+        r.clock.advance(IDLE);
+        r.tick();
+        assert!(r.engine.hdd_closed());
+        let make = |parent: Ino, name: &str| {
+            let (a, o) = r.vol.create(&CTX, parent, OsStr::new(name), 0o644, 0, libc::O_RDWR).unwrap();
+            r.vol.release(o.fh).unwrap();
+            r.vol.record(a.ino).unwrap().placement
+        };
+        assert_eq!(make(out, "f"), Placement::On(Tier::Hdd), "opted out: the policy's tier");
+        assert_eq!(make(ROOT_INO, "g"), Placement::On(Tier::Ssd), "quiet: held on the SSD");
+        assert!(!r.engine.quiet_dir(out) && r.engine.quiet_dir(ROOT_INO));
+        set(b"on").unwrap();
+        assert!(r.engine.quiet_dir(out));
+    }
 }
