@@ -363,6 +363,10 @@ pub struct HddReport {
     pub disk_idle_secs: Option<f64>,
     /// Seconds since tierfs's last request to the HDD tier.
     pub tierfs_idle_secs: Option<f64>,
+    /// tierfs's requests to the HDD tier since the mount (of every kind
+    /// but `statfs`).
+    #[serde(default)]
+    pub tierfs_requests: u64,
     /// The idle time after which the HDD counts as asleep, seconds.
     pub idle_after_secs: u64,
     /// Wake-ups of the disk (I/O after the idle time) in the last day and

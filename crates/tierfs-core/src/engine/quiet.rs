@@ -212,6 +212,7 @@ impl<S: Store> Engine<S> {
             disk: q.disk.as_ref().map(|d| d.name.clone()),
             disk_idle_secs: q.activity.idle_for(now).filter(|_| q.disk.is_some()).map(|d| d.as_secs_f64()),
             tierfs_idle_secs: last_request.map(|t| now.since(t).as_secs_f64()),
+            tierfs_requests: self.cfg.meters.as_ref().map_or(0, |m| m[Tier::Hdd.idx()].requests()),
             idle_after_secs: cfg.map_or(0, |c| c.idle_after.as_secs()),
             wakeups_day,
             wakeups_total,
