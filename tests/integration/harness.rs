@@ -471,14 +471,23 @@ impl HddLoop {
         assert!(Command::new("sync").arg("-f").arg(&self.dir).status().unwrap().success());
     }
 
-    /// The loop device's requests completed so far: (reads, writes), from
-    /// `/sys/block/loopN/stat`.
-    pub fn counts(&self) -> (u64, u64) {
+    /// The loop device's counters so far, from `/sys/block/loopN/stat`:
+    /// requests completed (reads, writes) and sectors (read, written).
+    pub fn counts(&self) -> DiskCounts {
         let name = self.dev.trim_start_matches("/dev/");
         let s = fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap();
         let f: Vec<u64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();
-        (f[0], f[4])
+        DiskCounts { requests: (f[0], f[4]), sectors: (f[2], f[6]) }
     }
+}
+
+/// A disk's counters (see [`HddLoop::counts`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiskCounts {
+    /// Read and write requests completed.
+    pub requests: (u64, u64),
+    /// Sectors read and written.
+    pub sectors: (u64, u64),
 }
 
 impl Drop for HddLoop {
@@ -494,10 +503,10 @@ impl Drop for HddLoop {
 /// Waits until the HDD's disk is quiet and the daemon (a `--quiet-hdd`
 /// mount) has seen it idle for its idle time, `idle` seconds (the gate
 /// over held work closed), and returns the disk's counters then. The file
-/// system is synced first, and the counters must then stand still for 5 s
-/// more: what the mount wrote is written back by ext4 a few seconds later
-/// (jbd2's commit), not by a request.
-pub fn asleep(m: &Mounted, hdd: &HddLoop, idle: f64) -> (u64, u64) {
+/// system is synced first, and no sector may then move for 5 s more: ext4
+/// reads a few block bitmaps a second after it is mounted (its lazyinit
+/// thread's prefetch), and writes back what the mount wrote.
+pub fn asleep(m: &Mounted, hdd: &HddLoop, idle: f64) -> DiskCounts {
     for _ in 0..10 {
         hdd.sync();
         let slept = wait_for(60, || {
@@ -507,7 +516,7 @@ pub fn asleep(m: &Mounted, hdd: &HddLoop, idle: f64) -> (u64, u64) {
         assert!(slept, "the HDD never went idle: {}\n{}", stats_json(&m.mnt)["hdd"], m.log_tail(30));
         let c = hdd.counts();
         std::thread::sleep(Duration::from_secs(5));
-        if hdd.counts() == c && stats_json(&m.mnt)["hdd"]["open"].is_null() {
+        if hdd.counts().sectors == c.sectors && stats_json(&m.mnt)["hdd"]["open"].is_null() {
             return c;
         }
         eprintln!("the HDD's disk was not quiet yet: {c:?} -> {:?}", hdd.counts());

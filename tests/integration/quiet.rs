@@ -5,12 +5,20 @@
 //! `TIERFS_QUIET_SECS` sets how long the SSD-side activity runs (default
 //! 60; `scripts/long-tests.sh` runs the issue's ten minutes).
 //!
-//! What could move the counters without a request of tierfs, and how the
-//! test keeps it out: ext4's lazy initialisation of inode tables (the file
-//! system is made without it), access times (mounted `noatime`), dirty
-//! pages and the journal of what the mount itself wrote (the file system is
-//! synced, then the test waits until the daemon has seen the disk idle for
-//! its `--hdd-idle`, before the counters are taken). The HDD's file system
+//! The test asserts that tierfs sent the HDD tier no request and that no
+//! sector was read from or written to its disk; the disk's request counts
+//! are printed. What could move the counters without a request of tierfs,
+//! and how the test keeps it out: ext4's lazy initialisation of inode
+//! tables (the file system is made without it) and its prefetch of block
+//! bitmaps a second after mounting, access times (mounted `noatime`),
+//! dirty pages and the journal of what the mount itself wrote (the file
+//! system is synced, then the test waits until the daemon has seen the
+//! disk idle for its `--hdd-idle` and no sector moved for 5 s, before the
+//! counters are taken). Not kept out: a `sync` of the whole system by
+//! another process sends the loop device an empty cache flush, which it
+//! counts as a completed write request without a sector (seen with the
+//! block tracepoints on this shared machine): hence sectors are compared,
+//! and the daemon's gate judges the disk by its sectors too. The HDD's file system
 //! is unmounted and mounted again between the first mount, which lists
 //! every directory on the HDD once, and the measured one: its caches are
 //! cold, so a request of tierfs to the HDD tier would reach the disk.
@@ -94,13 +102,16 @@ fn ssd_side_activity_leaves_a_quiet_hdd_asleep_and_an_hdd_read_wakes_it_and_flus
     }
     let after = hdd.counts();
     let h = stats_json(&m.mnt)["hdd"].clone();
-    // Both: tierfs sent the HDD tier no request, and nothing reached its
-    // disk. (If the disk woke for another reason, the held files went to
-    // it, and tierfs's count moved after it: the wake notes tell which
-    // came first.)
+    // Both: tierfs sent the HDD tier no request, and no sector was read
+    // from or written to its disk. (If the disk woke for another reason,
+    // the held files went to it, and tierfs's count moved after: the wake
+    // notes tell which came first.) The requests the disk completed are
+    // shown, not compared: a `sync` of the whole system, which anyone on
+    // the machine may run, sends every disk an empty cache flush, which
+    // the loop device counts as a write request.
     assert!(
-        before == after && h["tierfs_requests"].as_u64() == asked,
-        "{round} rounds of SSD-side activity in {}s reached the HDD: disk (reads, writes) {before:?} -> {after:?}, \
+        before.sectors == after.sectors && h["tierfs_requests"].as_u64() == asked,
+        "{round} rounds of SSD-side activity in {}s reached the HDD: disk {before:?} -> {after:?}, \
          tierfs's requests to the tier {asked:?} -> {}: {h}\n{}",
         secs(),
         h["tierfs_requests"],
@@ -113,7 +124,7 @@ fn ssd_side_activity_leaves_a_quiet_hdd_asleep_and_an_hdd_read_wakes_it_and_flus
     }
     // A read of a file that is on the HDD alone wakes it...
     assert_eq!(fs::read(m.p("media/film1.bin")).unwrap(), vec![1u8; 2 << 20]);
-    assert_ne!(hdd.counts(), after, "the read reached the disk");
+    assert_ne!(hdd.counts().sectors, after.sectors, "the read reached the disk");
     // ...and the held files go to the HDD in that wake-up.
     let flushed =
         wait_for(30, || new_files.iter().all(|n| xattr(&m.p(n), "user.tierfs.placement").as_deref() == Some("hdd")));
@@ -128,7 +139,7 @@ fn ssd_side_activity_leaves_a_quiet_hdd_asleep_and_an_hdd_read_wakes_it_and_flus
     }
     // Shown with --nocapture (scripts/long-tests.sh).
     eprintln!(
-        "quiet HDD: {round} rounds in {}s, loop device counts {before:?} -> {after:?} (unchanged); \
+        "quiet HDD: {round} rounds in {}s, loop device {before:?} -> {after:?}, tierfs's requests to the HDD {asked:?}; \
          an HDD read woke it ({wake}) and {} held files went to the HDD",
         secs(),
         new_files.len()

@@ -5,7 +5,8 @@
 //! reach the HDD now, [`Activity`] turns the device's I/O counters into
 //! "idle since" and wake-ups. Looking is [`Disk`]: the block device under
 //! a directory, found through sysfs, whose `stat` file the kernel keeps
-//! without asking the device (reading it never wakes a disk). Who asked
+//! without asking the device (reading it never wakes a disk); it counts as
+//! used when sectors moved. Who asked
 //! the HDD tier for something is told by the thread that asks
 //! ([`doing`]), and noted by the tier's store (`store::measured`).
 
@@ -137,7 +138,7 @@ pub struct Activity {
 }
 
 impl Activity {
-    /// Takes a reading of the counters (requests read, written) at `now`.
+    /// Takes a reading of the counters (sectors read, written) at `now`.
     /// True if it is a wake-up: they moved after at least `idle_after`
     /// without moving. The first reading sets the baseline.
     pub fn observe(&mut self, now: Timestamp, counts: (u64, u64), idle_after: Duration) -> bool {
@@ -216,18 +217,21 @@ impl Disk {
         Some(Disk { name, stat })
     }
 
-    /// Its requests completed so far: (reads, writes).
-    pub fn counts(&self) -> std::io::Result<(u64, u64)> {
+    /// Its sectors read and written so far: what moved data. A cache
+    /// flush with nothing to write (every disk gets one from a `sync` of
+    /// the whole system, whoever runs it) moves the write requests
+    /// completed but no sector, and is not a use of the disk.
+    pub fn sectors(&self) -> std::io::Result<(u64, u64)> {
         let s = std::fs::read_to_string(&self.stat)?;
-        parse_stat(&s).ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "unreadable disk stat"))
+        parse_sectors(&s).ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "unreadable disk stat"))
     }
 }
 
-/// Reads completed and writes completed from a `/sys/block/*/stat` line
-/// (fields 1 and 5, Documentation/block/stat.rst).
-pub fn parse_stat(s: &str) -> Option<(u64, u64)> {
+/// Sectors read and sectors written from a `/sys/block/*/stat` line
+/// (fields 3 and 7, Documentation/block/stat.rst).
+pub fn parse_sectors(s: &str) -> Option<(u64, u64)> {
     let f: Vec<u64> = s.split_whitespace().map(|x| x.parse().ok()).collect::<Option<_>>()?;
-    Some((*f.first()?, *f.get(4)?))
+    Some((*f.get(2)?, *f.get(6)?))
 }
 
 /// What a thread is doing for whom, for the note of what woke the HDD.
@@ -348,11 +352,11 @@ mod tests {
     }
 
     #[test]
-    fn a_disk_stat_line_gives_reads_and_writes_completed() {
+    fn a_disk_stat_line_gives_sectors_read_and_written() {
         let line = "   14592     3201  1113598     5412    70386    41036  4128264   139470        0    98020   145560        0        0        0        0     1516      677\n";
-        assert_eq!(parse_stat(line), Some((14592, 70386)));
-        assert_eq!(parse_stat("1 2 3"), None);
-        assert_eq!(parse_stat("x 2 3 4 5"), None);
+        assert_eq!(parse_sectors(line), Some((1113598, 4128264)));
+        assert_eq!(parse_sectors("1 2 3 4 5 6"), None);
+        assert_eq!(parse_sectors("1 2 x 4 5 6 7"), None);
     }
 
     #[test]
@@ -360,15 +364,15 @@ mod tests {
         let sys = tempfile::tempdir().unwrap();
         let disk = sys.path().join("devices/pci0/block/sdz");
         std::fs::create_dir_all(disk.join("sdz1")).unwrap();
-        std::fs::write(disk.join("stat"), "1 0 0 0 2 0 0 0 0 0 0").unwrap();
-        std::fs::write(disk.join("sdz1/stat"), "1 0 0 0 2 0 0 0 0 0 0").unwrap();
+        std::fs::write(disk.join("stat"), "1 0 8 0 2 0 16 0 0 0 0").unwrap();
+        std::fs::write(disk.join("sdz1/stat"), "1 0 8 0 2 0 16 0 0 0 0").unwrap();
         std::fs::write(disk.join("sdz1/partition"), "1").unwrap();
         std::fs::create_dir_all(sys.path().join("dev/block")).unwrap();
         std::os::unix::fs::symlink(disk.join("sdz1"), sys.path().join("dev/block/259:1")).unwrap();
         std::os::unix::fs::symlink(&disk, sys.path().join("dev/block/259:0")).unwrap();
         let d = Disk::of_sysfs(sys.path(), 259, 1).unwrap();
         assert_eq!(d.name, "sdz");
-        assert_eq!(d.counts().unwrap(), (1, 2));
+        assert_eq!(d.sectors().unwrap(), (8, 16));
         assert_eq!(Disk::of_sysfs(sys.path(), 259, 0).unwrap().name, "sdz");
         assert_eq!(Disk::of_sysfs(sys.path(), 259, 7), None, "no such device");
         assert_eq!(Disk::of_sysfs(sys.path(), 0, 40), None, "an anonymous device (tmpfs, btrfs)");

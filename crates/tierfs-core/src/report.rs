@@ -359,7 +359,7 @@ pub struct HddReport {
     pub quiet: bool,
     /// The block device under the HDD directory (`sda`, `loop3`), if found.
     pub disk: Option<String>,
-    /// Seconds since the disk's I/O counters last moved (anyone's I/O).
+    /// Seconds since the disk last read or wrote a sector (anyone's I/O).
     pub disk_idle_secs: Option<f64>,
     /// Seconds since tierfs's last request to the HDD tier.
     pub tierfs_idle_secs: Option<f64>,

@@ -144,7 +144,7 @@ impl<S: Store> Engine<S> {
             }
             if q.last_look.is_none_or(|t| now.since(t) >= LOOK_EVERY) {
                 q.last_look = Some(now);
-                let counts = q.disk.as_ref().map(|d| d.counts());
+                let counts = q.disk.as_ref().map(|d| d.sectors());
                 match counts {
                     Some(Ok(c)) => {
                         q.activity.observe(now, c, cfg.idle_after);
