@@ -339,15 +339,21 @@ pub fn render(r: &StatusReport) -> prometheus::Result<String> {
 /// its wake-ups, what woke it last, and the quiet mode's held work.
 fn hdd_families(o: &Out, h: &tierfs_core::report::HddReport) -> prometheus::Result<()> {
     if let Some(s) = h.disk_idle_secs {
-        o.seconds(
+        o.gauge(
             "tierfs_hdd_disk_idle_seconds",
-            "Time since the HDD's disk last did any I/O (anyone's).",
+            "Time since the HDD's disk last read or wrote a sector (anyone's I/O).",
             &[],
             &[(&[], s)],
         )?;
     }
     if let Some(s) = h.tierfs_idle_secs {
-        o.seconds("tierfs_hdd_idle_seconds", "Time since tierfs's last request to the HDD tier.", &[], &[(&[], s)])?;
+        o.gauge("tierfs_hdd_idle_seconds", "Time since tierfs's last request to the HDD tier.", &[], &[(&[], s)])?;
+        o.counter(
+            "tierfs_hdd_requests_total",
+            "tierfs's requests to the HDD tier (every kind but statfs).",
+            &[],
+            &[(&[], h.tierfs_requests)],
+        )?;
     }
     if !h.quiet && h.disk.is_none() && h.tierfs_idle_secs.is_none() {
         return Ok(());
@@ -684,6 +690,43 @@ mod tests {
         for absent in ["tierfs_response_seconds", "tierfs_ssd_written", "tierfs_writeback", "tierfs_emulated"] {
             assert!(!text.contains(absent), "{absent} in\n{text}");
         }
+    }
+
+    #[test]
+    fn the_hdd_idleness_and_what_woke_it_are_gauges_and_counters() {
+        let mut r = report();
+        r.hdd = tierfs_core::report::HddReport {
+            quiet: true,
+            disk: Some("sda".into()),
+            disk_idle_secs: Some(12.5),
+            tierfs_idle_secs: Some(30.0),
+            tierfs_requests: 7,
+            wakeups_total: 3,
+            wakes: vec![tierfs_core::quiet::Wake {
+                at: 1000,
+                op: "lookup".into(),
+                call: "stat".into(),
+                path: Some("/media".into()),
+                after_secs: 700,
+            }],
+            held_files: 2,
+            ..Default::default()
+        };
+        let text = render(&r).unwrap();
+        for line in [
+            "# TYPE tierfs_hdd_disk_idle_seconds gauge",
+            "tierfs_hdd_disk_idle_seconds 12.5",
+            "# TYPE tierfs_hdd_idle_seconds gauge",
+            "tierfs_hdd_requests_total 7",
+            "tierfs_hdd_wakeups_total 3",
+            "tierfs_hdd_last_wake_timestamp_seconds{call=\"stat\",op=\"lookup\",path=\"/media\"} 1000",
+            "tierfs_hdd_held_files 2",
+            "tierfs_hdd_open 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no line {line:?} in\n{text}");
+        }
+        // Without the quiet mode or a disk, none of it.
+        assert!(!render(&report()).unwrap().contains("tierfs_hdd_"));
     }
 
     fn r_moved() -> u64 {
