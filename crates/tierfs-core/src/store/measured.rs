@@ -137,8 +137,8 @@ pub struct Meter {
     write_hist: Histogram,
     /// Requests of every kind that reached the tier.
     requests: AtomicU64,
-    /// Requests that changed names on the tier, or the attributes of a
-    /// name (a directory's copy among them).
+    /// Requests that changed names on the tier, or the attributes or data
+    /// of a named object, and opens for writing.
     changes: AtomicU64,
     /// Set when someone wants to know when the tier was last asked and
     /// what asked it after a pause (the quiet HDD mode).
@@ -239,10 +239,15 @@ impl Meter {
         }
     }
 
-    /// Requests that changed names on the tier so far (see
-    /// [`Store::namespace_changes`]).
+    /// Requests that changed something on the tier so far (see
+    /// [`Store::changes`]).
     pub fn changes(&self) -> u64 {
         self.changes.load(Ordering::Acquire)
+    }
+
+    /// A request that changed something returned.
+    fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Requests of every kind that reached the tier so far.
@@ -332,7 +337,7 @@ impl<S: Store> Store for Measured<S> {
     fn holes_coherent(&self) -> bool {
         self.inner.holes_coherent()
     }
-    fn namespace_changes(&self) -> Option<u64> {
+    fn changes(&self) -> Option<u64> {
         Some(self.meter.changes())
     }
     fn root(&self) -> io::Result<Self::Dir> {
@@ -360,7 +365,7 @@ impl<S: Store> Store for Measured<S> {
         let r = self.inner.mkdir(parent, name, mode);
         // Counted once made, so that a sync that read the count before
         // saw the change.
-        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        self.meter.changed();
         r
     }
     fn mknod(&self, parent: &Self::Dir, name: &OsStr, mode: u32, rdev: u64) -> io::Result<()> {
@@ -368,7 +373,7 @@ impl<S: Store> Store for Measured<S> {
         let r = self.inner.mknod(parent, name, mode, rdev);
         // Counted once made, so that a sync that read the count before
         // saw the change.
-        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        self.meter.changed();
         r
     }
     fn symlink(&self, target: &OsStr, parent: &Self::Dir, name: &OsStr) -> io::Result<()> {
@@ -376,7 +381,7 @@ impl<S: Store> Store for Measured<S> {
         let r = self.inner.symlink(target, parent, name);
         // Counted once made, so that a sync that read the count before
         // saw the change.
-        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        self.meter.changed();
         r
     }
     fn readlink(&self, parent: &Self::Dir, name: &OsStr) -> io::Result<OsString> {
@@ -388,7 +393,7 @@ impl<S: Store> Store for Measured<S> {
         let r = self.inner.link(op, on, np, nn);
         // Counted once made, so that a sync that read the count before
         // saw the change.
-        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        self.meter.changed();
         r
     }
     fn unlink(&self, parent: &Self::Dir, name: &OsStr) -> io::Result<()> {
@@ -396,7 +401,7 @@ impl<S: Store> Store for Measured<S> {
         let r = self.inner.unlink(parent, name);
         // Counted once made, so that a sync that read the count before
         // saw the change.
-        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        self.meter.changed();
         r
     }
     fn rmdir(&self, parent: &Self::Dir, name: &OsStr) -> io::Result<()> {
@@ -404,7 +409,7 @@ impl<S: Store> Store for Measured<S> {
         let r = self.inner.rmdir(parent, name);
         // Counted once made, so that a sync that read the count before
         // saw the change.
-        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        self.meter.changed();
         r
     }
     fn rename(&self, op: &Self::Dir, on: &OsStr, np: &Self::Dir, nn: &OsStr, flags: u32) -> io::Result<()> {
@@ -412,25 +417,25 @@ impl<S: Store> Store for Measured<S> {
         let r = self.inner.rename(op, on, np, nn, flags);
         // Counted once made, so that a sync that read the count before
         // saw the change.
-        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        self.meter.changed();
         r
     }
     fn chmod(&self, t: Target<'_, Self::Dir>, mode: u32) -> io::Result<()> {
         self.meter.touched("chmod");
         let r = self.inner.chmod(t, mode);
-        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        self.meter.changed();
         r
     }
     fn chown(&self, t: Target<'_, Self::Dir>, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
         self.meter.touched("chown");
         let r = self.inner.chown(t, uid, gid);
-        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        self.meter.changed();
         r
     }
     fn utimens(&self, t: Target<'_, Self::Dir>, atime: SetTime, mtime: SetTime) -> io::Result<()> {
         self.meter.touched("utimens");
         let r = self.inner.utimens(t, atime, mtime);
-        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        self.meter.changed();
         r
     }
     fn getxattr(&self, t: Target<'_, Self::Dir>, name: &OsStr) -> io::Result<Vec<u8>> {
@@ -440,7 +445,7 @@ impl<S: Store> Store for Measured<S> {
     fn setxattr(&self, t: Target<'_, Self::Dir>, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
         self.meter.touched("setxattr");
         let r = self.inner.setxattr(t, name, value, flags);
-        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        self.meter.changed();
         r
     }
     fn listxattr(&self, t: Target<'_, Self::Dir>) -> io::Result<Vec<u8>> {
@@ -450,7 +455,7 @@ impl<S: Store> Store for Measured<S> {
     fn removexattr(&self, t: Target<'_, Self::Dir>, name: &OsStr) -> io::Result<()> {
         self.meter.touched("removexattr");
         let r = self.inner.removexattr(t, name);
-        self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        self.meter.changed();
         r
     }
     fn statfs(&self) -> io::Result<FsStats> {
@@ -459,8 +464,10 @@ impl<S: Store> Store for Measured<S> {
     fn open(&self, parent: &Self::Dir, name: &OsStr, flags: i32, mode: u32) -> io::Result<Self::File> {
         self.meter.touched("open");
         let r = self.inner.open(parent, name, flags, mode);
-        if flags & libc::O_CREAT != 0 {
-            self.meter.changes.fetch_add(1, Ordering::AcqRel);
+        // Opened for writing: the kernel may write it without asking the
+        // store (passthrough).
+        if flags & (libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY | libc::O_RDWR) != 0 {
+            self.meter.changed();
         }
         r
     }
@@ -476,7 +483,9 @@ impl<S: Store> Store for Measured<S> {
     fn write_at(&self, f: &Self::File, data: &[u8], off: u64) -> io::Result<usize> {
         self.meter.touched("write_at");
         let t = Instant::now();
-        let n = self.inner.write_at(f, data, off)?;
+        let r = self.inner.write_at(f, data, off);
+        self.meter.changed();
+        let n = r?;
         self.meter.write_took(t.elapsed(), n as u64);
         Ok(n)
     }
@@ -491,11 +500,15 @@ impl<S: Store> Store for Measured<S> {
     }
     fn set_len(&self, f: &Self::File, size: u64) -> io::Result<()> {
         self.meter.touched("set_len");
-        self.inner.set_len(f, size)
+        let r = self.inner.set_len(f, size);
+        self.meter.changed();
+        r
     }
     fn fallocate(&self, f: &Self::File, mode: i32, off: u64, len: u64) -> io::Result<()> {
         self.meter.touched("fallocate");
-        self.inner.fallocate(f, mode, off, len)
+        let r = self.inner.fallocate(f, mode, off, len);
+        self.meter.changed();
+        r
     }
     fn seek(&self, f: &Self::File, off: i64, whence: i32) -> io::Result<i64> {
         self.meter.touched("seek");
@@ -507,7 +520,9 @@ impl<S: Store> Store for Measured<S> {
         // A copy inside the tier is a read and a write of the device; it is
         // counted in the bytes written, and not averaged (one request of
         // two kinds).
-        let n = self.inner.copy_range(src, so, dst, d_o, len)?;
+        let r = self.inner.copy_range(src, so, dst, d_o, len);
+        self.meter.changed();
+        let n = r?;
         self.meter.written.fetch_add(n as u64, Ordering::Relaxed);
         self.meter.read_bytes.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
@@ -515,7 +530,9 @@ impl<S: Store> Store for Measured<S> {
 
     fn file_chmod(&self, f: &Self::File, mode: u32) -> io::Result<()> {
         self.meter.touched("file_chmod");
-        self.inner.file_chmod(f, mode)
+        let r = self.inner.file_chmod(f, mode);
+        self.meter.changed();
+        r
     }
     fn file_getxattr(&self, f: &Self::File, name: &OsStr) -> io::Result<Vec<u8>> {
         self.meter.touched("file_getxattr");
@@ -523,7 +540,9 @@ impl<S: Store> Store for Measured<S> {
     }
     fn file_setxattr(&self, f: &Self::File, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
         self.meter.touched("file_setxattr");
-        self.inner.file_setxattr(f, name, value, flags)
+        let r = self.inner.file_setxattr(f, name, value, flags);
+        self.meter.changed();
+        r
     }
     fn file_listxattr(&self, f: &Self::File) -> io::Result<Vec<u8>> {
         self.meter.touched("file_listxattr");
@@ -531,19 +550,27 @@ impl<S: Store> Store for Measured<S> {
     }
     fn file_chown(&self, f: &Self::File, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
         self.meter.touched("file_chown");
-        self.inner.file_chown(f, uid, gid)
+        let r = self.inner.file_chown(f, uid, gid);
+        self.meter.changed();
+        r
     }
     fn file_utimens(&self, f: &Self::File, atime: SetTime, mtime: SetTime) -> io::Result<()> {
         self.meter.touched("file_utimens");
-        self.inner.file_utimens(f, atime, mtime)
+        let r = self.inner.file_utimens(f, atime, mtime);
+        self.meter.changed();
+        r
     }
     fn touch(&self, f: &Self::File) -> io::Result<()> {
         self.meter.touched("touch");
-        self.inner.touch(f)
+        let r = self.inner.touch(f);
+        self.meter.changed();
+        r
     }
     fn keep_mtime(&self, f: &Self::File, mtime: super::TimeSpec) -> io::Result<()> {
         self.meter.touched("keep_mtime");
-        self.inner.keep_mtime(f, mtime)
+        let r = self.inner.keep_mtime(f, mtime);
+        self.meter.changed();
+        r
     }
     fn raw_fd<'a>(&self, f: &'a Self::File) -> Option<BorrowedFd<'a>> {
         self.inner.raw_fd(f)

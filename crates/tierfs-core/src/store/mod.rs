@@ -216,11 +216,13 @@ pub trait Store: Send + Sync + 'static {
     fn holes_coherent(&self) -> bool {
         true
     }
-    /// How many calls that change names (create, link, unlink, rename,
-    /// mkdir, rmdir...) or the attributes of a named object were made
-    /// through this store so far, each counted once it returned, where it
-    /// counts them (`measured::Measured`); `None`: not counted.
-    fn namespace_changes(&self) -> Option<u64> {
+    /// How many calls that change something were made through this store
+    /// so far (names, the attributes or data of a named object, and opens
+    /// for writing, after which the kernel may write without the store),
+    /// each counted once it returned, where it counts them
+    /// (`measured::Measured`); `None`: not counted. While it stands still,
+    /// what was read from the tier is still true.
+    fn changes(&self) -> Option<u64> {
         None
     }
     /// Opens the root directory of the tier.

@@ -40,6 +40,11 @@ impl<S: Store> Volume<S> {
             Placement::Cached if !self.copy_is_stale(ino) => {
                 self.stat_on(p, &n, Tier::Ssd).or_else(|_| self.stat_on(p, &n, Tier::Hdd))?
             }
+            // Kept under the quiet mode: `ls -l` of a directory on the HDD
+            // does not wake it.
+            Placement::On(Tier::Hdd) => {
+                self.kept_hdd(ino, p, |k| k.stat, |k, st| k.stat = Some(*st), || self.stat_on(p, &n, Tier::Hdd))?
+            }
             pl => self.stat_on(p, &n, pl.primary())?,
         };
         Ok(self.make_attr(ino, &rec, &st, names.len() as u64))

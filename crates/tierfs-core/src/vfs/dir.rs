@@ -558,7 +558,7 @@ impl<S: Store> Volume<S> {
         for t in crate::tier::Tier::ALL {
             let s = self.tiers.store(t);
             let quiet = t == crate::tier::Tier::Hdd && self.hooks().quiet_dir(ino);
-            let changes = s.namespace_changes().filter(|_| quiet);
+            let changes = s.changes().filter(|_| quiet);
             if changes.is_some() && self.hdd_dirs_synced.lock().get(&ino) == changes.as_ref() {
                 continue;
             }

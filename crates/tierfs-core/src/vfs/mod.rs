@@ -249,6 +249,25 @@ pub struct WriteBackUse {
 pub struct NoHooks;
 impl Hooks for NoHooks {}
 
+/// Files whose answers [`Volume::kept_hdd`] keeps (forgotten all at once
+/// past it).
+const HDD_KEPT_MAX: usize = 262_144;
+
+/// What was read of a file on the HDD, and the HDD store's count of
+/// changes before it was read (see [`Volume::kept_hdd`]).
+#[derive(Debug, Default)]
+pub(crate) struct Kept {
+    changes: u64,
+    pub(crate) stat: Option<Stat>,
+    pub(crate) list: Option<Vec<u8>>,
+    /// Extended attributes by name: the value, or `None` for none
+    /// (ENODATA); at most [`KEPT_XATTRS`].
+    pub(crate) xattrs: Vec<(std::ffi::OsString, Option<Vec<u8>>)>,
+}
+
+/// Extended attributes of one file [`Kept`] keeps.
+pub(crate) const KEPT_XATTRS: usize = 8;
+
 /// Settings of a volume.
 #[derive(Clone, Debug)]
 pub struct VolumeConfig {
@@ -376,6 +395,9 @@ pub struct Volume<S: Store> {
     /// Directories whose HDD copy was synced (quiet mode), with the HDD
     /// store's count of changes read before (see `Volume::fsyncdir`).
     hdd_dirs_synced: Mutex<HashMap<Ino, u64>>,
+    /// What was read of files on the HDD (quiet mode; see
+    /// `Volume::kept_hdd`).
+    hdd_kept: Mutex<HashMap<Ino, Kept>>,
     /// Reconciles directories in the background (see `vfs::adopt`).
     adopter: Arc<adopt::Adopter>,
     open: Mutex<HashMap<Ino, Arc<OpenInode<S>>>>,
@@ -479,6 +501,7 @@ impl<S: Store> Volume<S> {
             verified: Mutex::new(HashSet::new()),
             hdd_statfs: Mutex::new(None),
             hdd_dirs_synced: Mutex::new(HashMap::new()),
+            hdd_kept: Mutex::new(HashMap::new()),
             adopter: Arc::default(),
             open: Mutex::new(HashMap::new()),
             handles: RwLock::new(HashMap::new()),
@@ -683,6 +706,41 @@ impl<S: Store> Volume<S> {
     }
 
     /// Stats a non-directory's copy on tier `t`.
+    /// An answer about file `ino` (in directory `dir`) on the HDD: under
+    /// the quiet mode the one read last, while the HDD store's count of
+    /// changes (`Store::changes`: every change through tierfs, and every
+    /// open for writing, after which the kernel may write the file itself)
+    /// has not moved since it was read; else `ask`'s, kept. The count is
+    /// read before asking, so a change made meanwhile makes the next call
+    /// ask again.
+    pub(crate) fn kept_hdd<T: Clone>(
+        &self,
+        ino: Ino,
+        dir: Ino,
+        read: impl FnOnce(&Kept) -> Option<T>,
+        write: impl FnOnce(&mut Kept, &T),
+        ask: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        let Some(c) = self.tiers.store(Tier::Hdd).changes().filter(|_| self.hooks().quiet_dir(dir)) else {
+            return ask();
+        };
+        let kept = self.hdd_kept.lock().get(&ino).filter(|k| k.changes == c).and_then(read);
+        if let Some(v) = kept {
+            return Ok(v);
+        }
+        let v = ask()?;
+        let mut m = self.hdd_kept.lock();
+        if m.len() >= HDD_KEPT_MAX {
+            m.clear();
+        }
+        let k = m.entry(ino).or_default();
+        if k.changes != c {
+            *k = Kept { changes: c, ..Kept::default() };
+        }
+        write(k, &v);
+        Ok(v)
+    }
+
     pub(crate) fn stat_on(&self, parent: Ino, name: &OsStr, t: Tier) -> Result<Stat> {
         let d = self.tiers.dir(parent, t, false)?;
         Ok(self.tiers.store(t).stat(Target::Entry(&d, name))?)

@@ -1265,3 +1265,48 @@ fn a_file_removed_from_the_hdd_behind_a_quiet_mount_is_forgotten_when_a_lookup_m
     // The forced reconciliation of the miss listed the HDD itself.
     assert_eq!(names_of(&v, d), ["on-ssd"].map(String::from).into());
 }
+
+#[test]
+fn a_quiet_mount_answers_a_stat_or_an_xattr_of_a_file_on_the_hdd_again_without_it_until_something_changes_there() {
+    let (ssd, hdd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
+    let d = two_tier_dir(&ssd, &hdd, &kv);
+    let (v, meter) = metered(&ssd, &hdd, &kv, true);
+    let h = v.lookup(d, OsStr::new("on-hdd")).unwrap().ino;
+    let name = OsStr::new("user.x");
+    assert!(v.getxattr_stored(h, name).unwrap_err().is(libc::ENODATA));
+    v.listxattr_stored(h).unwrap();
+    hdd_calls(&meter);
+    let before = meter.requests();
+    for _ in 0..3 {
+        assert_eq!(v.getattr(h).unwrap().size, 1);
+        assert!(v.getxattr_stored(h, name).unwrap_err().is(libc::ENODATA));
+        assert!(v.listxattr_stored(h).unwrap().is_empty());
+    }
+    assert_eq!(meter.requests(), before, "answered as read before: {:?}", hdd_calls(&meter));
+    // Every change through tierfs is seen at once.
+    v.setxattr_stored(h, name, b"v", 0).unwrap();
+    assert_eq!(v.getxattr_stored(h, name).unwrap(), b"v");
+    assert_eq!(v.listxattr_stored(h).unwrap(), b"user.x\0");
+    let sa = SetAttr { mode: Some(0o600), ..SetAttr::default() };
+    v.setattr(h, None, &sa).unwrap();
+    assert_eq!(v.getattr(h).unwrap().perm, 0o600);
+    let o = v.open(h, libc::O_RDWR).unwrap();
+    v.write(o.fh, 0, b"longer").unwrap();
+    v.release(o.fh).unwrap();
+    assert_eq!(v.getattr(h).unwrap().size, 6, "written: the size read again");
+    // An open for writing alone makes the next stat ask (the kernel writes
+    // passthrough files without the store).
+    let before = v.getattr(h).unwrap();
+    let o = v.open(h, libc::O_WRONLY).unwrap();
+    v.release(o.fh).unwrap();
+    hdd_calls(&meter);
+    assert_eq!(v.getattr(h).unwrap().size, before.size);
+    assert!(hdd_calls(&meter).iter().any(|c| c.0 == "stat"), "asked again after an open for writing");
+    // Without the quiet mode every stat asks the HDD.
+    drop(v);
+    let (v, meter) = metered(&ssd, &hdd, &kv, false);
+    for _ in 0..2 {
+        v.getattr(h).unwrap();
+        assert!(hdd_calls(&meter).iter().any(|c| c.0 == "stat"));
+    }
+}
