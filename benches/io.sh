@@ -6,7 +6,7 @@
 #   raw I/O    sequential 1 MiB write and read, random 4 KiB read and write
 #              (fio, psync, one job), a create/stat/unlink loop, and stat of
 #              1 000 existing files in turn (examples/metaloop.rs);
-#   workloads  postmark (the README's configuration: 40 000 files of 4-28 KB
+#   workloads  postmark (docs/src/evaluation.md's configuration: 40 000 files of 4-28 KB
 #              in 10 directories, 80 000 transactions), `git clone` of a
 #              local repository of GIT_FILES files and `git status` in the
 #              clone (the second one: the first after a clone rereads files),

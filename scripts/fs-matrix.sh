@@ -9,7 +9,7 @@
 #   ALL=1 bash scripts/fs-matrix.sh ext4                 # also the tests a pool cannot pass
 #   POOL_OPTS=... bash scripts/fs-matrix.sh ext4         # other mergerfs options
 #
-# The default pool options are the ones the README recommends for an HDD
+# The default pool options are the ones the book recommends (docs/src/capacity-tiers.md) for an HDD
 # tier (a path-preserving create policy, no caching in mergerfs). The
 # documented subset leaves out the 1-GiB extents test (too big for these
 # images) and the tests that check what such a pool does not do, each
@@ -91,7 +91,7 @@ SKIP=(
 # in the exit status (a fix shows as "now passes").
 EXPECTED=(
     # In passthrough mode an open fails with EIO on the pool, reproducibly
-    # with the seed the test prints (README, "Pooled disks").
+    # with the seed the test prints (docs/src/capacity-tiers.md, "Pooled disks").
     torture::torture_write_through_cache
 )
 [ -n "${ALL:-}" ] && SKIP=(extents::)

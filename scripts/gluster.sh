@@ -83,14 +83,14 @@ gluster --mode=script volume create "$vol" "$host:$work/brick" force >/dev/null
 volume_made=1
 # The metadata cache of the volume's client serves a replaced file's other
 # names with their old link count for up to a second: tierfs reports the
-# backing file's link count, so it must be off (README, "A distributed
-# file system as the HDD tier").
+# backing file's link count, so it must be off (docs/src/capacity-tiers.md,
+# "A distributed file system as the HDD tier").
 gluster --mode=script volume set "$vol" performance.stat-prefetch off >/dev/null
 # The quick-read cache of the client serves a small file's old bytes after
 # tierfs wrote it back (zeros from a page boundary on, while the brick has
 # the new bytes: torture_write_back_cache, and
 # a_linked_file_cut_grown_and_renamed_over_reads_back_exact_under_write_back
-# within a minute in every run with it on): off too (README).
+# within a minute in every run with it on): off too (docs/src/capacity-tiers.md).
 gluster --mode=script volume set "$vol" performance.quick-read off >/dev/null
 # How long the client waits for a silent server before it gives up (the
 # default is 42 s): the bound on a request to an unreachable HDD tier.
@@ -118,7 +118,7 @@ SKIP=(
     posix::seek_data_and_hole
     # The kernel heat source sees the requests of files on ext4, XFS and
     # F2FS tiers only; a passthrough file on a GlusterFS tier counts its
-    # opens (README, Statistics), so these tests of per-request counts on a
+    # opens (docs/src/operations.md, "Statistics"), so these tests of per-request counts on a
     # passthrough mount do not apply. (Files under a chunk policy take the
     # userspace path there, which the other heat tests check.)
     heat::a_passthrough_mount_counts_the_kernels_requests_as_the_userspace_path_does

@@ -3,12 +3,15 @@
 # FUSE 3 (fusermount3, mount.fuse3), build tools, and the tools the tests and
 # benchmarks drive (attr for getfattr/setfattr, fio, postmark, mergerfs and
 # rsync for the mover of its tiered-cache recipe,
-# prometheus for promtool and a server that scrapes a mount), and clang,
-# which compiles the eBPF heat source (crates/tierfs-heat).
+# prometheus for promtool and a server that scrapes a mount), clang,
+# which compiles the eBPF heat source (crates/tierfs-heat), python3, which
+# the doc link check and some benchmark scripts run, and mdBook,
+# which builds the book under docs/ (not packaged in bookworm: from
+# crates.io).
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 
-packages=(fuse3 libfuse3-dev pkg-config attr e2fsprogs fio postmark mergerfs rsync util-linux procps prometheus curl clang)
+packages=(fuse3 libfuse3-dev pkg-config attr e2fsprogs fio postmark mergerfs rsync util-linux procps prometheus curl clang python3)
 missing=()
 for p in "${packages[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -34,6 +37,10 @@ if ! command -v cargo >/dev/null 2>&1; then
         curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
         export PATH="$HOME/.cargo/bin:$PATH"
     fi
+fi
+if ! command -v mdbook >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/mdbook" ]; then
+    echo "setup: installing mdbook from crates.io"
+    cargo install mdbook --locked --no-default-features --version 0.4.52
 fi
 # FUSE needs the device and, for allow_other as non-root, this line.
 [ -e /dev/fuse ] || { echo "setup: /dev/fuse is missing; load the fuse module (modprobe fuse)" >&2; exit 1; }

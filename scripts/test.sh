@@ -11,7 +11,15 @@ awk '$5 ~ /^\/tmp\/tierfs-test-/ {print $5}' /proc/self/mountinfo | sort -r | wh
     fusermount3 -u "$m" 2>/dev/null || umount -l "$m" || true
 done
 cargo fmt --all -- --check
+# No merge left its conflict markers in a tracked file.
+if git grep -n -E '^(<<<<<<<|>>>>>>>) ' -- . ':!vendor'; then
+    echo "test.sh: conflict markers above" >&2
+    exit 1
+fi
 cargo clippy --workspace --all-targets -- -D warnings
+# The book builds, and no relative link of it or of the README is broken.
+mdbook build docs
+bash scripts/check-doc-links.sh
 # The patched fuser's own unit tests (vendor/fuser/TIERFS.md).
 cargo test --manifest-path vendor/fuser/Cargo.toml --target-dir target/fuser --lib
 # FUSE over io_uring (Linux 6.14+) is offered to new mounts only while the
@@ -31,6 +39,9 @@ fi
 cargo test --workspace --all-targets --features tierfs/lock-check
 if [ -n "$URING_WAS" ]; then echo "$URING_WAS" >"$URING"; fi
 unset TIERFS_TEST_URING
+# A newcomer's walk: the README's commands, then every command block of
+# the book's "Getting started" in order, on a real mount.
+bash scripts/newcomer-walk.sh target/debug/tierfs
 # A real Prometheus server scrapes a mount's --metrics endpoint.
 bash scripts/prometheus.sh target/debug/tierfs
 # The HDD tier on a single-node GlusterFS volume: the integration suite's

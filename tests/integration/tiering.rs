@@ -331,3 +331,46 @@ fn moves_are_spaced_while_the_mount_is_busy_and_follow_once_it_is_idle() {
     }
     m.unmount();
 }
+
+/// `--admission repeat` on a real mount: a file read once stays on the HDD
+/// (a one-hit wonder), and its second read admits it; the default, `first`,
+/// admits a file at its first read.
+#[test]
+fn admission_repeat_leaves_a_file_read_once_on_the_hdd_and_admits_it_at_its_second_read() {
+    for (rule, first_read_admits) in [("first", true), ("repeat", false)] {
+        let area = Area::new();
+        let ssd = LoopFs::new(&area, "ssdfs", 32);
+        // A file that was there before the mount: no access has heated it
+        // (a write through the mount would count as its first access).
+        fs::create_dir_all(area.hdd()).unwrap();
+        fs::write(area.hdd().join("x"), vec![7u8; 4096]).unwrap();
+        let m = mount(&area, &ssd.dir, &["--policy", "dynamic-hot-dst", "--admission", rule]);
+        read_n(&m.p("x"), 1);
+        let admitted = wait_for(3, || on(&ssd.dir, "x"));
+        assert_eq!(admitted, first_read_admits, "{rule}: after one read: {}", status(&m));
+        if !first_read_admits {
+            let o = tierfs(&["stats", "--file", m.p("x").to_str().unwrap()]);
+            let text = String::from_utf8_lossy(&o.stdout).to_string();
+            assert!(text.contains("not admitted"), "{rule}: the file says why it stays: {text}");
+            read_n(&m.p("x"), 1);
+            assert!(wait_for(5, || on(&ssd.dir, "x")), "{rule}: the second read admits it: {}", status(&m));
+        }
+        assert_eq!(fs::read(m.p("x")).unwrap(), vec![7u8; 4096]);
+        m.unmount();
+    }
+}
+
+#[test]
+fn admission_and_aging_rules_that_do_not_exist_are_refused_at_mount() {
+    let area = Area::new();
+    for (flag, value) in [("--admission", "sometimes"), ("--aging-rule", "weekly")] {
+        let a = args(&area, &[flag, value]);
+        let (ssd, hdd, mnt) = (area.ssd(), area.hdd(), area.mnt());
+        let mut cmd = vec!["mount", ssd.to_str().unwrap(), hdd.to_str().unwrap(), mnt.to_str().unwrap()];
+        cmd.extend(a.iter().map(|s| s.as_str()));
+        let o = tierfs(&cmd);
+        assert!(!o.status.success(), "{flag} {value} accepted");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(value), "{flag} {value}: {err}");
+    }
+}

@@ -969,7 +969,8 @@ torture_tests! {
 /// reads through the volume's client, the mount's and the HDD tier's
 /// alike, returned zeros from 8192 on: the client's quick-read cache kept
 /// a small file's old bytes after tierfs wrote them back. With
-/// `performance.quick-read off` (`scripts/gluster.sh`, README) it passes.
+/// `performance.quick-read off` (`scripts/gluster.sh`,
+/// docs/src/capacity-tiers.md) it passes.
 #[test]
 fn a_linked_file_cut_grown_and_renamed_over_reads_back_exact_under_write_back() {
     let area = Area::new();

@@ -152,6 +152,8 @@ fn merge(
         ops: Some(counted),
         // The mount cannot see where the workload's clock starts.
         run_clock: false,
+        // It creates its files.
+        existing_size: None,
     };
     // Written aside and renamed: a trace that exists is whole (the
     // simulated sweep reuses the traces it finds).

@@ -232,6 +232,109 @@ pub fn markdown(rows: &[Row]) -> String {
     o
 }
 
+/// The runs against the offline optimum and the online cache policies
+/// over the same requests (simulated runs, [`crate::reference`]): per
+/// workload, each architecture's hit ratio in the measured run at each SSD
+/// size, as a share of the optimum's, in points above (or below) the
+/// better of LRU and S3-FIFO, and the bytes it moved (both ways, in the
+/// measured run); then the baselines' own (and the best fixed set's), with
+/// the bytes they copy to the SSD. None if no run has them.
+pub fn reference_markdown(rows: &[Row]) -> Option<String> {
+    use tierfs_core::config::format_size;
+    rows.iter().find(|r| r.reference.is_some())?;
+    let pct = |h: f64| format!("{:.1}", h * 100.0);
+    let mut o = String::new();
+    for t in tables(rows) {
+        let ws = rows.iter().find(|r| r.workload == t.workload).map(|r| r.working_set).unwrap_or(0);
+        let _ = writeln!(
+            o,
+            "### {}
+
+hit ratio in % of the requests (reads and writes) of the measured run; SSD sizes in % of the footprint ({}); \"of opt.\": the hit ratio over the optimum's; \"vs online\": points above the better of LRU and S3-FIFO; moved: bytes between the tiers in the run (promotions and demotions; for the baselines, bytes copied to the SSD)
+",
+            t.workload,
+            format_size(ws)
+        );
+        let _ = write!(o, "| architecture |");
+        for s in &t.sizes {
+            let _ = write!(o, " {s}%: hit | of opt. | vs online | moved |");
+        }
+        let _ = writeln!(o);
+        let _ = writeln!(o, "|---|{}", "---|---|---|---|".repeat(t.sizes.len()));
+        // The baselines at each size: those of the first run there (the
+        // same for every run of a trace replayed at its recorded times).
+        let first = |s: u32| t.archs.iter().find_map(|a| t.cells.get(&(a.clone(), s)).and_then(|r| r.reference));
+        let mut line = |name: &str, cell: &dyn Fn(&crate::reference::Reference) -> String| {
+            let _ = write!(o, "| {name} |");
+            for &s in &t.sizes {
+                match first(s) {
+                    Some(b) => {
+                        let _ = write!(o, " {} |", cell(&b));
+                    }
+                    None => {
+                        let _ = write!(o, " - | - | - | - |");
+                    }
+                }
+            }
+            let _ = writeln!(o);
+        };
+        line("**optimum**", &|b| {
+            let o = &b.opt;
+            let hit = if o.exact() {
+                pct(o.hit_ratio())
+            } else {
+                format!("≤ {} (≥ {})", pct(o.hit_ratio()), pct(o.best.hit_ratio()))
+            };
+            format!("{hit} | 100 | - | {}", format_size(o.best.bytes_admitted))
+        });
+        let of = |h: f64, b: &crate::reference::Reference| {
+            if b.opt.hit_ratio() > 0.0 {
+                format!("{:.1}", 100.0 * h / b.opt.hit_ratio())
+            } else {
+                "-".into()
+            }
+        };
+        line("LRU", &|b| {
+            format!(
+                "{} | {} | - | {}",
+                pct(b.lru.hit_ratio()),
+                of(b.lru.hit_ratio(), b),
+                format_size(b.lru.bytes_admitted)
+            )
+        });
+        line("S3-FIFO", &|b| {
+            let h = b.s3_fifo.hit_ratio();
+            format!("{} | {} | - | {}", pct(h), of(h, b), format_size(b.s3_fifo.bytes_admitted))
+        });
+        line("best fixed set", &|b| {
+            let h = b.fixed.hit_ratio();
+            format!("{} | {} | - | {}", pct(h), of(h, b), format_size(b.fixed.bytes_admitted))
+        });
+        for a in &t.archs {
+            let _ = write!(o, "| {a} |");
+            for s in &t.sizes {
+                match t.cells.get(&(a.clone(), *s)) {
+                    Some(r) => {
+                        let h = r.run_hit_ratio.unwrap_or(r.ssd_hit_ratio);
+                        let moved = r.run_moves.as_ref().map_or(r.bytes_moved, |m| m.bytes_moved);
+                        let (of_opt, online) = match &r.reference {
+                            Some(b) => (of(h, b), format!("{:+.1}", 100.0 * (h - b.best_online()))),
+                            None => ("-".into(), "-".into()),
+                        };
+                        let _ = write!(o, " {} | {of_opt} | {online} | {} |", pct(h), format_size(moved));
+                    }
+                    None => {
+                        let _ = write!(o, " - | - | - | - |");
+                    }
+                }
+            }
+            let _ = writeln!(o);
+        }
+        let _ = writeln!(o);
+    }
+    Some(o)
+}
+
 const COLORS: &[&str] =
     &["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"];
 
@@ -667,6 +770,27 @@ mod tests {
     use super::*;
     use crate::workload::Report;
 
+    #[test]
+    fn the_reference_table_puts_each_run_against_the_optimum_and_the_better_online_policy() {
+        use crate::reference::{opt::Optimum, Outcome, Reference};
+        let out = |hits| Outcome { hits, requests: 100, bytes_admitted: 1 << 20 };
+        let b = Reference {
+            opt: Optimum { best: out(60), bound: 60, ..Optimum::default() },
+            lru: out(40),
+            s3_fifo: out(45),
+            fixed: out(50),
+        };
+        assert!(reference_markdown(&[row("zipf", "x", 5, 1.0)]).is_none(), "no run has them");
+        let mut r = row("zipf", "dynamic-hot-dst", 5, 1.0);
+        r.run_hit_ratio = Some(0.48);
+        r.reference = Some(b);
+        let t = reference_markdown(&[row("zipf", "hdd-only", 0, 1.0), r]).unwrap();
+        assert!(t.contains("| **optimum** | 60.0 | 100 | - | 1M |"), "{t}");
+        assert!(t.contains("| S3-FIFO | 45.0 | 75.0 | - | 1M |"), "{t}");
+        assert!(t.contains("| best fixed set | 50.0 | 83.3 | - | 1M |"), "{t}");
+        assert!(t.contains("| dynamic-hot-dst | 48.0 | 80.0 | +3.0 | 0 |"), "{t}");
+    }
+
     fn row(w: &str, a: &str, pct: u32, ops: f64) -> Row {
         Row {
             workload: w.into(),
@@ -772,21 +896,40 @@ mod tests {
 /// count as disagreeing with live runs that differ only by noise. 1 for
 /// fewer than two items; 0 when either scoring ties everything.
 pub fn kendall_tau(a: &[f64], b: &[f64]) -> f64 {
+    let spans: Vec<(f64, f64)> = a.iter().map(|&x| (x, x)).collect();
+    kendall_tau_measured(&spans, b)
+}
+
+/// [`kendall_tau`] where the first scoring was measured several times: each
+/// item is the lowest and highest of its repeats, and two items whose
+/// ranges overlap are tied in it, because the measurements cannot say
+/// which comes first (the live sweep's `--repeat`).
+pub fn kendall_tau_measured(a: &[(f64, f64)], b: &[f64]) -> f64 {
     let n = a.len().min(b.len());
+    let order_a = |i: usize, j: usize| {
+        let ((lo_i, hi_i), (lo_j, hi_j)) = (a[i], a[j]);
+        if hi_i < lo_j {
+            -1.0
+        } else if hi_j < lo_i {
+            1.0
+        } else {
+            0.0
+        }
+    };
     let (mut agree, mut disagree, mut tied_a, mut tied_b) = (0i64, 0i64, 0i64, 0i64);
     for i in 0..n {
         for j in i + 1..n {
-            let (x, y) = ((a[i] - a[j]).signum(), (b[i] - b[j]).signum());
-            if a[i] == a[j] {
+            let x = order_a(i, j);
+            if x == 0.0 {
                 tied_a += 1;
             }
             if b[i] == b[j] {
                 tied_b += 1;
             }
-            if a[i] == a[j] || b[i] == b[j] {
+            if x == 0.0 || b[i] == b[j] {
                 continue;
             }
-            if x * y > 0.0 {
+            if x * (b[i] - b[j]).signum() > 0.0 {
                 agree += 1;
             } else {
                 disagree += 1;
@@ -833,35 +976,35 @@ pub fn fidelity(live: &[Row], sim: &[Row]) -> Vec<Fidelity> {
         }
     }
     for w in workloads {
-        let pairs: Vec<(String, u32, f64, f64)> = live
+        // Each compared run, and the range of its live repeats.
+        let (pairs, ranges): (Vec<_>, Vec<(f64, f64)>) = live
             .iter()
             .filter(|l| l.workload == w)
             .filter_map(|l| {
                 let s = sim.iter().find(|s| s.workload == w && s.arch == l.arch && s.pct == l.pct)?;
-                Some((l.arch.clone(), l.pct, l.report.ops_per_sec, s.report.ops_per_sec))
+                let x = l.report.ops_per_sec;
+                let range = l.repeats.iter().fold((x, x), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+                Some(((l.arch.clone(), l.pct, x, s.report.ops_per_sec), range))
             })
-            .collect();
+            .unzip();
         if pairs.is_empty() {
             continue;
         }
-        let tau =
-            kendall_tau(&pairs.iter().map(|p| p.2).collect::<Vec<_>>(), &pairs.iter().map(|p| p.3).collect::<Vec<_>>());
+        let tau_of = |at: &[usize]| {
+            kendall_tau_measured(
+                &at.iter().map(|&i| ranges[i]).collect::<Vec<_>>(),
+                &at.iter().map(|&i| pairs[i].3).collect::<Vec<_>>(),
+            )
+        };
+        let tau = tau_of(&(0..pairs.len()).collect::<Vec<_>>());
         let mut sizes: Vec<u32> = pairs.iter().map(|p| p.1).filter(|&s| s > 0).collect();
         sizes.sort_unstable();
         sizes.dedup();
         let tau_by_size = sizes
             .iter()
             .filter_map(|&s| {
-                let at: Vec<_> = pairs.iter().filter(|p| p.1 == s).collect();
-                (at.len() > 1).then(|| {
-                    (
-                        s,
-                        kendall_tau(
-                            &at.iter().map(|p| p.2).collect::<Vec<_>>(),
-                            &at.iter().map(|p| p.3).collect::<Vec<_>>(),
-                        ),
-                    )
-                })
+                let at: Vec<usize> = (0..pairs.len()).filter(|&i| pairs[i].1 == s).collect();
+                (at.len() > 1).then(|| (s, tau_of(&at)))
             })
             .collect();
         let within_25 = pairs.iter().filter(|p| p.2 > 0.0 && (p.3 / p.2 - 1.0).abs() <= 0.25).count();
@@ -874,7 +1017,7 @@ pub fn fidelity(live: &[Row], sim: &[Row]) -> Vec<Fidelity> {
 /// run side by side.
 pub fn fidelity_markdown(f: &[Fidelity]) -> String {
     let mut s = String::from(
-        "Kendall's tau-b of the runs' throughputs (ties in either ordering count neither way); within 25 %: the simulated throughput is 0.75 to 1.25 times the live one.\n\n| workload | Kendall's tau, all runs | tau per SSD size | runs within 25 % |\n|---|---|---|---|\n",
+        "Kendall's tau-b of the runs' throughputs (ties in either ordering count neither way; two live runs measured several times whose repeats overlap are tied); within 25 %: the simulated throughput is 0.75 to 1.25 times the live one.\n\n| workload | Kendall's tau, all runs | tau per SSD size | runs within 25 % |\n|---|---|---|---|\n",
     );
     for w in f {
         let by: Vec<String> = w.tau_by_size.iter().map(|(p, t)| format!("{p}%: {t:.2}")).collect();
@@ -1021,5 +1164,17 @@ mod fidelity_tests {
         assert!((t - 2.0 / 6f64.sqrt()).abs() < 1e-12, "{t}");
         assert_eq!(kendall_tau(&[1.0, 2.0], &[5.0, 5.0]), 0.0, "everything tied");
         assert_eq!(kendall_tau(&[1.0], &[2.0]), 1.0);
+    }
+
+    #[test]
+    fn live_runs_whose_repeats_overlap_are_tied_in_kendalls_tau() {
+        // Runs 0 and 1 overlap (the live sweep cannot order them), so the
+        // simulator's order of them counts neither way; the other pairs agree.
+        let live = [(500.0, 530.0), (520.0, 590.0), (700.0, 710.0)];
+        let t = kendall_tau_measured(&live, &[560.0, 510.0, 800.0]);
+        assert!((t - 2.0 / 6f64.sqrt()).abs() < 1e-12, "{t}");
+        // Apart, the same simulated order disagrees on that pair.
+        let apart = [(500.0, 510.0), (520.0, 590.0), (700.0, 710.0)];
+        assert!((kendall_tau_measured(&apart, &[560.0, 510.0, 800.0]) - 1.0 / 3.0).abs() < 1e-12);
     }
 }

@@ -124,6 +124,10 @@ pub struct Preset {
     pub sizes: Vec<u32>,
     /// Workloads and the architectures to run on each.
     pub plan: Vec<(String, Vec<Arch>)>,
+    /// Its workloads are block traces (`crate::blocks`, `params.duration`
+    /// long), which only the simulator replays.
+    #[serde(default)]
+    pub simulated_only: bool,
 }
 
 impl Preset {
@@ -133,8 +137,9 @@ impl Preset {
     /// (the papers' sizes; many hours), `extents` (the database workload
     /// at an SSD of 10 % of its data, sub-file extents against whole files)
     /// `writeback` (mail and the real postmark under hystor with a
-    /// write-back area of 0, 20 and 30 %, and the two write caches) or
-    /// `measured` (the write-heavy `updates` workload on a degrading SSD).
+    /// write-back area of 0, 20 and 30 %, and the two write caches),
+    /// `measured` (the write-heavy `updates` workload on a degrading SSD)
+    /// or `blocks` (block traces against the optimum; simulated only).
     pub fn named(name: &str) -> Option<Preset> {
         match name {
             "small" => Some(Preset::small()),
@@ -143,8 +148,59 @@ impl Preset {
             "extents" => Some(Preset::extents()),
             "writeback" => Some(Preset::writeback()),
             "measured" => Some(Preset::measured()),
+            "blocks" => Some(Preset::blocks()),
             _ => None,
         }
+    }
+
+    /// The block traces (`crate::blocks`: zipf, scan, shifting) at SSDs of
+    /// 5, 10 and 25 % of their footprint, every architecture the simulator
+    /// runs, and dynamic hot-DST under each admission and aging rule; each
+    /// run measured against the offline optimum, LRU and S3-FIFO.
+    fn blocks() -> Preset {
+        let a = Arch::plain;
+        let rules = |admission: &str, aging: &str| Arch {
+            label: format!("dynamic-hot-dst/{admission}/{aging}"),
+            ..Arch::with_options("dynamic-hot-dst", &["--admission", admission, "--aging-rule", aging])
+        };
+        let archs = vec![
+            a("dynamic-hot-dst"),
+            rules("first", "period"),
+            rules("repeat", "period"),
+            rules("first", "shift"),
+            rules("repeat", "requests"),
+            rules("repeat", "shift"),
+            Arch::interval("interval-hot-dst", "80s"),
+            a("plain-cold-dst"),
+            a("dynamic-cold-dst"),
+            a("dynamic-cold-dst-bg"),
+            a("on-demand-cache"),
+            Arch::interval("interval-cache", "80s"),
+            a("write-through-cache"),
+        ];
+        Preset {
+            name: "blocks".into(),
+            params: Params { scale: 1.0, seed: 42, duration: crate::blocks::DURATION, ops_per_file: None },
+            mail_scale: 1.0,
+            warmup: Duration::ZERO,
+            warmup_emulated: false,
+            warmup_ops_per_file: None,
+            ssd: "ssd-sata".into(),
+            hdd: "hdd-7200".into(),
+            cache: 2 << 20,
+            sizes: vec![5, 10, 25],
+            plan: crate::blocks::NAMES.iter().map(|w| (w.to_string(), archs.clone())).collect(),
+            simulated_only: true,
+        }
+    }
+
+    /// The expected findings over this preset's runs. A preset of block
+    /// traces speaks to none of them, though one of its traces has the
+    /// name of a workload they are about (`shifting`): a block trace
+    /// replays at its recorded times, so its runs' throughputs are equal
+    /// whatever serves them.
+    pub fn findings(&self, rows: &[Row]) -> Vec<crate::report::Finding> {
+        crate::report::findings(if self.simulated_only { &[] } else { rows })
     }
 
     fn small() -> Preset {
@@ -176,6 +232,7 @@ impl Preset {
             hdd: "hdd-7200".into(),
             cache: 2 << 20,
             sizes: vec![25, 50, 75],
+            simulated_only: false,
             plan: vec![
                 ("webserver-zipf".into(), zipf),
                 ("webserver".into(), uniform),
@@ -317,6 +374,7 @@ impl Preset {
             hdd: "hdd-7200".into(),
             cache: 64 << 20,
             sizes: vec![25, 50, 75],
+            simulated_only: false,
             plan: ["mail", "fileserver", "webserver", "webserver-zipf", "shifting"]
                 .iter()
                 .map(|w| (w.to_string(), all()))
@@ -425,6 +483,10 @@ pub struct Row {
     /// run, in the order they ran; the row is the run with the median one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub repeats: Vec<f64>,
+    /// A simulated run: the offline optimum and the online cache policies
+    /// over the requests it served ([`crate::reference`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<crate::reference::Reference>,
     /// On modelled devices: what the devices did in the measured run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub devices: Option<DevicesRun>,
@@ -1010,6 +1072,7 @@ impl Runner<'_> {
                     run_moves: tierfs.then_some(o.run.moves),
                     report: o.report,
                     repeats: Vec::new(),
+                    reference: None,
                     devices: o.devices,
                     mover: o.mover,
                 };
@@ -1143,5 +1206,30 @@ mod tests {
         let old: RunMoves =
             serde_json::from_str(r#"{"moves":1,"evictions":0,"bytes_moved":0,"hdd_requests":0}"#).unwrap();
         assert!(old.by_reason.is_empty());
+    }
+
+    #[test]
+    fn the_blocks_presets_shifting_trace_is_not_taken_for_the_shifting_workload() {
+        // A block trace replays at its recorded times: every architecture's
+        // throughput is the same, which finding 3 read as plain cold-DST
+        // not collapsing.
+        use crate::report::Verdict;
+        let row = |arch: &str, pct, ops| Row {
+            workload: "shifting".into(),
+            arch: arch.into(),
+            pct,
+            report: Report { ops_per_sec: ops, ..Report::default() },
+            working_set: 1 << 30,
+            ..Row::default()
+        };
+        let rows = vec![
+            row("hdd-only", 0, 50.0),
+            row("ssd-only", 0, 50.0),
+            row("plain-cold-dst", 5, 50.0),
+            row("dynamic-cold-dst", 5, 50.0),
+        ];
+        let third = |p: Preset| p.findings(&rows).into_iter().find(|f| f.n == 3).map(|f| f.verdict);
+        assert_eq!(third(Preset::named("small").unwrap()), Some(Verdict::DoesNotHold));
+        assert_eq!(third(Preset::named("blocks").unwrap()), Some(Verdict::NotMeasured));
     }
 }

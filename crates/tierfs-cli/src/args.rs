@@ -98,23 +98,27 @@ pub enum TraceCmd {
         #[arg(long, default_value = "64M")]
         file_size: String,
     },
-    /// Write one of HybridStore's synthetic workloads (Table IV: SR1..SR3,
-    /// RR1..RR3, SW1..SW3, RW1..RW3) as a trace.
+    /// Write a synthetic block workload as a trace: one of HybridStore's
+    /// (Table IV: SR1..SR3, RR1..RR3, SW1..SW3, RW1..RW3), or `zipf`,
+    /// `scan` or `shifting` (Zipf popularity over 64-KiB regions of a
+    /// 4-GiB disk, with sequential scans, or moving at each third).
     Synth {
         /// The workload's name.
         name: String,
         /// The trace to write.
         #[arg(long)]
         out: PathBuf,
-        /// How long a stretch of the workload.
-        #[arg(long, default_value = "60s")]
-        duration: String,
-        /// The address space the requests fall in.
-        #[arg(long, default_value = "1T")]
-        span: String,
-        /// Size of the files the address space is cut into.
-        #[arg(long, default_value = "1G")]
-        file_size: String,
+        /// How long a stretch of the workload [default: 60s; zipf, scan
+        /// and shifting 4000s, 200 000 requests].
+        #[arg(long)]
+        duration: Option<String>,
+        /// The address space the requests fall in (Table IV's) [default: 1T].
+        #[arg(long)]
+        span: Option<String>,
+        /// Size of the files the address space is cut into [default: 1G;
+        /// zipf, scan and shifting 256K].
+        #[arg(long)]
+        file_size: Option<String>,
         /// Random seed.
         #[arg(long, default_value_t = 42)]
         seed: u64,
@@ -227,6 +231,15 @@ pub struct SimArgs {
     /// on a two-core machine].
     #[arg(long)]
     pub overhead: Option<String>,
+    /// Halve every access counter this often (as `mount --aging`).
+    #[arg(long, value_name = "DURATION", default_value = "10m")]
+    pub aging: String,
+    /// As `mount --admission`.
+    #[arg(long, value_name = "RULE")]
+    pub admission: Option<String>,
+    /// As `mount --aging-rule`.
+    #[arg(long, value_name = "RULE")]
+    pub aging_rule: Option<String>,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -355,6 +368,21 @@ pub struct MountArgs {
     /// directory: user.tierfs.delta).
     #[arg(long, default_value = "1", value_name = "DELTA")]
     pub delta: String,
+    /// Which read of a file from the HDD may admit it to the SSD (the
+    /// dynamic and caching policies): first (any read after which its
+    /// counter passes the admission threshold) or repeat (only a request
+    /// before which it already did: a file read once in one request is not
+    /// admitted; one read once in several is, at its second) [default:
+    /// first].
+    #[arg(long, value_name = "RULE")]
+    pub admission: Option<String>,
+    /// What halves the counters besides --aging: period (nothing else),
+    /// requests (also every 10 accesses per file on the SSD, once a file
+    /// has had to leave it for room) or shift
+    /// (also when the SSD's share of the requests fell well below its
+    /// average: the hot set moved) [default: period].
+    #[arg(long, value_name = "RULE")]
+    pub aging_rule: Option<String>,
     /// measured: moves per second per policy directory (its token bucket).
     #[arg(long, default_value = "1", value_name = "MOVES")]
     pub measured_rate: f64,
@@ -610,8 +638,9 @@ pub enum BenchCmd {
         /// small (under 15 minutes on two cores), compare (small's workloads
         /// and postmark), full (the papers' sizes), extents (the database
         /// workload at an SSD of 10 % of its data), writeback (mail and
-        /// postmark, hystor with write-back areas) or measured (a degrading
-        /// SSD).
+        /// postmark, hystor with write-back areas), measured (a degrading
+        /// SSD) or blocks (block traces against the offline optimum, LRU and
+        /// S3-FIFO; with --sim).
         #[arg(long, default_value = "small")]
         preset: String,
         /// Results folder.

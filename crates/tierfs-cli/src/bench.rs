@@ -77,7 +77,7 @@ fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta,
     for t in report::tables(rows) {
         std::fs::write(out.join(format!("chart-{}.svg", t.workload)), report::svg(&t))?;
     }
-    let f = report::findings(rows);
+    let f = meta.preset.findings(rows);
     let fm = report::findings_markdown(&f, &report::parse_notes(notes));
     std::fs::write(out.join("findings.md"), &fm)?;
     let p = &meta.preset;
@@ -96,6 +96,13 @@ fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta,
         hit.to_string()
     };
     let charts: String = report::tables(rows).iter().map(|t| format!("![{0}](chart-{0}.svg)\n", t.workload)).collect();
+    let reference = report::reference_markdown(rows);
+    if let Some(r) = &reference {
+        std::fs::write(out.join("reference.md"), r)?;
+    }
+    let reference = reference.map_or(String::new(), |r| {
+        format!("## Against the optimum and the online cache policies\n\nEach run against the offline optimum (Belady's MIN with the option not to admit; exact where every file takes the same room), LRU, S3-FIFO and the best fixed set (the files that come back most, kept from their first access: the ceiling of ranking files by use on a trace whose popularity does not change), replayed over the same reads and writes at the same SSD capacity, with every move at once and for nothing (`tierfs_bench::reference`; also in `reference.md`).\n\n{r}")
+    });
     let (title, how) = if meta.is_simulated() {
         (
             ", simulated",
@@ -105,7 +112,7 @@ fn render(out: &std::path::Path, rows: &[tierfs_bench::sweep::Row], meta: &Meta,
         ("", "")
     };
     let readme = format!(
-        "# tierfs sweep: preset {}{title}\n\nProduced by `{}` in {:.1} minutes; tables re-rendered from `rows.json` by `tierfs bench report <this folder>` (which merges `notes.md`).\n\n{how}- machine: {}\n- tierfs commit: {}\n{}\n- workloads at scale {} (mail {}), seed {}, {} s per time-bounded run after a {} s warm-up with the device models {}\n- SSD sizes: {:?} % of the working set measured by the HDD-only run\n- {hit}\n\nFiles: `results.csv` (every run), `table.md` (normalised to HDD-only and SSD-only), `chart-*.svg`, `findings.md`, `rows.json`, `meta.json`, `notes.md`.\n\n## Expected findings\n\n{fm}\n## Charts\n\n{charts}\n## Tables\n\n{table}",
+        "# tierfs sweep: preset {}{title}\n\nProduced by `{}` in {:.1} minutes; tables re-rendered from `rows.json` by `tierfs bench report <this folder>` (which merges `notes.md`).\n\n{how}- machine: {}\n- tierfs commit: {}\n{}\n- workloads at scale {} (mail {}), seed {}, {} s per time-bounded run after a {} s warm-up with the device models {}\n- SSD sizes: {:?} % of the working set measured by the HDD-only run\n- {hit}\n\nFiles: `results.csv` (every run), `table.md` (normalised to HDD-only and SSD-only), `chart-*.svg`, `findings.md`, `rows.json`, `meta.json`, `notes.md`.\n\n{reference}## Expected findings\n\n{fm}\n## Charts\n\n{charts}\n## Tables\n\n{table}",
         p.name,
         meta.command,
         meta.minutes,
@@ -251,8 +258,13 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 bail!("--phases goes with --sim: a live run's phase is wherever its start puts it");
             }
             let mut p = Preset::named(preset).ok_or_else(|| {
-                anyhow::anyhow!("unknown preset {preset:?} (small, compare, full, extents, writeback or measured)")
+                anyhow::anyhow!(
+                    "unknown preset {preset:?} (small, compare, full, extents, writeback, measured or blocks)"
+                )
             })?;
+            if p.simulated_only && !*sim {
+                bail!("the {preset} preset replays block traces, which only the simulator does: add --sim");
+            }
             let devs = devices.as_deref().map(Devices::load).transpose()?;
             if let Some(d) = &devs {
                 // The devices' own models, not the preset's emulation.

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tierfs_core::config::{parse_duration, parse_size};
 use tierfs_core::device::{Degrade, Profile};
-use tierfs_core::policy::{Params, PolicyKind};
+use tierfs_core::policy::{Admission, AgingRule, Params, PolicyKind};
 use tierfs_core::regulator::Budget;
 use tierfs_core::tier::Tier;
 use tierfs_core::vfs::IoMode;
@@ -148,6 +148,8 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
                 .map_err(|e| anyhow::anyhow!("--write-back: {e}"))?,
             delta: tierfs_core::settings::parse_delta(&a.delta).map_err(|e| anyhow::anyhow!("--delta: {e}"))?,
             quiet: a.quiet_hdd,
+            admission: parse_admission(a.admission.as_deref())?,
+            aging: parse_aging_rule(a.aging_rule.as_deref())?,
         },
         measured_rate: {
             if !(a.measured_rate > 0.0 && a.measured_rate <= 10_000.0) {
@@ -383,6 +385,24 @@ fn parse_profiles(text: &str, path: &Path) -> Result<Vec<Profile>> {
         });
     }
     Ok(out)
+}
+
+/// `--admission` (None: the default).
+pub fn parse_admission(v: Option<&str>) -> Result<Admission> {
+    let Some(v) = v else { return Ok(Admission::default()) };
+    Admission::parse(v).ok_or_else(|| {
+        let names: Vec<_> = Admission::ALL.iter().map(|a| a.name()).collect();
+        anyhow::anyhow!("--admission: {v:?} is not one of {}", names.join(", "))
+    })
+}
+
+/// `--aging-rule` (None: the default).
+pub fn parse_aging_rule(v: Option<&str>) -> Result<AgingRule> {
+    let Some(v) = v else { return Ok(AgingRule::default()) };
+    AgingRule::parse(v).ok_or_else(|| {
+        let names: Vec<_> = AgingRule::ALL.iter().map(|a| a.name()).collect();
+        anyhow::anyhow!("--aging-rule: {v:?} is not one of {}", names.join(", "))
+    })
 }
 
 /// Parses --interval: a duration of more than 0.

@@ -4,6 +4,8 @@
 use crate::args::SimArgs;
 use anyhow::{anyhow, bail, Context, Result};
 use std::process::ExitCode;
+use tierfs_bench::blocks::{self, Blocks};
+use tierfs_bench::reference::{opt::Method, Reference};
 use tierfs_bench::sweep::{Arch, Row};
 use tierfs_bench::workload;
 use tierfs_core::config::{format_size, parse_duration, parse_size};
@@ -42,6 +44,9 @@ pub fn run(a: &SimArgs) -> Result<ExitCode> {
     cfg.type_aware = a.type_aware;
     cfg.duration = a.duration.as_deref().map(parse_duration).transpose().map_err(|e| anyhow!("--duration: {e}"))?;
     cfg.overhead = a.overhead.as_deref().map(parse_duration).transpose().map_err(|e| anyhow!("--overhead: {e}"))?;
+    cfg.aging = parse_duration(&a.aging).map_err(|e| anyhow!("--aging: {e}"))?;
+    cfg.params.admission = crate::mount_cmd::parse_admission(a.admission.as_deref())?;
+    cfg.params.aging = crate::mount_cmd::parse_aging_rule(a.aging_rule.as_deref())?;
     let (r, input) = match (&a.trace, &a.workload) {
         (Some(trace), _) => {
             let (meta, records) = sim::load(trace)?;
@@ -104,6 +109,9 @@ pub fn run(a: &SimArgs) -> Result<ExitCode> {
         l.mean_us,
         r.ssd_hit_ratio * 100.0
     );
+    if let Some(b) = &r.reference {
+        print_reference(b, r.ssd_hit_ratio);
+    }
     println!("moves:      {} ({} evictions), {} moved", r.moves, r.evictions, format_size(r.bytes_moved));
     println!("devices:    SSD busy {:.3} s, HDD busy {:.3} s", r.ssd_busy_secs, r.hdd_busy_secs);
     println!(
@@ -116,6 +124,39 @@ pub fn run(a: &SimArgs) -> Result<ExitCode> {
         }
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The baselines of a replay, and how far its hit ratio `hit` is from
+/// them.
+fn print_reference(b: &Reference, hit: f64) {
+    let o = &b.opt;
+    let how = match o.method {
+        Method::OneSize => "exact: every file takes the same room".to_string(),
+        Method::BruteForce => "exact: every set of intervals tried".to_string(),
+        Method::Bounds => format!("at most; a schedule found serves {:.1} %", o.best.hit_ratio() * 100.0),
+    };
+    println!(
+        "optimum:    {:.1} % served by the SSD ({how}), {} copied to it",
+        o.hit_ratio() * 100.0,
+        format_size(o.best.bytes_admitted)
+    );
+    println!(
+        "online:     LRU {:.1} % ({} copied), S3-FIFO {:.1} % ({} copied); moves at once and for nothing",
+        b.lru.hit_ratio() * 100.0,
+        format_size(b.lru.bytes_admitted),
+        b.s3_fifo.hit_ratio() * 100.0,
+        format_size(b.s3_fifo.bytes_admitted)
+    );
+    println!(
+        "fixed set:  {:.1} % ({} copied): the files that come back most, as many as the SSD holds, never evicted",
+        b.fixed.hit_ratio() * 100.0,
+        format_size(b.fixed.bytes_admitted)
+    );
+    let of_opt = if o.hit_ratio() > 0.0 { format!("{:.1} %", hit / o.hit_ratio() * 100.0) } else { "-".into() };
+    println!(
+        "this:       {of_opt} of the optimum, {:+.1} points from the best online baseline",
+        (hit - b.best_online()) * 100.0
+    );
 }
 
 /// Where a simulated sweep's requests come from.
@@ -136,10 +177,9 @@ fn simulate_one(
     phases: u32,
     (arch, pct, cap, ws): (&Arch, u32, u64, u64),
 ) -> Result<std::result::Result<Row, String>> {
-    if !arch.extra.is_empty() {
-        return Ok(Err(format!("not simulated (mount options {:?})", arch.extra)));
-    }
-    let mut cfg = match config(&arch.policy, arch.interval.as_deref(), cap, emulate.clone()) {
+    let mut cfg = match config(&arch.policy, arch.interval.as_deref(), cap, emulate.clone())
+        .and_then(|cfg| with_options(cfg, &arch.extra))
+    {
         Ok(c) => c,
         Err(e) => return Ok(Err(e.to_string())),
     };
@@ -153,6 +193,23 @@ fn simulate_one(
         rows.push(simulated_row(req, wname, time_bounded, &cfg, (arch, pct, cap, ws))?);
     }
     Ok(Ok(tierfs_bench::sweep::median_run(rows).ok_or_else(|| anyhow!("no run of {wname}"))?))
+}
+
+/// `cfg` with an architecture's mount options, those the simulator
+/// models (`--admission`, `--aging-rule`, `--aging`); any other is
+/// refused.
+fn with_options(mut cfg: Config, extra: &[String]) -> Result<Config> {
+    let mut it = extra.iter();
+    while let Some(opt) = it.next() {
+        let value = it.next().map(String::as_str);
+        match (opt.as_str(), value) {
+            ("--admission", Some(v)) => cfg.params.admission = crate::mount_cmd::parse_admission(Some(v))?,
+            ("--aging-rule", Some(v)) => cfg.params.aging = crate::mount_cmd::parse_aging_rule(Some(v))?,
+            ("--aging", Some(v)) => cfg.aging = parse_duration(v).map_err(|e| anyhow!("--aging: {e}"))?,
+            _ => bail!("not simulated (mount options {extra:?})"),
+        }
+    }
+    Ok(cfg)
 }
 
 /// One replay of a simulated run, as its row.
@@ -187,6 +244,7 @@ fn simulated_row(
         run_hit_ratio: Some(r.ssd_hit_ratio),
         hdd_busy_secs: Some(r.hdd_busy_secs),
         repeats: Vec::new(),
+        reference: r.reference,
         devices: None,
         mover: None,
         run_moves: Some(tierfs_bench::sweep::RunMoves {
@@ -200,6 +258,65 @@ fn simulated_row(
         }),
         report,
     })
+}
+
+/// Where the simulated runs of workload `wname` take their requests
+/// from: its generator, or (with `traces`) its recording there, made now
+/// if missing.
+fn workload_requests(
+    runner: &tierfs_bench::sweep::Runner<'_>,
+    traces: Option<&std::path::Path>,
+    wname: &str,
+    w: &dyn workload::Workload,
+    done: &std::cell::Cell<usize>,
+) -> Result<Requests> {
+    let preset = runner.preset;
+    let p = preset.params_for(wname);
+    let warm = (!preset.warmup.is_zero()).then(|| preset.warmup_params(wname));
+    Ok(match traces {
+        None => Requests::Generated(sim_gen::Run {
+            workload: wname.to_string(),
+            params: p,
+            warmup: warm.map(|wp| (wp, preset.warmup_least())),
+            cost: Default::default(),
+        }),
+        Some(dir) => {
+            let path = dir.join(format!(
+                "{wname}-scale{}-seed{}-{}ms-warm{}ms{}.trace",
+                p.scale,
+                p.seed,
+                p.duration.as_millis(),
+                preset.warmup.as_millis(),
+                preset.warmup_ops_per_file.map_or(String::new(), |k| format!("x{k}"))
+            ));
+            if !path.exists() {
+                (runner.progress)(tierfs_bench::sweep::Progress::Run {
+                    done: done.get(),
+                    total: preset.runs(),
+                    label: &format!("{wname}: recording its trace"),
+                });
+                let warm = warm.and_then(|wp| workload::by_name(wname, wp));
+                runner
+                    .record_trace(w, warm.as_deref(), &path)
+                    .with_context(|| format!("recording {wname} for the simulator"))?;
+            }
+            let (meta, records) = sim::load(&path)?;
+            Requests::Recorded(meta, records)
+        }
+    })
+}
+
+/// The block trace a preset's workload `wname` names: one of a preset of
+/// block traces (the `blocks` preset), none of any other, whose `shifting`
+/// is the workload generator of that name.
+fn block_trace(preset: &tierfs_bench::sweep::Preset, wname: &str) -> Result<Option<Blocks>> {
+    if !preset.simulated_only {
+        return Ok(None);
+    }
+    let p = preset.params_for(wname);
+    Blocks::by_name(wname, blocks::requests_in(p.duration), p.seed)
+        .map(Some)
+        .ok_or_else(|| anyhow!("unknown block trace {wname} (one of {})", blocks::NAMES.join(", ")))
 }
 
 /// `tierfs bench sweep --sim`: every run of the preset in the simulator,
@@ -226,41 +343,21 @@ pub fn sweep(
     let mut rows = Vec::new();
     for (wname, archs) in &preset.plan {
         let p = preset.params_for(wname);
-        let w = workload::by_name(wname, p).ok_or_else(|| anyhow!("unknown workload {wname}"))?;
-        let warm = (!preset.warmup.is_zero()).then(|| preset.warmup_params(wname));
-        let req = match traces {
-            None => Requests::Generated(sim_gen::Run {
-                workload: wname.clone(),
-                params: p,
-                warmup: warm.map(|wp| (wp, preset.warmup_least())),
-                cost: Default::default(),
-            }),
-            Some(dir) => {
-                let path = dir.join(format!(
-                    "{wname}-scale{}-seed{}-{}ms-warm{}ms{}.trace",
-                    p.scale,
-                    p.seed,
-                    p.duration.as_millis(),
-                    preset.warmup.as_millis(),
-                    preset.warmup_ops_per_file.map_or(String::new(), |k| format!("x{k}"))
-                ));
-                if !path.exists() {
-                    (runner.progress)(P::Run {
-                        done: done.get(),
-                        total,
-                        label: &format!("{wname}: recording its trace"),
-                    });
-                    let warm = warm.and_then(|wp| workload::by_name(wname, wp));
-                    runner
-                        .record_trace(w.as_ref(), warm.as_deref(), &path)
-                        .with_context(|| format!("recording {wname} for the simulator"))?;
-                }
-                let (meta, records) = sim::load(&path)?;
-                Requests::Recorded(meta, records)
+        // A block trace is generated whole, replayed at its recorded times
+        // and measured whole; a workload is generated as it runs (or
+        // recorded once).
+        let (req, time_bounded, working_set) = match block_trace(preset, wname)? {
+            Some(b) => {
+                let (meta, records) = tierfs_sim::synth::blocks(&b, blocks::FILE_SIZE);
+                (Requests::Recorded(meta, records), false, None)
+            }
+            None => {
+                let w = workload::by_name(wname, p).ok_or_else(|| anyhow!("unknown workload {wname}"))?;
+                (workload_requests(runner, traces, wname, w.as_ref(), &done)?, w.time_bounded(), w.working_set())
             }
         };
         let one = |arch: &Arch, pct: u32, cap: u64, ws: u64| {
-            simulate_one(&req, wname, w.time_bounded(), p.duration, &emulate, phases, (arch, pct, cap, ws))
+            simulate_one(&req, wname, time_bounded, p.duration, &emulate, phases, (arch, pct, cap, ws))
         };
         let label =
             |arch: &Arch, pct: u32| if pct == 0 { arch.label.clone() } else { format!("{} at {pct}%", arch.label) };
@@ -277,7 +374,7 @@ pub fn sweep(
         // The baselines first: the HDD-only run measures the working set.
         let hdd_arch = Arch::plain("hdd-only");
         (runner.progress)(P::Run { done: done.get(), total, label: &format!("{wname}: hdd-only (simulated)") });
-        let hdd = match one(&hdd_arch, 0, 0, w.working_set().unwrap_or(0)) {
+        let hdd = match one(&hdd_arch, 0, 0, working_set.unwrap_or(0)) {
             Err(e)
                 if e.chain().any(|c| {
                     c.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::Unsupported)
@@ -337,4 +434,27 @@ pub fn sweep(
         rows.extend(results.into_iter().flatten().filter_map(|r| r.ok()));
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tierfs_bench::sweep::Preset;
+
+    #[test]
+    fn the_small_presets_shifting_workload_is_not_replaced_by_the_shifting_block_trace() {
+        // The simulated sweep took every workload named as a block trace
+        // for one, so the small and full presets' `shifting` workload ran
+        // as the block trace (50 requests a second whatever serves them).
+        for name in ["small", "full"] {
+            let p = Preset::named(name).unwrap();
+            assert!(p.plan.iter().any(|(w, _)| w == "shifting"), "{name}");
+            assert!(block_trace(&p, "shifting").unwrap().is_none(), "{name}");
+        }
+        let p = Preset::named("blocks").unwrap();
+        for w in blocks::NAMES {
+            assert!(block_trace(&p, w).unwrap().is_some(), "{w}");
+        }
+        assert!(block_trace(&p, "webserver").is_err());
+    }
 }

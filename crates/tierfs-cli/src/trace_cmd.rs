@@ -24,18 +24,49 @@ pub fn run(a: &TraceArgs) -> Result<ExitCode> {
             import_cmd(input, out, *format, file_size)
         }
         TraceCmd::Synth { name, out, duration, span, file_size, seed } => {
-            let w = synth::by_name(name).ok_or_else(|| {
-                let names: Vec<_> = synth::table_iv().iter().map(|s| s.name).collect();
-                anyhow!("no synthetic workload {name:?} (there are {})", names.join(", "))
-            })?;
-            let duration = parse_duration(duration).map_err(|e| anyhow!("--duration: {e}"))?;
-            let span = parse_size(span).map_err(|e| anyhow!("--span: {e}"))?;
-            let file_size = parse_size(file_size).map_err(|e| anyhow!("--file-size: {e}"))?;
-            let recs = w.generate(duration.as_nanos() as u64, span, file_size, *seed);
-            let meta =
-                Meta { source: format!("synthetic:{}", w.name), note: format!("seed {seed}"), ..Meta::default() };
+            let size = |s: &Option<String>, default: &str, what: &str| {
+                parse_size(s.as_deref().unwrap_or(default)).map_err(|e| anyhow!("--{what}: {e}"))
+            };
+            let blocks = tierfs_bench::blocks::NAMES.contains(&name.as_str());
+            let duration = match duration {
+                Some(d) => parse_duration(d).map_err(|e| anyhow!("--duration: {e}"))?,
+                None if blocks => tierfs_bench::blocks::DURATION,
+                None => Duration::from_secs(60),
+            };
+            let (meta, recs) = if blocks {
+                if span.is_some() {
+                    bail!("--span: {name} is a disk of {}", format_size(tierfs_bench::blocks::SPAN));
+                }
+                let file_size = match file_size {
+                    Some(_) => size(file_size, "", "file-size")?,
+                    None => tierfs_bench::blocks::FILE_SIZE,
+                };
+                let requests = tierfs_bench::blocks::requests_in(duration);
+                let b = tierfs_bench::blocks::Blocks::by_name(name, requests, *seed)
+                    .ok_or_else(|| anyhow!("no block workload {name:?}"))?;
+                synth::blocks(&b, file_size)
+            } else {
+                let w = synth::by_name(name).ok_or_else(|| {
+                    let names: Vec<_> = synth::table_iv().iter().map(|s| s.name).collect();
+                    anyhow!(
+                        "no synthetic workload {name:?} (there are {}, {})",
+                        names.join(", "),
+                        tierfs_bench::blocks::NAMES.join(", ")
+                    )
+                })?;
+                let span = size(span, "1T", "span")?;
+                let file_size = size(file_size, "1G", "file-size")?;
+                let recs = w.generate(duration.as_nanos() as u64, span, file_size, *seed);
+                let meta = Meta {
+                    source: format!("synthetic:{}", w.name),
+                    note: format!("seed {seed}"),
+                    existing_size: Some(import::cut_size(file_size)),
+                    ..Meta::default()
+                };
+                (meta, recs)
+            };
             let n = write_records(out, &meta, &recs)?;
-            eprintln!("tierfs trace: {n} records of {} written to {}", w.name, out.display());
+            eprintln!("tierfs trace: {n} records of {name} written to {}", out.display());
             Ok(ExitCode::SUCCESS)
         }
         TraceCmd::Show { trace, json } => show(trace, *json),
@@ -207,6 +238,7 @@ fn show(path: &Path, json: bool) -> Result<ExitCode> {
             "format_version": version, "source": meta.source, "note": meta.note,
             "records": counts, "files": files.len(), "directories": dirs.len(),
             "bytes_read": read, "bytes_written": written, "seconds": secs,
+            "existing_size": meta.existing_size,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
@@ -217,6 +249,9 @@ fn show(path: &Path, json: bool) -> Result<ExitCode> {
         println!("note:      {}", meta.note);
     }
     println!("length:    {secs:.3} s");
+    if let Some(size) = meta.existing_size {
+        println!("existing:  the files it does not create exist before it, {} each", format_size(size));
+    }
     println!("files:     {} in {} directories", files.len(), dirs.len());
     println!("read:      {} in {} requests", format_size(read), kinds[0]);
     println!("written:   {} in {} requests", format_size(written), kinds[1]);

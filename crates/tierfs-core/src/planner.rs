@@ -24,7 +24,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::clock::Timestamp;
 use crate::event::{Event, EventKind};
-use crate::policy::{evict_for, Params, Plan, PolicyKind, Reason, Space, Step, View};
+use crate::policy::{evict_for, AgingRule, Params, Plan, PolicyKind, Reason, Space, Step, View};
 use crate::state::ns::Ino;
 use crate::stats::{FileStats, Group, Residence, Stats};
 use crate::store::measured::Speed;
@@ -135,6 +135,7 @@ impl Planner {
             tokens,
             moves: &moves,
             ssd_admits: &ssd_admits,
+            counter_before: None,
         };
         f(&v)
     }
@@ -150,10 +151,14 @@ impl Planner {
                 self.stats.insert(ev.ino, FileStats { residence, group, ..FileStats::default() });
             }
         }
+        let before = self.stats.get(ev.ino).map_or(0, |f| f.counter);
         self.stats.apply(ev, &mut |d| tiers.group_of(d));
         let Some(f) = self.stats.get(ev.ino) else { return Plan::default() };
         let (kind, params) = tiers.setting(f.group);
-        self.view(tiers, f.group, params, now, false, 0, |v| kind.policy().on_access(v, ev.ino, &f, &ev.kind))
+        self.view(tiers, f.group, params, now, false, 0, |v| {
+            let v = View { counter_before: Some(before), ..*v };
+            kind.policy().on_access(&v, ev.ino, &f, &ev.kind)
+        })
     }
 
     /// Group `g`'s periodic plan at `now` (`Policy::on_tick`, with `last`
@@ -177,7 +182,9 @@ impl Planner {
     }
 
     /// The periodic plans of `groups` at `now`, each group's interval
-    /// work when its interval has passed since it last ran.
+    /// work when its interval has passed since it last ran; then the
+    /// aging the root's rule asks besides the period (the executor ages by
+    /// the period itself, `Stats::age`).
     pub fn tick(&mut self, now: Timestamp, groups: &[Group], tiers: &dyn Tiers) -> Plan {
         let mut plan = Plan::default();
         for &g in groups {
@@ -188,6 +195,11 @@ impl Planner {
             }
             plan.extend(p);
         }
+        match tiers.setting(0).1.aging {
+            AgingRule::Period => 0,
+            AgingRule::Requests => self.stats.age_by_requests(),
+            AgingRule::Shift => self.stats.age_on_shift(),
+        };
         plan
     }
 
@@ -229,12 +241,15 @@ impl Planner {
 mod tests {
     use super::*;
     use crate::event::Event;
+    use crate::policy::Admission;
     use crate::tier::Placement;
     use std::cell::RefCell;
 
     /// Two tiers in a table: every file of one group, a small SSD.
     struct Table {
         policy: PolicyKind,
+        aging: AgingRule,
+        admission: Admission,
         used: u64,
         limit: u64,
         busy: HashSet<Ino>,
@@ -243,7 +258,7 @@ mod tests {
 
     impl Tiers for Table {
         fn setting(&self, _g: Group) -> (PolicyKind, Params) {
-            (self.policy, Params::default())
+            (self.policy, Params { aging: self.aging, admission: self.admission, ..Params::default() })
         }
         fn group_of(&self, _dir: Ino) -> Group {
             0
@@ -265,7 +280,15 @@ mod tests {
     }
 
     fn table(policy: PolicyKind) -> Table {
-        Table { policy, used: 0, limit: 1 << 20, busy: HashSet::new(), asked: RefCell::new(Vec::new()) }
+        Table {
+            policy,
+            aging: AgingRule::Period,
+            admission: Admission::First,
+            used: 0,
+            limit: 1 << 20,
+            busy: HashSet::new(),
+            asked: RefCell::new(Vec::new()),
+        }
     }
 
     #[test]
@@ -283,6 +306,49 @@ mod tests {
         // A removal or a creation is never a file to look up.
         p.event(&ev(8, 1, EventKind::Remove), Timestamp::from_secs(1), &t);
         assert_eq!(*t.asked.borrow(), vec![7, 700, 9]);
+    }
+
+    #[test]
+    fn a_sampled_read_of_a_file_read_once_does_not_admit_it_under_repeat_admission() {
+        // A heat source's event stands for `times` requests of one access:
+        // all of its weight is this access's, none came before it.
+        let mut t = table(PolicyKind::DynamicHotDst);
+        t.admission = Admission::Repeat;
+        let mut p = Planner::new(Stats::new(crate::stats::DEFAULT_AGING));
+        let placement = Placement::On(Tier::Hdd);
+        p.event(&ev(1, 1, EventKind::Create { placement, parent: 1, size: 4096 }), Timestamp::from_secs(1), &t);
+        assert_eq!(p.stats.get(1).unwrap().counter, 0);
+        let read = EventKind::Read { off: 0, len: 4096, tier: Tier::Hdd, fragment: false };
+        let sampled = Event { times: 16, ..ev(1, 1, read) };
+        let plan = p.event(&sampled, Timestamp::from_secs(1), &t);
+        assert!(plan.steps.is_empty(), "{plan:?}");
+        let plan = p.event(&ev(1, 2, read), Timestamp::from_secs(2), &t);
+        assert_eq!(plan.steps.len(), 1, "its next read admits it: {plan:?}");
+    }
+
+    #[test]
+    fn the_roots_aging_rule_ages_the_statistics_at_each_tick() {
+        // One file on a full SSD: `requests` halves every ten accesses.
+        let mut t = table(PolicyKind::DynamicHotDst);
+        let mut p = Planner::new(Stats::new(crate::stats::DEFAULT_AGING));
+        let placement = Placement::On(Tier::Ssd);
+        p.event(&ev(1, 1, EventKind::Create { placement, parent: 1, size: 100 }), Timestamp::from_secs(1), &t);
+        p.stats.last_evicted = Some(0);
+        let reads = |p: &mut Planner, t: &Table| {
+            for _ in 0..10 {
+                let read = EventKind::Read { off: 0, len: 4096, tier: Tier::Ssd, fragment: false };
+                p.event(&ev(1, 1, read), Timestamp::from_secs(1), t);
+            }
+        };
+        reads(&mut p, &t);
+        p.tick(Timestamp::from_secs(2), &[0], &t);
+        assert_eq!(p.stats.get(1).unwrap().counter, 640, "the period alone: no halving");
+        t.aging = AgingRule::Requests;
+        p.tick(Timestamp::from_secs(2), &[0], &t);
+        assert_eq!(p.stats.get(1).unwrap().counter, 640, "the count starts at the first tick under the rule");
+        reads(&mut p, &t);
+        p.tick(Timestamp::from_secs(2), &[0], &t);
+        assert_eq!(p.stats.get(1).unwrap().counter, 1280 / 2);
     }
 
     #[test]

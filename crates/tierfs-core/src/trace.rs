@@ -2,9 +2,12 @@
 //! block trace holds, without file contents. The simulator replays them and
 //! the capacity planner analyses them (ARCHITECTURE.md, "Traces").
 //!
-//! Format version 3 (version 2 without the kind `stat`, version 1 without
-//! `op` and `phase` either; this build reads both) is a text header of two
-//! lines and then binary records:
+//! Format version 4 (version 3 without [`Meta::existing_size`], version 2
+//! without the kind `stat` either, version 1 without `op` and `phase`
+//! either; this build reads them all, and writes version 3 for a trace
+//! whose files the trace creates, so that builds that know no files
+//! existing before a trace refuse only the traces that have them) is a
+//! text header of two lines and then binary records:
 //!
 //! ```text
 //! tierfs-trace 1\n
@@ -27,8 +30,8 @@ use std::io::{self, BufRead, Write};
 
 /// The first line of every trace, without its version number.
 pub const MAGIC: &str = "tierfs-trace";
-/// The format version this build writes and reads.
-pub const VERSION: u32 = 3;
+/// The newest format version this build writes and reads.
+pub const VERSION: u32 = 4;
 /// The oldest format version this build reads.
 pub const OLDEST: u32 = 1;
 
@@ -65,6 +68,12 @@ pub struct Meta {
     /// ([`PHASE_RUN`]); a replay times the run from there.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub run_clock: bool,
+    /// Every file the trace names without a `create` record existed
+    /// before it began, this many bytes long, on the HDD (an imported
+    /// block trace: its disks' data, cut into files of this size). Without
+    /// it such a file is taken to be as long as its requests show.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub existing_size: Option<u64>,
 }
 
 /// What happened.
@@ -201,7 +210,9 @@ impl<W: Write> Writer<W> {
     /// Writes the header.
     pub fn new(mut out: W, meta: &Meta) -> io::Result<Self> {
         let json = serde_json::to_string(meta).map_err(io::Error::other)?;
-        writeln!(out, "{MAGIC} {VERSION}")?;
+        // Version 4 only adds the files that exist before the trace.
+        let version = if meta.existing_size.is_some() { VERSION } else { 3 };
+        writeln!(out, "{MAGIC} {version}")?;
         writeln!(out, "{json}")?;
         Ok(Writer { out, buf: Vec::with_capacity(64 * 1024), last_ns: 0, records: 0, reordered: 0 })
     }
@@ -396,6 +407,7 @@ mod tests {
                 policies: vec![(5, "on-demand-cache".into())],
                 ops: Some(3),
                 run_clock: true,
+                existing_size: Some(1 << 20),
             };
             let (m, back) = decode(&encode(&meta, &recs)).unwrap();
             prop_assert_eq!(m, meta);
@@ -433,6 +445,16 @@ mod tests {
             (0..1000).map(|i| Record::io(i * 100_000, 7 + i % 50, 3, i % 3 == 0, i * 4096, 4096)).collect();
         let body = encode(&Meta::default(), &recs).len() - encode(&Meta::default(), &[]).len();
         assert!(body <= 1000 * 12, "{body} bytes for 1000 records");
+    }
+
+    #[test]
+    fn a_trace_with_files_that_exist_before_it_is_version_4_and_others_stay_version_3() {
+        // A build that reads version 3 only refuses what it would replay
+        // wrongly, and reads the rest.
+        let with = Meta { existing_size: Some(1 << 20), ..Meta::default() };
+        assert!(encode(&with, &[]).starts_with(b"tierfs-trace 4\n"));
+        assert!(encode(&Meta::default(), &[]).starts_with(b"tierfs-trace 3\n"));
+        assert_eq!(decode(&encode(&with, &[])).unwrap().0, with);
     }
 
     #[test]

@@ -254,7 +254,7 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
                 tier = %t,
                 "the tier is a GlusterFS volume: its client must not cache what tierfs writes, or reads return \
                  old bytes; set performance.quick-read off and performance.stat-prefetch off on the volume \
-                 (README, \"A distributed file system as the HDD tier\")"
+                 (docs/src/capacity-tiers.md, \"A distributed file system as the HDD tier\")"
             );
         }
     }
@@ -420,7 +420,7 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
         if cfg.emulate.is_none() && on_one_file_system(&cfg.ssd, &cfg.hdd) {
             tracing::warn!(
                 "the SSD and HDD directories are on one file system: files moved from one to the other get no \
-                 faster, and the fsyncs of every move slow down what runs there (README, \"Measured\"); give \
+                 faster, and the fsyncs of every move slow down what runs there (docs/src/results.md); give \
                  the SSD directory a file system on the faster device"
             );
         }

@@ -25,7 +25,11 @@
 //! per request), until the run's duration of virtual time is over, counted
 //! from where the workload starts its clock when the trace marks it. A
 //! trace without marks (an imported block trace, a recording of a mount)
-//! replays open-loop at its recorded times and is measured whole.
+//! replays open-loop at its recorded times and is measured whole, each read
+//! and write an operation. Either way the report's requests are the reads
+//! and writes, the requests its hit ratio is over. A file such a trace
+//! names without creating it is older than the trace: on the HDD, as long
+//! as the trace says ([`Meta::existing_size`]) or its requests show.
 //!
 //! Same trace, same settings: same report, byte for byte (nothing here
 //! reads a real clock or iterates a hash map into the output).
@@ -47,6 +51,8 @@ use tierfs_core::policy::{off_ssd, Params, Plan, PolicyKind, Reason, Space, Step
 use tierfs_core::stats::{Group, Residence, Stats};
 use tierfs_core::tier::{Placement, Tier};
 use tierfs_core::trace::{Kind, Meta, Record, PHASE_MEASURE, PHASE_RUN, PHASE_WARMUP};
+
+use tierfs_bench::reference::{Access, Reference, Touch};
 
 /// What to simulate.
 #[derive(Clone, Debug)]
@@ -90,6 +96,9 @@ pub struct Config {
     /// the workload's first request, which no one chooses and which sets
     /// where the interval runs fall in the workload (see [`leads`]).
     pub lead: Duration,
+    /// Measure the replay against the offline optimum and the online
+    /// cache policies over the same requests ([`SimReport::reference`]).
+    pub reference: bool,
 }
 
 /// The leads at which the sweep simulates an architecture, keeping the
@@ -149,6 +158,7 @@ impl Config {
             alloc_unit: ALLOC_UNIT,
             paused_move: PAUSED_MOVE,
             lead: Duration::ZERO,
+            reference: true,
         }
     }
 }
@@ -158,11 +168,12 @@ impl Config {
 pub struct SimReport {
     /// The workload's measure, in the sweep's form.
     pub report: Report,
-    /// Requests replayed in the measured run.
+    /// Reads and writes replayed in the measured run (the requests of the
+    /// hit ratio; creations, opens, closes and listings are not counted).
     pub requests: u64,
     /// Their latencies, microseconds.
     pub request_latency: Latency,
-    /// Requests the SSD served over all.
+    /// The share of those requests the SSD served.
     pub ssd_hit_ratio: f64,
     /// Moves made (promotions, demotions, copies, dropped copies).
     pub moves: u64,
@@ -201,6 +212,11 @@ pub struct SimReport {
     /// Bytes the files hold at the end (the working set, as the sweep measures it after
     /// the HDD-only run).
     pub bytes_held: u64,
+    /// The offline optimum and the online cache policies over the reads
+    /// and writes this replay served, at its SSD capacity
+    /// ([`tierfs_bench::reference`]); None unless [`Config::reference`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<Reference>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -318,6 +334,11 @@ struct Sim {
     /// whether the pass it waited for freed nothing.
     waited: Option<(Timestamp, bool)>,
     counters: Counters,
+    /// The size of the files older than the trace ([`Meta::existing_size`]).
+    existing_size: Option<u64>,
+    /// What the SSD could do at each read and write, for the baselines
+    /// (with [`Config::reference`]).
+    log: Option<Vec<Access>>,
 }
 
 /// A writer waiting for room.
@@ -426,6 +447,8 @@ impl Sim {
             asking: None,
             waited: None,
             counters: Counters::default(),
+            existing_size: meta.existing_size,
+            log: cfg.reference.then(Vec::new),
             cfg,
         }
     }
@@ -454,6 +477,22 @@ impl Sim {
     /// when one is the HDD, so they overlap here instead.
     fn submit_each(&mut self, now: Timestamp, p: Placement, req: Req) -> Timestamp {
         p.tiers().iter().fold(now, |done, &tier| done.max(self.submit(now, tier, req)))
+    }
+
+    /// Logs for the baselines what `touch` does to `ino`, as long as the
+    /// file is now.
+    fn log(&mut self, ino: u64, touch: Touch) {
+        let size = self.model.files.get(&ino).map_or(0, |f| f.size);
+        let charge = self.model.charge(size);
+        if let Some(log) = &mut self.log {
+            log.push(Access { file: ino, charge, touch });
+        }
+    }
+
+    /// A read or write served, for the baselines: counted in the measured
+    /// run.
+    fn log_request(&mut self, ino: u64) {
+        self.log(ino, Touch::Request { counted: !self.paused });
     }
 
     /// An event, for the planner at the next tick (or before a choice of
@@ -805,6 +844,16 @@ impl Sim {
 
     /// Serves one request issued at `now`; returns when it completes.
     fn request(&mut self, now: Timestamp, r: &Record) -> Timestamp {
+        #[cfg(test)]
+        if SETTLED.with(|c| c.get()) {
+            let up = |s: &Step| matches!(s.mv, Move::Promote | Move::Copy);
+            assert!(
+                !self.queue.iter().any(|(_, s)| up(s)) && !self.in_flight.as_ref().is_some_and(|j| up(&j.step)),
+                "a move to the SSD planned before this request is not done: {:?} {:?}",
+                self.queue,
+                self.in_flight
+            );
+        }
         let done = self.serve(now, r);
         #[cfg(test)]
         if CHECK.with(|c| c.get()) {
@@ -817,9 +866,21 @@ impl Sim {
         let ino = r.file;
         let known = self.model.files.contains_key(&ino);
         if !known && !matches!(r.kind, Kind::Create | Kind::Remove | Kind::Stat) {
-            // A file that existed before the trace began: on the HDD (the
-            // planner takes it in as the engine does a file it lost).
-            self.model.files.insert(ino, File { dir: r.dir, ..NEW });
+            // A file that existed before the trace began: on the HDD.
+            match self.existing_size {
+                Some(size) => {
+                    // As long as the trace says: the planner learns of it
+                    // as the engine does of a file its reconciliation
+                    // adopts.
+                    self.model.files.insert(ino, File { size, dir: r.dir, ..NEW });
+                    self.event(ino, now, EventKind::Create { placement: NEW.placement, parent: r.dir, size });
+                }
+                // As long as its requests show (the planner takes it in as
+                // the engine does a file it lost).
+                None => {
+                    self.model.files.insert(ino, File { dir: r.dir, ..NEW });
+                }
+            }
         }
         match r.kind {
             Kind::Create => {
@@ -845,6 +906,7 @@ impl Sim {
                 }
                 let done = self.submit(now, tier, Req::MetaWrite { key: ino });
                 self.event(ino, now, EventKind::Create { placement, parent: r.dir, size: r.len });
+                self.log(ino, Touch::Anchor);
                 done
             }
             Kind::Remove => {
@@ -856,13 +918,20 @@ impl Sim {
                 // file's copy too).
                 let done = self.submit_each(now, f.placement, Req::MetaWrite { key: ino });
                 self.event(ino, now, EventKind::Remove);
+                self.log(ino, Touch::Gone);
                 done
             }
             Kind::Open => {
                 // A file older than the trace is as long as its opens say.
                 let mut now = now;
                 if r.len > self.model.files.get(&ino).map_or(0, |f| f.size) {
+                    let waiting = now;
                     now = self.resize(now, ino, r.len);
+                    if self.asking.is_some() {
+                        // Served again once the cleaner made room.
+                        return waiting;
+                    }
+                    self.log(ino, Touch::Anchor);
                 }
                 let f = self.model.files.get(&ino).copied().unwrap_or(NEW);
                 let tier = f.placement.read_tier();
@@ -892,7 +961,11 @@ impl Sim {
             }
             Kind::Truncate => {
                 let done = self.resize(now, ino, r.len);
+                if self.asking.is_some() {
+                    return now;
+                }
                 self.event(ino, now, EventKind::Resize { size: r.len });
+                self.log(ino, Touch::Anchor);
                 done
             }
             Kind::Move => {
@@ -906,6 +979,7 @@ impl Sim {
             Kind::Read => {
                 let tier = self.model.placement(ino).read_tier();
                 self.counters.requests[tier.idx()] += 1;
+                self.log_request(ino);
                 let done = self.submit(now, tier, Req::Read { file: ino, off: r.off, len: r.len });
                 self.event(ino, now, EventKind::Read { off: r.off, len: r.len, tier, fragment: false });
                 done
@@ -916,6 +990,11 @@ impl Sim {
                 let size = self.model.files.get(&ino).map_or(0, |f| f.size);
                 if end > size {
                     t = self.resize(now, ino, end);
+                    if self.asking.is_some() {
+                        // Served again once the cleaner made room (or its
+                        // file left the SSD): not now.
+                        return now;
+                    }
                 }
                 let f = self.model.files.get(&ino).copied().unwrap_or(NEW);
                 let req = Req::Write { file: ino, off: r.off, len: r.len };
@@ -923,6 +1002,7 @@ impl Sim {
                 // A cached file's copy is written too, as the mount does.
                 let done = self.submit_each(t, f.placement, req);
                 self.counters.requests[tier.idx()] += 1;
+                self.log_request(ino);
                 let kind = EventKind::Write { off: r.off, len: r.len, tier, size: f.size, fragment: false };
                 self.event(ino, now, kind);
                 done
@@ -1089,7 +1169,7 @@ enum Mode {
     /// `per_mark` operations per `op` mark.
     Closed { per_mark: f64 },
     /// Each request at its recorded time, from the first one's; every
-    /// request an operation.
+    /// read and write an operation.
     Open { from_ns: u64 },
 }
 
@@ -1357,7 +1437,12 @@ fn run(cfg: &Config, meta: &Meta, mode: Mode, src: &mut dyn Source) -> io::Resul
             Kind::Write => written += r.len,
             _ => {}
         }
-        req_lat.push(done.since(now).as_micros() as u64);
+        // The requests of the hit ratio: reads and writes (a creation, an
+        // open or a listing's attributes are not counted, nor timed).
+        let data = r.kind.is_io();
+        if data {
+            req_lat.push(done.since(now).as_micros() as u64);
+        }
         last_done = last_done.max(done);
         match mode {
             Mode::Closed { .. } => {
@@ -1370,10 +1455,11 @@ fn run(cfg: &Config, meta: &Meta, mode: Mode, src: &mut dyn Source) -> io::Resul
                     c.now = done.plus(overhead);
                 }
             }
-            Mode::Open { .. } => {
+            Mode::Open { .. } if data => {
                 ops += 1;
                 op_lat.push(done.since(now).as_micros() as u64);
             }
+            Mode::Open { .. } => {}
         }
     }
     if !measuring {
@@ -1431,6 +1517,7 @@ fn run(cfg: &Config, meta: &Meta, mode: Mode, src: &mut dyn Source) -> io::Resul
         },
         trace_exhausted: matches!(mode, Mode::Closed { .. }) && exhausted && cfg.duration.is_some(),
         bytes_held: sim.model.files.values().map(|f| f.size).sum(),
+        reference: sim.log.as_deref().map(|log| Reference::of(log, cfg.ssd_capacity)),
     })
 }
 
@@ -1620,6 +1707,17 @@ mod tests {
         let (waited, r) = grow_on_a_full_ssd(500_000_000);
         assert!(waited > Duration::from_secs(1), "{waited:?}");
         assert_eq!((r.evictions, r.evacuations), (1, 1), "{r:?}");
+    }
+
+    #[test]
+    fn a_write_that_waits_for_room_is_served_and_counted_once_where_it_lands() {
+        // The write was served (and counted, on the SSD) when it found no
+        // room, and again after its wait: one write, two requests, and an
+        // SSD hit for a write that landed on the HDD.
+        let (_, r) = grow_on_a_full_ssd(60_000_000);
+        assert_eq!((r.requests, r.ssd_hit_ratio), (1, 1.0), "{r:?}");
+        let (_, r) = grow_on_a_full_ssd(500_000_000);
+        assert_eq!((r.requests, r.ssd_hit_ratio), (1, 0.0), "{r:?}");
     }
 
     #[test]
@@ -1865,6 +1963,65 @@ mod tests {
         assert_eq!(r.ssd_hit_ratio, 1.0);
     }
 
+    /// A block trace as `trace import` makes it of an MSR CSV: 4 000
+    /// requests of 4 KiB, 20 ms apart, over a 16 MiB disk cut into
+    /// files of 256 KiB, 80 % of them to the first 2 MiB.
+    fn imported() -> (Meta, Vec<Record>) {
+        let mut rng = tierfs_bench::rng::Rng::new(3);
+        let mut csv = String::new();
+        for i in 0..4000u64 {
+            let span = if rng.chance(0.8) { 2 << 20 } else { 16 << 20 };
+            let off = rng.below(span / 4096) * 4096;
+            let kind = if rng.chance(0.2) { "Write" } else { "Read" };
+            csv.push_str(&format!("{},h,0,{kind},{off},4096,1\n", 1_000_000 + i * 200_000));
+        }
+        let mut out = Vec::new();
+        crate::import::import(csv.as_bytes(), crate::import::Format::Msr, 256 << 10, "t.csv", &mut out).unwrap();
+        let rd = tierfs_core::trace::Reader::new(&out[..]).unwrap();
+        let meta = rd.meta().clone();
+        (meta, rd.map(|r| r.unwrap()).collect())
+    }
+
+    #[test]
+    fn an_imported_block_trace_finds_its_data_on_the_hdd_whatever_the_policy() {
+        // The data of a block trace exists before it: a policy that puts
+        // new files on the SSD gets none of it there for nothing. When the
+        // importer created each file at its first request, dynamic cold-DST
+        // found every file it had room for on the SSD.
+        let (meta, recs) = imported();
+        let at = |policy| {
+            let mut cfg = Config::new(policy, 1 << 20);
+            cfg.cache = 0;
+            replay_checked(&cfg, &meta, &recs)
+        };
+        let (hot, cold) = (at(PolicyKind::DynamicHotDst), at(PolicyKind::DynamicColdDst));
+        assert!(hot.ssd_hit_ratio > 0.3, "{hot:?}");
+        assert_eq!((cold.ssd_hit_ratio, cold.moves, cold.bytes_moved), (hot.ssd_hit_ratio, hot.moves, hot.bytes_moved));
+        // Each file is as long as the importer cut it.
+        assert_eq!(hot.bytes_held, 64 * (256 << 10));
+    }
+
+    #[test]
+    fn the_report_counts_and_times_reads_and_writes_not_creations() {
+        // The count took in the creations too while the hit ratio is over
+        // reads and writes only, and a creation's latency (here the
+        // eviction that makes room for it) went into the request figures.
+        let recs = vec![
+            rec(0, 10, Kind::Create, 0, 64 << 10),
+            rec(MS, 10, Kind::Read, 0, 4096),
+            rec(100 * MS, 11, Kind::Create, 0, 64 << 10),
+            rec(200 * MS, 11, Kind::Read, 0, 4096),
+        ];
+        let meta = Meta { dirs: vec![[1, 1]], ..Meta::default() };
+        let mut cfg = Config::new(PolicyKind::DynamicColdDst, 64 << 10);
+        cfg.cache = 0;
+        let r = replay_checked(&cfg, &meta, &recs);
+        assert_eq!(r.evictions, 1, "file 11's creation made room: {r:?}");
+        assert_eq!((r.requests, r.report.ops, r.ssd_hit_ratio), (2, 2, 1.0), "{r:?}");
+        assert!(r.request_latency.max_us < 1000, "{r:?}");
+        assert!(r.report.latency.max_us < 1000, "{r:?}");
+    }
+
     fn arb_trace() -> impl Strategy<Value = Vec<Record>> {
         let op = (0u64..8, 0u8..7, 0u64..4, 1u64..200_000);
         proptest::collection::vec(op, 1..300).prop_map(|ops| {
@@ -1879,6 +2036,73 @@ mod tests {
             }
             v
         })
+    }
+
+    use tierfs_core::policy::{Admission, AgingRule};
+
+    /// Every simulated policy that admits a file only after an access of
+    /// it and keeps within the SSD's capacity: all but `ssd-only` (which
+    /// ignores the capacity) and the interval policies (which promote the
+    /// hottest files between their accesses, see `reference::opt`).
+    fn demand_policies() -> Vec<PolicyKind> {
+        PolicyKind::ALL
+            .into_iter()
+            .filter(|&k| unsupported(k).is_none())
+            .filter(|k| !matches!(k, PolicyKind::SsdOnly | PolicyKind::IntervalHotDst | PolicyKind::IntervalCache))
+            .collect()
+    }
+
+    /// Requests two seconds apart to 6 files of up to 200 KB: every move a
+    /// request causes is done before the next one comes.
+    fn arb_spaced_trace() -> impl Strategy<Value = Vec<Record>> {
+        let op = (0u64..6, 0usize..10, 0u64..50, 1u64..200_000);
+        proptest::collection::vec(op, 1..60).prop_map(|ops| {
+            ops.into_iter()
+                .enumerate()
+                .map(|(i, (f, k, off, len))| {
+                    let kind = [
+                        Kind::Read,
+                        Kind::Read,
+                        Kind::Read,
+                        Kind::Read,
+                        Kind::Write,
+                        Kind::Write,
+                        Kind::Create,
+                        Kind::Remove,
+                        Kind::Truncate,
+                        Kind::Open,
+                    ][k];
+                    rec(i as u64 * 2000 * MS, 10 + f, kind, off * 4096, len)
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn no_policy_serves_more_requests_from_the_ssd_than_the_optimum(
+            recs in arb_spaced_trace(), cap in 0u64..600_000,
+        ) {
+            let meta = Meta { dirs: vec![[1, 1]], ..Meta::default() };
+            let options = Admission::ALL.into_iter().flat_map(|a| AgingRule::ALL.into_iter().map(move |r| (a, r)));
+            for (policy, (admission, aging)) in demand_policies().into_iter().flat_map(|p| options.clone().map(move |o| (p, o))) {
+                let mut cfg = Config::new(policy, cap);
+                cfg.params.admission = admission;
+                cfg.params.aging = aging;
+                cfg.cache = 0;
+                SETTLED.with(|c| c.set(true));
+                let r = replay_checked(&cfg, &meta, &recs);
+                SETTLED.with(|c| c.set(false));
+                let opt = r.reference.expect("measured against the optimum").opt;
+                prop_assert_eq!(opt.best.requests, r.requests);
+                prop_assert!(
+                    r.ssd_hit_ratio <= opt.hit_ratio() + 1e-12,
+                    "{} ({:?}, {:?}) served {} of {} requests from the SSD, the optimum at most {} ({:?})",
+                    policy, admission, aging, r.ssd_hit_ratio * r.requests as f64, r.requests, opt.bound, opt.method
+                );
+            }
+        }
     }
 
     proptest! {
@@ -1901,4 +2125,7 @@ mod tests {
 thread_local! {
     /// Tests: check the model after every request.
     static CHECK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Tests: check that every move to the SSD planned is done before the
+    /// next request comes.
+    static SETTLED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }

@@ -1,5 +1,6 @@
-//! HybridStore's synthetic block workloads (Table IV): sequential or
-//! random, read or write dominant, at low, medium or high intensity.
+//! Synthetic block workloads: HybridStore's (Table IV), sequential or
+//! random, read or write dominant, at low, medium or high intensity; and
+//! the Zipf, scan and shifting traces of `tierfs_bench::blocks` ([`blocks`]).
 //!
 //! | name | reads | mean request | mean inter-arrival |
 //! |---|---|---|---|
@@ -15,9 +16,10 @@
 //! uniformly over the span. The requests go through the same
 //! [`Chunker`](crate::import::Chunker) as imported block traces.
 
-use crate::import::{BlockIo, Chunker};
+use crate::import::{cut_size, BlockIo, Chunker};
+use tierfs_bench::blocks::Blocks;
 use tierfs_bench::rng::Rng;
-use tierfs_core::trace::Record;
+use tierfs_core::trace::{Meta, Record};
 
 /// One of Table IV's workloads.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -85,6 +87,23 @@ impl Synthetic {
     }
 }
 
+/// `b`'s requests cut into files of `file_size` (the disk is one
+/// directory; its files exist before the trace), with the trace's
+/// metadata.
+pub fn blocks(b: &Blocks, file_size: u64) -> (Meta, Vec<Record>) {
+    let mut chunker = Chunker::new(file_size);
+    for r in b.generate() {
+        chunker.push(&BlockIo { time_ns: r.time_ns, disk: b.name().into(), write: r.write, off: r.off, len: r.len });
+    }
+    let meta = Meta {
+        source: format!("synthetic:{}", b.name()),
+        note: format!("{} random requests, seed {}, files of {} bytes", b.requests, b.seed, cut_size(file_size)),
+        existing_size: Some(cut_size(file_size)),
+        ..Meta::default()
+    };
+    (meta, chunker.finish())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,6 +132,17 @@ mod tests {
         let mean = io.iter().map(|r| r.len).sum::<u64>() as f64 / io.len() as f64;
         assert!((3800.0..4800.0).contains(&mean), "mean size {mean}");
         assert_eq!(recs, w.generate(20_000_000_000, 1 << 30, 64 << 20, 7), "same seed, same trace");
+    }
+
+    #[test]
+    fn a_block_trace_is_cut_into_files_that_exist_before_it() {
+        let b = Blocks::by_name("scan", 10_001, 3).unwrap();
+        let (meta, recs) = blocks(&b, 256 << 10);
+        assert_eq!(meta.existing_size, Some(256 << 10));
+        assert!(recs.iter().all(|r| r.kind.is_io() && r.off + r.len <= 256 << 10));
+        // A scan's 1-MiB requests are four whole files each.
+        let whole = recs.iter().filter(|r| r.len == 256 << 10).count() as u64;
+        assert_eq!(whole, 4 * tierfs_bench::blocks::SCAN_BYTES / tierfs_bench::blocks::SCAN_REQUEST);
     }
 
     #[test]

@@ -206,6 +206,8 @@ impl Groups {
                 write_back: s.write_back.unwrap_or(dparams.write_back),
                 delta: s.delta.unwrap_or(dparams.delta),
                 quiet: s.quiet.unwrap_or(dparams.quiet),
+                // The mount's: not a directory setting.
+                ..dparams
             },
             pin: s.pin,
             policy_from: from,

@@ -522,7 +522,7 @@ mod tests {
         let per_tib = t.memory_bytes() as u64 * 64;
         eprintln!("block table: {} bytes per TiB of 64-KiB chunks", per_tib);
         // About 2.2 bytes per chunk: 36 MiB for 1 TiB, 0.035 % of a
-        // 100 GiB remap area (the README quotes this test).
+        // 100 GiB remap area (docs/src/results.md quotes this test).
         assert!(per_tib < 40 << 20, "{per_tib}");
         assert!(per_tib > 32 << 20, "{per_tib}");
     }

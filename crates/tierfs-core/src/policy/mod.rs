@@ -155,6 +155,84 @@ pub struct Params {
     /// The quiet HDD mode applies (`--quiet-hdd`, `user.tierfs.quiet`).
     #[serde(default)]
     pub quiet: bool,
+    /// Which accesses of a file read from the HDD may admit it to the SSD
+    /// (the dynamic and caching policies).
+    #[serde(default)]
+    pub admission: Admission,
+    /// What halves the counters besides the aging period: the root's
+    /// setting is the mount's (the statistics are one for all groups).
+    #[serde(default)]
+    pub aging: AgingRule,
+}
+
+/// Which accesses may admit a file read from the HDD to the SSD.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Admission {
+    /// Any access after which its counter is above the admission threshold
+    /// (Loris): a file read once is admitted when the threshold is below
+    /// one access's weight, as it is after an aging.
+    #[default]
+    First,
+    /// Only an access before which its counter was already above the
+    /// threshold: a file read once since its heat faded (a one-hit wonder,
+    /// a scanned file) is not admitted, and the room stays with files
+    /// that came back (TinyLFU's doorkeeper, on the counters).
+    Repeat,
+}
+
+impl Admission {
+    /// Every rule.
+    pub const ALL: [Admission; 2] = [Admission::First, Admission::Repeat];
+
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Admission::First => "first",
+            Admission::Repeat => "repeat",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(s: &str) -> Option<Admission> {
+        Admission::ALL.into_iter().find(|a| a.name() == s.trim())
+    }
+}
+
+/// What halves every counter besides the aging period (which halves them
+/// whatever else does).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AgingRule {
+    /// Nothing: the period alone.
+    #[default]
+    Period,
+    /// Also every [`crate::stats::REQUESTS_PER_SSD_FILE`] accesses per file
+    /// on the SSD (TinyLFU's sample): a busy mount or a small SSD ages
+    /// sooner.
+    Requests,
+    /// Also when the hot set moved: the SSD's share of the requests'
+    /// heat fell well below its average ([`crate::stats::Stats::age_on_shift`]).
+    Shift,
+}
+
+impl AgingRule {
+    /// Every rule.
+    pub const ALL: [AgingRule; 3] = [AgingRule::Period, AgingRule::Requests, AgingRule::Shift];
+
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            AgingRule::Period => "period",
+            AgingRule::Requests => "requests",
+            AgingRule::Shift => "shift",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(s: &str) -> Option<AgingRule> {
+        AgingRule::ALL.into_iter().find(|a| a.name() == s.trim())
+    }
 }
 
 fn default_delta() -> u16 {
@@ -179,6 +257,8 @@ impl Default for Params {
             write_back: 0,
             delta: default_delta(),
             quiet: false,
+            admission: Admission::default(),
+            aging: AgingRule::default(),
         }
     }
 }
@@ -322,7 +402,7 @@ impl fmt::Display for Reason {
 pub enum NotMoved {
     /// Its counter is not above the admission threshold.
     BelowAdmission {
-        /// Its counter.
+        /// Its counter (with [`Admission::Repeat`], before the access).
         counter: u32,
         /// The threshold.
         threshold: u32,
@@ -409,6 +489,7 @@ impl Plan {
 }
 
 /// Everything a policy may look at.
+#[derive(Clone, Copy)]
 pub struct View<'a> {
     /// Statistics.
     pub stats: &'a Stats,
@@ -441,6 +522,10 @@ pub struct View<'a> {
     /// Would the write regulator let this many bytes go to the SSD now?
     /// (Asks only; true without a budget.)
     pub ssd_admits: &'a dyn Fn(u64) -> bool,
+    /// In [`Policy::on_access`]: the file's counter before the event,
+    /// which [`Admission::Repeat`] admits by (an event of a sampling heat
+    /// source stands for several requests, all of them this access's).
+    pub counter_before: Option<u32>,
 }
 
 /// An architecture. See the module documentation.
@@ -501,7 +586,8 @@ pub fn off_ssd(r: Residence) -> Option<Move> {
 
 /// Admission on a read served by the HDD, shared by the dynamic policies:
 /// promote (or copy, for caching) if the file is on the HDD only, is not
-/// sieved, not pinned to the HDD, and its counter is above the threshold.
+/// sieved, not pinned to the HDD, and its counter is above the threshold
+/// (with [`Admission::Repeat`], its counter before this read).
 pub fn admit_on_read(v: &View<'_>, ino: Ino, f: &FileStats, ev: &EventKind, mv: Move) -> Plan {
     let mut p = Plan::default();
     let read_from_hdd = matches!(
@@ -524,8 +610,19 @@ pub fn admit_on_read(v: &View<'_>, ino: Ino, f: &FileStats, ev: &EventKind, mv: 
         return p;
     }
     let threshold = v.stats.admission_threshold();
-    if f.counter <= threshold {
-        p.skip(ino, NotMoved::BelowAdmission { counter: f.counter, threshold });
+    // The heat that counts: with `repeat`, what the file had before this
+    // access.
+    let heat = match (v.params.admission, *ev) {
+        (Admission::First, _) => f.counter,
+        // A read that found the end of the file (a program reading a file
+        // whole ends with one) belongs to the access before it: all the
+        // file's heat was there before it, and it would admit a file read
+        // once.
+        (Admission::Repeat, EventKind::Read { len: 0, .. }) => 0,
+        (Admission::Repeat, _) => v.counter_before.unwrap_or(f.counter),
+    };
+    if heat <= threshold {
+        p.skip(ino, NotMoved::BelowAdmission { counter: heat, threshold });
         return p;
     }
     p.push(ino, mv, Reason::HotOnRead { counter: f.counter, threshold }, f.size);

@@ -35,6 +35,8 @@ struct Env {
     moved: Vec<(Ino, u32)>,
     /// Bytes the write regulator would still let go to the SSD (None: no budget).
     budget_left: Option<u64>,
+    /// The counter of the event's file before it (`View::counter_before`).
+    counter_before: Option<u32>,
 }
 
 impl Env {
@@ -51,6 +53,7 @@ impl Env {
             tokens: 0,
             moved: vec![],
             budget_left: None,
+            counter_before: None,
         }
     }
     fn with<R>(&self, s: &Stats, f: impl FnOnce(&View<'_>) -> R) -> R {
@@ -73,6 +76,7 @@ impl Env {
             tokens: self.tokens,
             moves: &moves,
             ssd_admits: &ssd_admits,
+            counter_before: self.counter_before,
         };
         f(&v)
     }
@@ -106,6 +110,48 @@ fn admission_needs_a_counter_above_the_last_eviction() {
     assert!(env.with(&s, |v| pol.on_access(v, 11, &s.get(11).unwrap(), &ssd)).is_empty());
     let iv = PolicyKind::IntervalHotDst.policy();
     assert!(env.with(&s, |v| iv.on_access(v, 11, &s.get(11).unwrap(), &read_hdd())).is_empty());
+}
+
+#[test]
+fn repeat_admission_needs_the_heat_before_the_read_above_the_threshold() {
+    // 10 read once (64, all of it this read's), 11 read before (96).
+    let mut s = stats(&[(10, 64, Residence::Hdd, 4096), (11, 96, Residence::Hdd, 4096)]);
+    s.last_evicted = Some(20);
+    let mut env = Env::new(0, 1 << 30);
+    let pol = PolicyKind::DynamicHotDst.policy();
+    let p = env.with(&s, |v| pol.on_access(v, 10, &s.get(10).unwrap(), &read_hdd()));
+    assert_eq!(moves(&p), vec![(10, Move::Promote)], "first: any read past the threshold");
+    env.params.admission = Admission::Repeat;
+    env.counter_before = Some(0);
+    let p = env.with(&s, |v| pol.on_access(v, 10, &s.get(10).unwrap(), &read_hdd()));
+    assert_eq!(p.skipped, vec![(10, NotMoved::BelowAdmission { counter: 0, threshold: 20 })]);
+    env.counter_before = Some(32);
+    let p = env.with(&s, |v| pol.on_access(v, 11, &s.get(11).unwrap(), &read_hdd()));
+    assert_eq!(moves(&p), vec![(11, Move::Promote)]);
+    // A passthrough open that weighs the whole file, and a sampled read
+    // standing for several requests: what counts is the counter before.
+    env.counter_before = Some(0);
+    let open = EventKind::Open { write: false, tier: Tier::Hdd, size: 4096, unseen: true };
+    let p = env.with(&s, |v| PolicyKind::OnDemandCache.policy().on_access(v, 10, &s.get(10).unwrap(), &open));
+    assert!(p.is_empty(), "{p:?}");
+    assert_eq!(Admission::parse("repeat"), Some(Admission::Repeat));
+    assert_eq!(AgingRule::parse(" shift"), Some(AgingRule::Shift));
+    assert_eq!(AgingRule::parse("never"), None);
+}
+
+#[test]
+fn a_read_at_the_end_of_a_file_read_once_does_not_admit_it_under_repeat_admission() {
+    // A program reads a file whole, then reads once more to find its end:
+    // the second request reads no bytes, and with `repeat` the whole
+    // counter was "before" it, which admitted a file read once.
+    let s = stats(&[(10, 64, Residence::Hdd, 4096)]);
+    let mut env = Env::new(0, 1 << 30);
+    env.params.admission = Admission::Repeat;
+    let eof = EventKind::Read { off: 4096, len: 0, tier: Tier::Hdd, fragment: false };
+    for kind in [PolicyKind::DynamicHotDst, PolicyKind::OnDemandCache] {
+        let p = env.with(&s, |v| kind.policy().on_access(v, 10, &s.get(10).unwrap(), &eof));
+        assert!(p.is_empty(), "{kind:?}: {p:?}");
+    }
 }
 
 #[test]

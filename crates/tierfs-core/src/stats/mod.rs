@@ -154,10 +154,50 @@ pub struct Stats {
     grown: usize,
     /// Every this long all counters are halved.
     pub aging_period: Duration,
+    /// The heat (the counters' weights) of the requests each tier served,
+    /// by [`Tier::idx`].
+    heat_served: [u64; 2],
+    /// The window of [`Stats::age_on_shift`].
+    shift: ShiftWindow,
+    /// The requests served when [`Stats::age_by_requests`] last halved or
+    /// last found the SSD with room; None until it first looks (the
+    /// totals loaded at mount are not requests since a halving).
+    requests_aged: Option<u64>,
 }
 
 /// Default aging period: ten minutes.
 pub const DEFAULT_AGING: Duration = Duration::from_secs(600);
+
+/// Accesses per file on the SSD between two halvings of
+/// [`Stats::age_by_requests`]: TinyLFU's sample of ten per cache entry.
+pub const REQUESTS_PER_SSD_FILE: u64 = 10;
+
+/// [`Stats::age_on_shift`]'s window holds at least this much heat: 500
+/// requests of 4 KiB.
+pub const SHIFT_WINDOW_MIN: u64 = 500 * 64;
+
+/// A window whose SSD share of the heat is below this fraction of the
+/// running average says the hot set moved. A window of as many 4-KiB
+/// requests as the SSD holds files, at a hit ratio of 45 %, varies by 2
+/// points (one standard deviation, at 800 files); a moved hot set took
+/// the share from 0.50 to 0.14 in the shifting block trace.
+pub const SHIFT_DROP: f64 = 0.85;
+
+/// Halvings when the hot set moved (counters divided by 8): one halving
+/// left the old hot set's counters above the new one's for most of a
+/// phase at 25 % of the footprint.
+pub const SHIFT_HALVINGS: u32 = 3;
+
+/// The weight of a window in the running average of the SSD's share.
+const SHIFT_MEAN_WEIGHT: f64 = 0.2;
+
+/// Where [`Stats::age_on_shift`]'s window began, and the SSD's average
+/// share of the heat over the windows before.
+#[derive(Clone, Copy, Debug, Default)]
+struct ShiftWindow {
+    start: [u64; 2],
+    mean: Option<f64>,
+}
 
 fn key(f: &FileStats, ino: Ino) -> Key {
     (f.counter, f.seq, ino)
@@ -366,6 +406,7 @@ impl Stats {
             }
         });
         self.served.add(tier, u64::from(times), all);
+        self.heat_served[tier.idx()] += u64::from(counter::weight(pages)) * u64::from(times);
         if let Some(g) = group {
             self.served_by_group.entry(g).or_default().add(tier, u64::from(times), all);
         }
@@ -447,18 +488,84 @@ impl Stats {
             return 0;
         }
         self.last_aged = Some(last.plus(self.aging_period * periods));
+        self.halve(periods);
+        periods
+    }
+
+    /// Halves every counter (and the admission threshold) `times` times.
+    fn halve(&mut self, times: u32) {
         // Cold entries have no counter to halve.
         for (ino, f) in self.files.warm.iter_mut() {
-            let c = f.counter.checked_shr(periods).unwrap_or(0);
+            let c = f.counter.checked_shr(times).unwrap_or(0);
             if c != f.counter {
                 f.counter = c;
                 self.dirty.insert(*ino);
             }
         }
-        self.last_evicted = self.last_evicted.map(|c| c.checked_shr(periods).unwrap_or(0));
+        self.last_evicted = self.last_evicted.map(|c| c.checked_shr(times).unwrap_or(0));
         // The order changed: both maps are built again.
         self.rebuild_maps();
-        periods
+    }
+
+    /// Files taking SSD space (moved there or cached).
+    pub fn ssd_files(&self) -> u64 {
+        let sets = self.sets().into_iter().filter(|(_, r)| r.on_ssd());
+        sets.map(|k| self.index.get(&k).map_or(0, |s| s.len()) + self.unaccessed.get(&k).map_or(0, |s| s.len))
+            .sum::<usize>() as u64
+    }
+
+    /// Halves every counter once [`REQUESTS_PER_SSD_FILE`] accesses per
+    /// file on the SSD came since it last did (`AgingRule::Requests`), once
+    /// the SSD is full. TinyLFU's sample is ten accesses per entry the
+    /// cache holds: the files on a full SSD are that many. Until a file
+    /// has had to leave for room (the admission threshold is set), the SSD
+    /// has room and the count starts afresh, which keeps a few files on an
+    /// empty SSD from halving every few requests. Returns the halvings
+    /// made (0 or 1).
+    pub fn age_by_requests(&mut self) -> u32 {
+        let requests = self.served.reqs[0] + self.served.reqs[1];
+        let since = *self.requests_aged.get_or_insert(requests);
+        if self.last_evicted.is_none() {
+            self.requests_aged = Some(requests);
+            return 0;
+        }
+        if requests - since < REQUESTS_PER_SSD_FILE * self.ssd_files().max(1) {
+            return 0;
+        }
+        self.requests_aged = Some(requests);
+        self.halve(1);
+        1
+    }
+
+    /// Halves every counter [`SHIFT_HALVINGS`] times when the hot set moved
+    /// (`AgingRule::Shift`): the requests are taken in windows of as much
+    /// heat as one 4-KiB request per file on the SSD (at least
+    /// [`SHIFT_WINDOW_MIN`]), and a window in which the SSD served less
+    /// than [`SHIFT_DROP`] of its average share of the heat says the hot
+    /// set moved. The heat, not the count: a scan's big requests weigh
+    /// little, as they do in the counters, and do not look like a move.
+    /// Returns the halvings made.
+    pub fn age_on_shift(&mut self) -> u32 {
+        let window = (64 * self.ssd_files()).max(SHIFT_WINDOW_MIN);
+        let ssd = self.heat_served[0] - self.shift.start[0];
+        let all = ssd + self.heat_served[1] - self.shift.start[1];
+        if all < window {
+            return 0;
+        }
+        self.shift.start = self.heat_served;
+        let share = ssd as f64 / all as f64;
+        let moved = self.shift.mean.is_some_and(|m| share < SHIFT_DROP * m);
+        if !moved {
+            self.shift.mean =
+                Some(self.shift.mean.map_or(share, |m| (1.0 - SHIFT_MEAN_WEIGHT) * m + SHIFT_MEAN_WEIGHT * share));
+            return 0;
+        }
+        // The share after a move is the new level to compare with: until
+        // the policy has brought the new hot set over, every window is as
+        // low, and each would otherwise halve the counters again.
+        self.shift.mean = Some(share);
+        self.halve(SHIFT_HALVINGS);
+        SHIFT_HALVINGS
     }
 
     /// Files of one group and residence, hottest first.
@@ -837,6 +944,105 @@ mod tests {
         assert!(s.check_index());
         assert_eq!(s.age(Timestamp::from_secs(10_000_000)), 32);
         assert_eq!(s.get(1).unwrap().counter, 0);
+    }
+
+    #[test]
+    fn aging_by_requests_halves_after_ten_accesses_per_ssd_file() {
+        let mut s = Stats::new(DEFAULT_AGING);
+        for ino in [1, 2] {
+            s.apply(&create(ino, Placement::On(Tier::Ssd)), &mut no_groups);
+        }
+        s.apply(&create(3, Placement::On(Tier::Hdd)), &mut no_groups);
+        assert_eq!(s.ssd_files(), 2);
+        // Two files on a full SSD (one had to leave): a halving every 20
+        // accesses, whenever they come.
+        s.last_evicted = Some(0);
+        assert_eq!(s.age_by_requests(), 0);
+        for i in 0..19 {
+            s.apply(&read(3, i, 4096), &mut no_groups);
+            assert_eq!(s.age_by_requests(), 0, "after {} accesses", i + 1);
+        }
+        s.apply(&read(3, 19, 4096), &mut no_groups);
+        assert_eq!(s.age_by_requests(), 1);
+        assert_eq!(s.get(3).unwrap().counter, 20 * 64 / 2);
+        assert_eq!(s.age_by_requests(), 0, "the count starts again");
+    }
+
+    #[test]
+    fn aging_by_requests_waits_for_a_full_ssd() {
+        // One file on an SSD with room: ten accesses would halve.
+        let mut s = Stats::new(DEFAULT_AGING);
+        s.apply(&create(1, Placement::On(Tier::Ssd)), &mut no_groups);
+        for i in 0..100 {
+            s.apply(&read(1, i, 4096), &mut no_groups);
+            assert_eq!(s.age_by_requests(), 0, "after {} accesses", i + 1);
+        }
+        // Full from now on: the count starts there.
+        s.last_evicted = Some(0);
+        for i in 0..9 {
+            s.apply(&read(1, i, 4096), &mut no_groups);
+            assert_eq!(s.age_by_requests(), 0);
+        }
+        s.apply(&read(1, 9, 4096), &mut no_groups);
+        assert_eq!(s.age_by_requests(), 1);
+    }
+
+    #[test]
+    fn aging_by_requests_after_a_remount_counts_from_the_mount_not_from_the_first_request_ever() {
+        // The served totals are loaded at mount; the first look must not
+        // take all of them as requests since a halving.
+        let mut s = Stats::new(DEFAULT_AGING);
+        s.apply(&create(1, Placement::On(Tier::Ssd)), &mut no_groups);
+        for i in 0..1000 {
+            s.apply(&read(1, i, 4096), &mut no_groups);
+        }
+        let counter = s.get(1).unwrap().counter;
+        let mut loaded = Stats::new(DEFAULT_AGING);
+        loaded.served = s.served;
+        loaded.last_evicted = Some(0);
+        loaded.insert(1, s.get(1).unwrap());
+        assert_eq!(loaded.age_by_requests(), 0, "no request since the mount");
+        assert_eq!(loaded.get(1).unwrap().counter, counter);
+    }
+
+    #[test]
+    fn aging_on_shift_halves_when_the_ssds_share_of_the_heat_falls() {
+        let mut s = Stats::new(DEFAULT_AGING);
+        s.apply(&create(1, Placement::On(Tier::Ssd)), &mut no_groups);
+        s.apply(&create(2, Placement::On(Tier::Hdd)), &mut no_groups);
+        let read_on = |s: &mut Stats, ino: Ino, tier: Tier, len: u64| {
+            s.apply(&ev(ino, 1, EventKind::Read { off: 0, len, tier, fragment: false }), &mut no_groups)
+        };
+        // A window is 500 requests of 4 KiB. Three windows at 60 % from
+        // the SSD: steady, no halving.
+        for _ in 0..3 {
+            for k in 0..500 {
+                read_on(&mut s, if k % 5 < 3 { 1 } else { 2 }, if k % 5 < 3 { Tier::Ssd } else { Tier::Hdd }, 4096);
+            }
+            assert_eq!(s.age_on_shift(), 0);
+        }
+        // A scan (big requests from the HDD, little heat each) does not
+        // end a window, nor look like a move.
+        for _ in 0..2000 {
+            read_on(&mut s, 2, Tier::Hdd, 1 << 20);
+        }
+        assert_eq!(s.age_on_shift(), 0);
+        // The hot set moved: a window at 30 %.
+        let before = s.get(2).unwrap().counter;
+        for k in 0..500 {
+            read_on(&mut s, if k % 10 < 3 { 1 } else { 2 }, if k % 10 < 3 { Tier::Ssd } else { Tier::Hdd }, 4096);
+        }
+        let heat = before + 350 * 64;
+        assert_eq!(s.age_on_shift(), SHIFT_HALVINGS);
+        assert_eq!(s.get(2).unwrap().counter, heat >> SHIFT_HALVINGS);
+        // While the share stays at its new level (the policy has not
+        // brought the new hot set over yet) it halves no more.
+        for _ in 0..8 {
+            for k in 0..500 {
+                read_on(&mut s, if k % 10 < 3 { 1 } else { 2 }, if k % 10 < 3 { Tier::Ssd } else { Tier::Hdd }, 4096);
+            }
+            assert_eq!(s.age_on_shift(), 0, "one move, one halving");
+        }
     }
 
     #[test]
