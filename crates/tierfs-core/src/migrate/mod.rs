@@ -1154,6 +1154,7 @@ impl<S: Store> Volume<S> {
     /// against the namespace.
     pub fn recover(&self) -> Result<Recovery> {
         let mut rep = Recovery { unclean: self.ns.meta("clean")?.as_deref() == Some(&[0]), ..Recovery::default() };
+        self.set_after_crash(rep.unclean);
         for j in self.ns.journal()? {
             let undo = match (j.state, j.op) {
                 (JournalState::Prepared, JournalOp::Move { to, .. }) => Some((to, j.target, false)),

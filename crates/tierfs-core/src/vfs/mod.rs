@@ -398,6 +398,10 @@ pub struct Volume<S: Store> {
     /// What was read of files on the HDD (quiet mode; see
     /// `Volume::kept_hdd`).
     hdd_kept: Mutex<HashMap<Ino, Kept>>,
+    /// The mount follows an unclean shutdown: the database may have lost
+    /// creates it had not flushed, so no directory's HDD names come from it
+    /// (set by `recover`).
+    after_crash: std::sync::atomic::AtomicBool,
     /// Reconciles directories in the background (see `vfs::adopt`).
     adopter: Arc<adopt::Adopter>,
     open: Mutex<HashMap<Ino, Arc<OpenInode<S>>>>,
@@ -502,6 +506,7 @@ impl<S: Store> Volume<S> {
             hdd_statfs: Mutex::new(None),
             hdd_dirs_synced: Mutex::new(HashMap::new()),
             hdd_kept: Mutex::new(HashMap::new()),
+            after_crash: std::sync::atomic::AtomicBool::new(false),
             adopter: Arc::default(),
             open: Mutex::new(HashMap::new()),
             handles: RwLock::new(HashMap::new()),

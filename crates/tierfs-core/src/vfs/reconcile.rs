@@ -101,10 +101,22 @@ impl<S: Store> Volume<S> {
     }
 
     /// True if the quiet HDD mode takes the names of `dir` on the HDD
-    /// from the state database: it applies to the directory, and the
-    /// directory was reconciled with its HDD copy listed in some mount.
+    /// from the state database: it applies to the directory, the directory
+    /// was reconciled with its HDD copy listed in some mount, directories
+    /// live on the SSD (under an `hdd-only` root they live on the HDD
+    /// alone, and a listing without them would lose them), and the mount
+    /// does not follow an unclean shutdown (the database may have lost a
+    /// create it had not flushed, whose file is on the HDD).
     pub(crate) fn hdd_names_known(&self, dir: Ino) -> Result<bool> {
-        Ok(self.hooks().quiet_dir(dir) && self.ns.hdd_listed(dir)?)
+        Ok(self.cfg.meta_tier == Tier::Ssd
+            && !self.after_crash.load(std::sync::atomic::Ordering::Relaxed)
+            && self.hooks().quiet_dir(dir)
+            && self.ns.hdd_listed(dir)?)
+    }
+
+    /// Recovery found an unclean shutdown (see [`Volume::hdd_names_known`]).
+    pub(crate) fn set_after_crash(&self, unclean: bool) {
+        self.after_crash.store(unclean, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The names of `dir` on the HDD as the database has them (files whose
@@ -276,7 +288,7 @@ impl<S: Store> Volume<S> {
         let listed_before = self.ns.hdd_listed(dir)?;
         // A forced reconciliation is asked for because a backing copy did
         // not match the database: the HDD itself is listed.
-        let hdd_known = !force && listed_before && self.hooks().quiet_dir(dir);
+        let hdd_known = !force && listed_before && self.hdd_names_known(dir)?;
         let mut l = self.list_tiers(dir, known, hdd_known)?;
         let mut all: BTreeSet<OsString> = l.names.keys().cloned().collect();
         all.extend(l.known.keys().cloned());

@@ -1161,6 +1161,7 @@ fn two_tier_dir(ssd: &MemStore, hdd: &MemStore, kv: &MemKv) -> Ino {
     let s = file(&v, d, "on-ssd", b"s");
     v.migrate(s, Move::Promote, &NoCrash).unwrap();
     assert_eq!(names_of(&v, d), ["on-hdd", "on-ssd"].map(String::from).into());
+    v.mark_clean().unwrap();
     d
 }
 
@@ -1198,6 +1199,7 @@ fn a_directory_opted_out_of_the_quiet_mode_or_never_listed_on_the_hdd_is_listed_
     let before = meter.requests();
     assert_eq!(names_of(&v, ROOT_INO), ["put-there"].map(String::from).into());
     assert!(meter.requests() > before);
+    v.mark_clean().unwrap();
     drop(v);
     let (v, meter) = metered(&ssd2, &hdd2, &kv2, true);
     let before = meter.requests();
@@ -1309,4 +1311,58 @@ fn a_quiet_mount_answers_a_stat_or_an_xattr_of_a_file_on_the_hdd_again_without_i
         v.getattr(h).unwrap();
         assert!(hdd_calls(&meter).iter().any(|c| c.0 == "stat"));
     }
+}
+
+#[test]
+fn a_quiet_mount_after_an_unclean_shutdown_lists_the_hdd_and_finds_a_file_whose_create_the_database_lost() {
+    let (ssd, hdd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
+    let d = two_tier_dir(&ssd, &hdd, &kv);
+    {
+        // A mount that crashes: the create of "new" (its file written on
+        // the HDD and fsynced) was not yet flushed to the database.
+        let (v, _) = metered(&ssd, &hdd, &kv, false);
+        let (a, o) = v.create(&CTX, d, OsStr::new("new"), 0o644, 0, libc::O_RDWR).unwrap();
+        v.write(o.fh, 0, b"n").unwrap();
+        v.fsync(o.fh, false).unwrap();
+        v.release(o.fh).unwrap();
+        assert_ne!(a.ino, 0);
+    }
+    kv.crash();
+    let (v, _) = metered(&ssd, &hdd, &kv, true);
+    assert!(names_of(&v, d).contains("new"), "{:?}", names_of(&v, d));
+    assert!(v.lookup(d, OsStr::new("new")).is_ok());
+}
+
+#[test]
+fn a_quiet_mount_over_an_hdd_only_root_keeps_its_subdirectories() {
+    // Under an hdd-only root directories live on the HDD alone, and the
+    // SSD's listing has none of them.
+    let (ssd, hdd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
+    let cfg = VolumeConfig { meta_tier: Tier::Hdd, ..VolumeConfig::default() };
+    let mount = |quiet: bool| {
+        let v = Volume::new(
+            ssd.clone(),
+            hdd.clone(),
+            Namespace::new(Arc::new(kv.clone())),
+            cfg.clone(),
+            Arc::new(NoEvents),
+            Arc::new(ManualClock::new(Timestamp::from_secs(1))),
+        )
+        .unwrap();
+        v.recover().unwrap();
+        if quiet {
+            v.set_hooks(Arc::new(Quiet));
+        }
+        v
+    };
+    let v = mount(false);
+    let a = v.mkdir(&CTX, ROOT_INO, OsStr::new("a"), 0o755, 0).unwrap().ino;
+    let sub = v.mkdir(&CTX, a, OsStr::new("sub"), 0o755, 0).unwrap().ino;
+    file(&v, a, "f", b"f");
+    assert_eq!(names_of(&v, a), ["f", "sub"].map(String::from).into());
+    v.mark_clean().unwrap();
+    drop(v);
+    let v = mount(true);
+    assert_eq!(names_of(&v, a), ["f", "sub"].map(String::from).into());
+    assert_eq!(v.lookup(a, OsStr::new("sub")).unwrap().ino, sub);
 }
