@@ -4,7 +4,10 @@
 #   - the torture test, TIERFS_TORTURE_SECS seconds of operations per
 #     configuration (default 180: 17 configurations, 51 minutes in all);
 #   - the kill -9 loop of issue 16, TIERFS_KILL_ROUNDS rounds per policy
-#     (default 20: 7 policies, 140 rounds).
+#     (default 20: 7 policies, 140 rounds);
+#   - the quiet HDD on a loop device, TIERFS_QUIET_SECS seconds of
+#     SSD-side activity that must leave the HDD's disk untouched (default
+#     600: the issue's ten minutes).
 # The daemon is built with deadlock detection. Prints each test's result
 # and the total time; a failure names its seed (TIERFS_TORTURE_SEED) and
 # the file with every operation. Then the scale benchmark at 10^5 files
@@ -19,13 +22,14 @@ bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 export TIERFS_TORTURE_SECS="${TIERFS_TORTURE_SECS:-180}"
 export TIERFS_KILL_ROUNDS="${TIERFS_KILL_ROUNDS:-20}"
+export TIERFS_QUIET_SECS="${TIERFS_QUIET_SECS:-600}"
 start=$(date +%s)
-echo "torture: $TIERFS_TORTURE_SECS s per configuration; kill loop: $TIERFS_KILL_ROUNDS rounds per policy"
+echo "torture: $TIERFS_TORTURE_SECS s per configuration; kill loop: $TIERFS_KILL_ROUNDS rounds per policy; quiet HDD: $TIERFS_QUIET_SECS s"
 log="$(mktemp /tmp/tierfs-long-XXXXXX.log)"
 status=0
-cargo test --features tierfs/lock-check --test integration -- torture:: killloop:: \
+cargo test --features tierfs/lock-check --test integration -- torture:: killloop:: quiet:: \
     --nocapture "$@" >"$log" 2>&1 || status=$?
-grep -E "^test |operations by|kill -9 rounds|panicked|rerun with|every operation|^test result" "$log" || true
+grep -E "^test |operations by|kill -9 rounds|quiet HDD:|panicked|rerun with|every operation|^test result" "$log" || true
 if [ "$status" -ne 0 ]; then
     echo "long tests FAILED (exit $status); whole output in $log"
     exit "$status"

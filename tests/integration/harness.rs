@@ -416,3 +416,110 @@ pub fn account_matches(area: &Area, mnt: &Path) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// An ext4 file system of its own on a loop device, as an HDD tier whose
+/// disk nobody else uses: made without lazy initialisation (ext4lazyinit
+/// would write the inode tables in the background for minutes) and mounted
+/// `noatime` (a read would write an access time). The loop device is
+/// attached explicitly, so its `/sys/block/loopN/stat` is known; dropping
+/// it unmounts the file system, detaches the device and removes the image,
+/// whatever happened before.
+pub struct HddLoop {
+    pub dir: PathBuf,
+    img: PathBuf,
+    /// `/dev/loopN`.
+    pub dev: String,
+}
+
+impl HddLoop {
+    /// `megabytes` of ext4 at `dir` (made if missing), its image in `area`.
+    pub fn new(area: &Area, dir: &Path, megabytes: u64) -> Self {
+        let img = area.path(&format!("{}.img", dir.file_name().unwrap().to_string_lossy()));
+        fs::create_dir_all(dir).unwrap();
+        fs::File::create(&img).unwrap().set_len(megabytes << 20).unwrap();
+        let ok = Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-m", "0", "-E", "lazy_itable_init=0,lazy_journal_init=0"])
+            .arg(&img)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mkfs.ext4");
+        let out = Command::new("losetup").args(["--find", "--show"]).arg(&img).output().unwrap();
+        assert!(out.status.success(), "losetup: {}", String::from_utf8_lossy(&out.stderr));
+        let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        let l = HddLoop { dir: dir.to_path_buf(), img, dev };
+        l.mount();
+        let _ = fs::remove_dir(dir.join("lost+found"));
+        l
+    }
+
+    fn mount(&self) {
+        let ok = Command::new("mount").args(["-o", "noatime"]).arg(&self.dev).arg(&self.dir).status().unwrap();
+        assert!(ok.success(), "mount {}", self.dev);
+    }
+
+    /// Unmounts and mounts the file system again: nothing of it is left in
+    /// the page, inode or dentry caches, as after a reboot or long memory
+    /// pressure.
+    pub fn remount(&self) {
+        assert!(Command::new("umount").arg(&self.dir).status().unwrap().success(), "umount {}", self.dir.display());
+        self.mount();
+    }
+
+    /// Writes back whatever the file system holds dirty (syncfs).
+    pub fn sync(&self) {
+        assert!(Command::new("sync").arg("-f").arg(&self.dir).status().unwrap().success());
+    }
+
+    /// The loop device's counters so far, from `/sys/block/loopN/stat`:
+    /// requests completed (reads, writes) and sectors (read, written).
+    pub fn counts(&self) -> DiskCounts {
+        let name = self.dev.trim_start_matches("/dev/");
+        let s = fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap();
+        let f: Vec<u64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        DiskCounts { requests: (f[0], f[4]), sectors: (f[2], f[6]) }
+    }
+}
+
+/// A disk's counters (see [`HddLoop::counts`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiskCounts {
+    /// Read and write requests completed.
+    pub requests: (u64, u64),
+    /// Sectors read and written.
+    pub sectors: (u64, u64),
+}
+
+impl Drop for HddLoop {
+    fn drop(&mut self) {
+        if is_mounted(&self.dir) && !Command::new("umount").arg(&self.dir).status().is_ok_and(|s| s.success()) {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        }
+        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
+        let _ = fs::remove_file(&self.img);
+    }
+}
+
+/// Waits until the HDD's disk is quiet and the daemon (a `--quiet-hdd`
+/// mount) has seen it idle for its idle time, `idle` seconds (the gate
+/// over held work closed), and returns the disk's counters then. The file
+/// system is synced first, and no sector may then move for 5 s more: ext4
+/// reads a few block bitmaps a second after it is mounted (its lazyinit
+/// thread's prefetch), and writes back what the mount wrote.
+pub fn asleep(m: &Mounted, hdd: &HddLoop, idle: f64) -> DiskCounts {
+    for _ in 0..10 {
+        hdd.sync();
+        let slept = wait_for(60, || {
+            let h = &stats_json(&m.mnt)["hdd"];
+            h["open"].is_null() && h["disk_idle_secs"].as_f64().is_some_and(|s| s >= idle)
+        });
+        assert!(slept, "the HDD never went idle: {}\n{}", stats_json(&m.mnt)["hdd"], m.log_tail(30));
+        let c = hdd.counts();
+        std::thread::sleep(Duration::from_secs(5));
+        if hdd.counts().sectors == c.sectors && stats_json(&m.mnt)["hdd"]["open"].is_null() {
+            return c;
+        }
+        eprintln!("the HDD's disk was not quiet yet: {c:?} -> {:?}", hdd.counts());
+    }
+    panic!("the HDD's disk never stayed quiet for 5 s: {}", stats_json(&m.mnt)["hdd"]);
+}

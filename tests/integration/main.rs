@@ -21,6 +21,7 @@ mod persist;
 mod plan;
 mod policy;
 mod posix;
+mod quiet;
 mod stats;
 mod tiering;
 mod torture;

@@ -411,6 +411,28 @@ pub struct MountArgs {
     /// limit). Pins and evictions are never held back.
     #[arg(long, default_value = "10", value_name = "MOVES")]
     pub busy_moves: f64,
+    /// Let the HDD sleep: answer what the SSD and the state database can
+    /// answer without it, put new files on the SSD, and hold background
+    /// work that would reach the HDD (moves, write-backs, chunk moves,
+    /// cleaning ahead of writers) until it is awake for another reason,
+    /// the held files reach --quiet-hold, or --quiet-window. A directory
+    /// opts out with `setfattr -n user.tierfs.quiet -v off DIR`.
+    #[arg(long)]
+    pub quiet_hdd: bool,
+    /// With --quiet-hdd: the HDD counts as asleep after this long without
+    /// I/O (about the drive's own spin-down time, `hdparm -S`); a request
+    /// after such a pause is a wake-up in `tierfs stats`.
+    #[arg(long, default_value = "10m", value_name = "DURATION")]
+    pub hdd_idle: String,
+    /// With --quiet-hdd: bytes of files held on the SSD in place of the HDD
+    /// that make them go to the HDD, awake or not [default: 10% of the SSD
+    /// capacity].
+    #[arg(long, value_name = "SIZE")]
+    pub quiet_hold: Option<String>,
+    /// With --quiet-hdd: a daily window, UTC, in which held work goes to
+    /// the HDD (e.g. 02:00-04:00).
+    #[arg(long, value_name = "HH:MM-HH:MM")]
+    pub quiet_window: Option<String>,
     /// SSD watermarks, percent of the capacity: once usage passes HIGH the
     /// cleaner evicts the coldest files ahead of writers, down to LOW
     /// (100,100: only when a write or a migration waits for room, as the

@@ -147,6 +147,7 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
             write_back: tierfs_core::settings::parse_percent(&a.write_back)
                 .map_err(|e| anyhow::anyhow!("--write-back: {e}"))?,
             delta: tierfs_core::settings::parse_delta(&a.delta).map_err(|e| anyhow::anyhow!("--delta: {e}"))?,
+            quiet: a.quiet_hdd,
             admission: parse_admission(a.admission.as_deref())?,
             aging: parse_aging_rule(a.aging_rule.as_deref())?,
         },
@@ -193,6 +194,7 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
             a.busy_moves
         },
         watermarks: parse_watermarks(&a.watermarks).map_err(|e| anyhow::anyhow!("--watermarks: {e}"))?,
+        quiet: quiet(a)?,
         emulate,
         threads,
         allow_other,
@@ -216,6 +218,33 @@ pub fn validate(a: &MountArgs) -> Result<MountConfig> {
             UringArg::Never => UringMode::Never,
         },
     })
+}
+
+/// `--quiet-hdd` and its settings.
+fn quiet(a: &MountArgs) -> Result<Option<tierfs_core::quiet::QuietConfig>> {
+    if !a.quiet_hdd {
+        if a.quiet_hold.is_some() || a.quiet_window.is_some() {
+            bail!("--quiet-hold and --quiet-window need --quiet-hdd");
+        }
+        return Ok(None);
+    }
+    let idle_after = parse_duration(&a.hdd_idle).map_err(|e| anyhow::anyhow!("--hdd-idle: {e}"))?;
+    if idle_after < std::time::Duration::from_secs(1) {
+        bail!("--hdd-idle must be at least 1s");
+    }
+    let hold = match a.quiet_hold.as_deref() {
+        Some(s) => match parse_size(s).map_err(|e| anyhow::anyhow!("--quiet-hold: {e}"))? {
+            0 => bail!("--quiet-hold must be more than 0"),
+            n => n,
+        },
+        None => 0,
+    };
+    let window = a
+        .quiet_window
+        .as_deref()
+        .map(|s| tierfs_core::quiet::Window::parse(s).map_err(|e| anyhow::anyhow!("--quiet-window: {e}")))
+        .transpose()?;
+    Ok(Some(tierfs_core::quiet::QuietConfig { hold, window, idle_after }))
 }
 
 /// `--linger`: at most 10 ms (a longer watch would only burn CPU).

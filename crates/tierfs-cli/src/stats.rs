@@ -185,6 +185,7 @@ fn render_status(r: &StatusReport) -> String {
             .collect();
         o += &format!("  why: {}\n", why.join(", "));
     }
+    o += &hdd_lines(&r.hdd);
     if !m.deferred.is_empty() {
         o += &format!("deferred until their last passthrough handle closes: {}\n", m.deferred.len());
         for f in &m.deferred {
@@ -409,6 +410,49 @@ fn history_lines(h: &[tierfs_core::stats::history::WindowReport]) -> String {
             format_size(t.bytes[1]),
             t.moves,
             format_size(t.bytes_moved),
+        );
+    }
+    o
+}
+
+/// The HDD's idleness: since when nobody (its disk's counters) and tierfs
+/// used it, its wake-ups and what woke it, the quiet mode's held work.
+fn hdd_lines(h: &tierfs_core::report::HddReport) -> String {
+    let secs = |s: Option<f64>| s.map_or("-".to_string(), |s| format!("{}s", s.round() as u64));
+    let mut o = String::new();
+    if !h.quiet && h.disk.is_none() {
+        return o;
+    }
+    o += &format!(
+        "HDD{}: idle {} (disk), {} (tierfs's requests); {} wake-ups in the last day, {} since the mount (asleep after {}s){}\n",
+        h.disk.as_deref().map(|d| format!(" ({d})")).unwrap_or_default(),
+        secs(h.disk_idle_secs),
+        secs(h.tierfs_idle_secs),
+        h.wakeups_day,
+        h.wakeups_total,
+        h.idle_after_secs,
+        if h.quiet { "" } else { "   (quiet mode off)" }
+    );
+    if h.quiet {
+        o += &format!(
+            "  quiet: {}; {} files held on the SSD ({} of {}){}\n",
+            match h.open {
+                Some(why) => format!("held work may go ({})", why.label()),
+                None => "held work waits".to_string(),
+            },
+            h.held_files,
+            format_size(h.held_bytes),
+            format_size(h.hold_limit),
+            h.window.as_deref().map(|w| format!(", window {w} UTC")).unwrap_or_default()
+        );
+    }
+    for w in h.wakes.iter().rev().take(5) {
+        o += &format!(
+            "  woken after {}s by {} ({}) of {}\n",
+            w.after_secs,
+            w.op,
+            w.call,
+            w.path.as_deref().unwrap_or("(no path)")
         );
     }
     o

@@ -22,6 +22,7 @@ pub mod lockcheck;
 pub mod migrate;
 pub mod planner;
 pub mod policy;
+pub mod quiet;
 pub mod regulator;
 pub mod report;
 pub mod runtime;

@@ -346,6 +346,48 @@ pub struct StatusReport {
     /// The last five minutes, hour and day: what was served and moved.
     #[serde(default)]
     pub history: Vec<crate::stats::history::WindowReport>,
+    /// The HDD: when it was last used, its wake-ups and what woke it, and
+    /// the quiet mode's held work.
+    #[serde(default)]
+    pub hdd: HddReport,
+}
+
+/// The HDD tier's idleness (`tierfs mount --quiet-hdd` and disk awareness).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct HddReport {
+    /// The quiet HDD mode is on.
+    pub quiet: bool,
+    /// The block device under the HDD directory (`sda`, `loop3`), if found.
+    pub disk: Option<String>,
+    /// Seconds since the disk last read or wrote a sector (anyone's I/O).
+    pub disk_idle_secs: Option<f64>,
+    /// Seconds since tierfs's last request to the HDD tier.
+    pub tierfs_idle_secs: Option<f64>,
+    /// tierfs's requests to the HDD tier since the mount (of every kind
+    /// but `statfs`).
+    #[serde(default)]
+    pub tierfs_requests: u64,
+    /// The idle time after which the HDD counts as asleep, seconds.
+    pub idle_after_secs: u64,
+    /// Wake-ups of the disk (I/O after the idle time) in the last day and
+    /// since the mount (from its counters; without a disk, tierfs's
+    /// requests after the idle time).
+    pub wakeups_day: u64,
+    /// Wake-ups since the mount.
+    pub wakeups_total: u64,
+    /// The requests of tierfs that came after the idle time, latest last.
+    pub wakes: Vec<crate::quiet::Wake>,
+    /// Whether held work may go to the HDD now, and why (`awake`,
+    /// `held-writes-full`, `window`); `None`: held.
+    pub open: Option<crate::quiet::Open>,
+    /// Files created on the SSD in place of the HDD, waiting.
+    pub held_files: u64,
+    /// Their bytes on the SSD.
+    pub held_bytes: u64,
+    /// The held bytes that make them go whether the HDD is awake or not.
+    pub hold_limit: u64,
+    /// The daily window, if any (`HH:MM-HH:MM`, UTC).
+    pub window: Option<String>,
 }
 
 /// The measured response times of one tier.

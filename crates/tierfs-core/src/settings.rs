@@ -70,6 +70,9 @@ pub enum Key {
     Delta,
     /// `user.tierfs.pin` (files and directories).
     Pin,
+    /// `user.tierfs.quiet` (directories): `on` or `off`, whether the quiet
+    /// HDD mode of a `--quiet-hdd` mount applies to the subtree.
+    Quiet,
     /// `user.tierfs.placement` (read-only: where a file's data is now,
     /// `ssd`, `hdd` or `hdd+ssd-copy`).
     Placement,
@@ -77,7 +80,7 @@ pub enum Key {
 
 impl Key {
     /// Every key, for listing.
-    pub const ALL: [Key; 9] = [
+    pub const ALL: [Key; 10] = [
         Key::Policy,
         Key::PolicySource,
         Key::Sieve,
@@ -86,6 +89,7 @@ impl Key {
         Key::WriteBack,
         Key::Delta,
         Key::Pin,
+        Key::Quiet,
         Key::Placement,
     ];
 
@@ -100,6 +104,7 @@ impl Key {
             Key::WriteBack => "user.tierfs.write-back",
             Key::Delta => "user.tierfs.delta",
             Key::Pin => "user.tierfs.pin",
+            Key::Quiet => "user.tierfs.quiet",
             Key::Placement => "user.tierfs.placement",
         }
     }
@@ -114,7 +119,7 @@ impl Key {
         match Key::ALL.into_iter().find(|k| k.name().as_bytes() == name) {
             Some(k) => Ok(Some(k)),
             None => Err(Error::Invalid(format!(
-                "unknown tierfs attribute {:?} (known: user.tierfs.policy, .sieve, .interval, .chunk, .write-back, .pin, .placement)",
+                "unknown tierfs attribute {:?} (known: user.tierfs.policy, .sieve, .interval, .chunk, .write-back, .delta, .pin, .quiet, .placement)",
                 String::from_utf8_lossy(name)
             ))),
         }
@@ -122,7 +127,7 @@ impl Key {
 
     /// True for keys that only directories take.
     pub fn dirs_only(self) -> bool {
-        matches!(self, Key::Policy | Key::Sieve | Key::Interval | Key::Chunk | Key::WriteBack | Key::Delta)
+        matches!(self, Key::Policy | Key::Sieve | Key::Interval | Key::Chunk | Key::WriteBack | Key::Delta | Key::Quiet)
     }
 
     /// True for keys that only show what is (they cannot be set).
@@ -155,6 +160,9 @@ pub struct Settings {
     /// Pin of this file or subtree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pin: Option<Tier>,
+    /// Whether the quiet HDD mode applies to this subtree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiet: Option<bool>,
 }
 
 mod opt_duration {
@@ -188,6 +196,7 @@ impl Settings {
             || self.write_back.is_some()
             || self.delta.is_some()
             || self.pin.is_some()
+            || self.quiet.is_some()
     }
 
     /// Encodes for the state database.
@@ -210,6 +219,7 @@ impl Settings {
             Key::WriteBack => self.write_back.map(|p| format!("{p}%")),
             Key::Delta => self.delta.map(format_delta),
             Key::Pin => self.pin.map(|t| t.name().to_string()),
+            Key::Quiet => self.quiet.map(|q| if q { "on" } else { "off" }.to_string()),
             Key::PolicySource | Key::Placement => None,
         }
     }
@@ -249,6 +259,13 @@ impl Settings {
             Key::WriteBack => self.write_back = Some(parse_percent(v).map_err(bad)?),
             Key::Delta => self.delta = Some(parse_delta(v).map_err(bad)?),
             Key::Pin => self.pin = Some(Tier::parse(v).ok_or_else(|| bad(format!("unknown tier {v:?} (ssd or hdd)")))?),
+            Key::Quiet => {
+                self.quiet = Some(match v {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(bad(format!("{v:?}: on or off"))),
+                })
+            }
             Key::PolicySource | Key::Placement => return Err(bad("is read-only".into())),
         }
         Ok(())
@@ -264,6 +281,7 @@ impl Settings {
             Key::WriteBack => self.write_back.take().is_some(),
             Key::Delta => self.delta.take().is_some(),
             Key::Pin => self.pin.take().is_some(),
+            Key::Quiet => self.quiet.take().is_some(),
             Key::PolicySource | Key::Placement => false,
         }
     }
@@ -278,6 +296,7 @@ impl Settings {
             write_back: self.write_back.or(parent.write_back),
             delta: self.delta.or(parent.delta),
             pin: self.pin.or(parent.pin),
+            quiet: self.quiet.or(parent.quiet),
         }
     }
 }
@@ -300,6 +319,7 @@ mod tests {
             (Key::Interval, b"0"),
             (Key::Interval, b"5 years"),
             (Key::Pin, b"tape"),
+            (Key::Quiet, b"yes"),
             (Key::Policy, b"\xff"),
             (Key::PolicySource, b"/x"),
             (Key::Placement, b"ssd"),

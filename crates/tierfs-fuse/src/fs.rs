@@ -60,10 +60,12 @@ impl<S: Store> TierFs<S> {
     }
 
     /// The first line of every request's handler: counts the request (the
-    /// migrator's busy gate reads the count) and returns the guard that
+    /// migrator's busy gate reads the count), says what the thread does (a
+    /// request that wakes the HDD is noted with it) and returns the guard that
     /// lingers after the answer.
-    fn request(&self) -> crate::linger::Guard<'_> {
+    fn request(&self, op: &'static str, ino: u64) -> crate::linger::Guard<'_> {
         self.vol.note_request();
+        tierfs_core::quiet::set_doing(op, ino);
         self.linger.guard()
     }
 }
@@ -301,7 +303,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let _linger = self.request();
+        let _linger = self.request("lookup", parent.0);
         match self.vol.lookup_present(parent.0, name) {
             Ok(Some(a)) => entry(self, reply, Ok(a)),
             // The name's absence is cached too (an entry of inode 0): a
@@ -314,7 +316,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let _linger = self.request();
+        let _linger = self.request("getattr", ino.0);
         match self.vol.getattr(ino.0) {
             Ok(a) => reply.attr(&self.ttl, &fuse_attr(&a)),
             Err(e) => reply.error(self.fail(e)),
@@ -339,7 +341,7 @@ impl<S: Store> Filesystem for TierFs<S> {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let _linger = self.request();
+        let _linger = self.request("setattr", ino.0);
         let sa = SetAttr { mode, uid, gid, size, atime: set_time(atime), mtime: set_time(mtime) };
         let mut r = self.vol.setattr(ino.0, fh.map(|f| f.0), &sa);
         // Truncation by an unprivileged user clears set-ID bits
@@ -354,7 +356,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let _linger = self.request();
+        let _linger = self.request("readlink", ino.0);
         match self.vol.readlink(ino.0) {
             Ok(t) => reply.data(std::os::unix::ffi::OsStrExt::as_bytes(t.as_os_str())),
             Err(e) => reply.error(self.fail(e)),
@@ -362,7 +364,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        let _linger = self.request();
+        let _linger = self.request("mknod", parent.0);
         entry(
             self,
             reply,
@@ -371,22 +373,22 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        let _linger = self.request();
+        let _linger = self.request("mkdir", parent.0);
         entry(self, reply, self.touched(self.vol.mkdir(&ctx(req), parent.0, name, mode, umask), &[parent]));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _linger = self.request();
+        let _linger = self.request("unlink", parent.0);
         empty(self, reply, self.touched(self.vol.unlink(parent.0, name), &[parent]));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _linger = self.request();
+        let _linger = self.request("rmdir", parent.0);
         empty(self, reply, self.touched(self.vol.rmdir(parent.0, name), &[parent]));
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        let _linger = self.request();
+        let _linger = self.request("symlink", parent.0);
         entry(
             self,
             reply,
@@ -404,18 +406,18 @@ impl<S: Store> Filesystem for TierFs<S> {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let _linger = self.request();
+        let _linger = self.request("rename", parent.0);
         let r = self.vol.rename(parent.0, name, newparent.0, newname, flags.bits());
         empty(self, reply, self.touched(r, &[parent, newparent]));
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        let _linger = self.request();
+        let _linger = self.request("link", ino.0);
         entry(self, reply, self.touched(self.vol.link(ino.0, newparent.0, newname), &[newparent]));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let _linger = self.request();
+        let _linger = self.request("open", ino.0);
         let opened = match self.vol.open_as(&ctx(req), ino.0, flags.0) {
             Ok(o) => o,
             Err(e) => return reply.error(self.fail(e)),
@@ -437,7 +439,7 @@ impl<S: Store> Filesystem for TierFs<S> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let _linger = self.request();
+        let _linger = self.request("read", _ino.0);
         match self.vol.read(fh.0, offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(self.fail(e)),
@@ -456,7 +458,7 @@ impl<S: Store> Filesystem for TierFs<S> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let _linger = self.request();
+        let _linger = self.request("write", ino.0);
         match self.vol.write(fh.0, offset, data) {
             Ok(n) => {
                 // With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves this to us.
@@ -472,7 +474,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        let _linger = self.request();
+        let _linger = self.request("flush", _ino.0);
         empty(self, reply, self.vol.flush(fh.0));
     }
 
@@ -486,18 +488,18 @@ impl<S: Store> Filesystem for TierFs<S> {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let _linger = self.request();
+        let _linger = self.request("release", _ino.0);
         self.backings.put(fh.0);
         empty(self, reply, self.vol.release(fh.0));
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        let _linger = self.request();
+        let _linger = self.request("fsync", _ino.0);
         empty(self, reply, self.vol.fsync(fh.0, datasync));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let _linger = self.request();
+        let _linger = self.request("opendir", ino.0);
         match self.vol.opendir(ino.0) {
             Ok(fh) => {
                 // The kernel keeps the listing in the directory's page
@@ -517,7 +519,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let _linger = self.request();
+        let _linger = self.request("readdir", _ino.0);
         match self.vol.readdir(fh.0, offset) {
             Ok(entries) => {
                 for e in entries {
@@ -532,7 +534,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let _linger = self.request();
+        let _linger = self.request("readdirplus", _ino.0);
         match self.vol.readdirplus(fh.0, offset, reply.capacity() / ReplyDirectoryPlus::MIN_ENTRY) {
             Ok(entries) => {
                 for e in entries {
@@ -554,17 +556,17 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        let _linger = self.request();
+        let _linger = self.request("releasedir", _ino.0);
         empty(self, reply, self.vol.releasedir(fh.0));
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        let _linger = self.request();
+        let _linger = self.request("fsyncdir", ino.0);
         empty(self, reply, self.vol.fsyncdir(ino.0));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let _linger = self.request();
+        let _linger = self.request("statfs", _ino.0);
         match self.vol.statfs() {
             Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize),
             Err(e) => reply.error(self.fail(e)),
@@ -581,7 +583,7 @@ impl<S: Store> Filesystem for TierFs<S> {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let _linger = self.request();
+        let _linger = self.request("setxattr", ino.0);
         if let Some(v) = &self.virt {
             if let Some(r) = v.set(&ctx(req), ino.0, name, value, flags) {
                 return empty(self, reply, r);
@@ -591,7 +593,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let _linger = self.request();
+        let _linger = self.request("getxattr", ino.0);
         if let Some(v) = &self.virt {
             if let Some(r) = v.get(ino.0, name) {
                 return xattr_reply(self, reply, size, r);
@@ -601,7 +603,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let _linger = self.request();
+        let _linger = self.request("listxattr", ino.0);
         let mut r = self.vol.listxattr_stored(ino.0);
         if let (Some(v), Ok(list)) = (&self.virt, r.as_mut()) {
             list.extend(v.list(ino.0));
@@ -610,7 +612,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _linger = self.request();
+        let _linger = self.request("removexattr", ino.0);
         if let Some(v) = &self.virt {
             if let Some(r) = v.remove(&ctx(req), ino.0, name) {
                 return empty(self, reply, r);
@@ -620,7 +622,7 @@ impl<S: Store> Filesystem for TierFs<S> {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let _linger = self.request();
+        let _linger = self.request("access", ino.0);
         empty(self, reply, self.vol.access(&ctx(req), ino.0, mask.bits()));
     }
 
@@ -634,7 +636,7 @@ impl<S: Store> Filesystem for TierFs<S> {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let _linger = self.request();
+        let _linger = self.request("create", parent.0);
         let (attr, opened) =
             match self.touched(self.vol.create(&ctx(req), parent.0, name, mode, umask, flags), &[parent]) {
                 Ok(x) => x,
@@ -657,12 +659,12 @@ impl<S: Store> Filesystem for TierFs<S> {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let _linger = self.request();
+        let _linger = self.request("fallocate", _ino.0);
         empty(self, reply, self.vol.fallocate(fh.0, offset, length, mode));
     }
 
     fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
-        let _linger = self.request();
+        let _linger = self.request("lseek", _ino.0);
         match self.vol.lseek(fh.0, offset, whence) {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(self.fail(e)),
@@ -682,7 +684,7 @@ impl<S: Store> Filesystem for TierFs<S> {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        let _linger = self.request();
+        let _linger = self.request("copy_file_range", 0);
         match self.vol.copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len) {
             Ok(n) => reply.written(n.min(u32::MAX as u64) as u32),
             Err(e) => reply.error(self.fail(e)),
@@ -705,7 +707,7 @@ impl<S: Store> Filesystem for TierFs<S> {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        let _linger = self.request();
+        let _linger = self.request("ioctl", _ino.0);
         reply.error(Errno::ENOTTY);
     }
 
@@ -722,7 +724,7 @@ impl<S: Store> Filesystem for TierFs<S> {
         _flags: PollFlags,
         reply: ReplyPoll,
     ) {
-        let _linger = self.request();
+        let _linger = self.request("poll", _ino.0);
         reply.error(Errno::ENOSYS);
     }
 }

@@ -244,6 +244,7 @@ pub fn render(r: &StatusReport) -> prometheus::Result<String> {
             o.gauge("tierfs_ssd_write_budget_bytes", "The SSD write budget per day.", &[], &[(&[], b as f64)])?;
         }
     }
+    hdd_families(&o, &r.hdd)?;
     let x = &r.remap;
     o.gauge(
         "tierfs_split_files",
@@ -334,6 +335,68 @@ pub fn render(r: &StatusReport) -> prometheus::Result<String> {
 /// the stores' meters (the client crate's histograms observe one value at
 /// a time; these counts are kept by the meters, so the family is built
 /// from them).
+/// The HDD's idleness: how long since its disk and tierfs last used it,
+/// its wake-ups, what woke it last, and the quiet mode's held work.
+fn hdd_families(o: &Out, h: &tierfs_core::report::HddReport) -> prometheus::Result<()> {
+    if let Some(s) = h.disk_idle_secs {
+        o.gauge(
+            "tierfs_hdd_disk_idle_seconds",
+            "Time since the HDD's disk last read or wrote a sector (anyone's I/O).",
+            &[],
+            &[(&[], s)],
+        )?;
+    }
+    if let Some(s) = h.tierfs_idle_secs {
+        o.gauge("tierfs_hdd_idle_seconds", "Time since tierfs's last request to the HDD tier.", &[], &[(&[], s)])?;
+        o.counter(
+            "tierfs_hdd_requests_total",
+            "tierfs's requests to the HDD tier (every kind but statfs).",
+            &[],
+            &[(&[], h.tierfs_requests)],
+        )?;
+    }
+    if !h.quiet && h.disk.is_none() && h.tierfs_idle_secs.is_none() {
+        return Ok(());
+    }
+    o.counter(
+        "tierfs_hdd_wakeups_total",
+        "Wake-ups of the HDD: I/O after --hdd-idle without any (from its disk's counters where found).",
+        &[],
+        &[(&[], h.wakeups_total)],
+    )?;
+    o.gauge(
+        "tierfs_hdd_wakeups_day",
+        "Wake-ups of the HDD in the last 24 hours.",
+        &[],
+        &[(&[], h.wakeups_day as f64)],
+    )?;
+    if let Some(w) = h.wakes.last() {
+        let path = w.path.as_deref().unwrap_or("");
+        o.gauge(
+            "tierfs_hdd_last_wake_timestamp_seconds",
+            "When a request of tierfs last came to the HDD after the idle time, and what it was.",
+            &["op", "call", "path"],
+            &[(&[w.op.as_str(), w.call.as_str(), path], w.at as f64)],
+        )?;
+    }
+    if h.quiet {
+        o.gauge(
+            "tierfs_hdd_held_files",
+            "Files held on the SSD while the HDD sleeps.",
+            &[],
+            &[(&[], h.held_files as f64)],
+        )?;
+        o.gauge("tierfs_hdd_held_bytes", "Their bytes on the SSD.", &[], &[(&[], h.held_bytes as f64)])?;
+        o.gauge(
+            "tierfs_hdd_open",
+            "1 while work held off the HDD may reach it (it is awake, the held bytes are full, or the window is on).",
+            &[],
+            &[(&[], if h.open.is_some() { 1.0 } else { 0.0 })],
+        )?;
+    }
+    Ok(())
+}
+
 fn latency_family(tiers: &[tierfs_core::report::TierSpeed]) -> MetricFamily {
     let mut metrics = Vec::new();
     for t in tiers {
@@ -627,6 +690,43 @@ mod tests {
         for absent in ["tierfs_response_seconds", "tierfs_ssd_written", "tierfs_writeback", "tierfs_emulated"] {
             assert!(!text.contains(absent), "{absent} in\n{text}");
         }
+    }
+
+    #[test]
+    fn the_hdd_idleness_and_what_woke_it_are_gauges_and_counters() {
+        let mut r = report();
+        r.hdd = tierfs_core::report::HddReport {
+            quiet: true,
+            disk: Some("sda".into()),
+            disk_idle_secs: Some(12.5),
+            tierfs_idle_secs: Some(30.0),
+            tierfs_requests: 7,
+            wakeups_total: 3,
+            wakes: vec![tierfs_core::quiet::Wake {
+                at: 1000,
+                op: "lookup".into(),
+                call: "stat".into(),
+                path: Some("/media".into()),
+                after_secs: 700,
+            }],
+            held_files: 2,
+            ..Default::default()
+        };
+        let text = render(&r).unwrap();
+        for line in [
+            "# TYPE tierfs_hdd_disk_idle_seconds gauge",
+            "tierfs_hdd_disk_idle_seconds 12.5",
+            "# TYPE tierfs_hdd_idle_seconds gauge",
+            "tierfs_hdd_requests_total 7",
+            "tierfs_hdd_wakeups_total 3",
+            "tierfs_hdd_last_wake_timestamp_seconds{call=\"stat\",op=\"lookup\",path=\"/media\"} 1000",
+            "tierfs_hdd_held_files 2",
+            "tierfs_hdd_open 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no line {line:?} in\n{text}");
+        }
+        // Without the quiet mode or a disk, none of it.
+        assert!(!render(&report()).unwrap().contains("tierfs_hdd_"));
     }
 
     fn r_moved() -> u64 {

@@ -74,6 +74,8 @@ pub struct MountConfig {
     pub busy_moves: f64,
     /// SSD watermarks in percent (see `EngineConfig::watermarks`).
     pub watermarks: (u8, u8),
+    /// The quiet HDD mode (see `EngineConfig::quiet`); None: off.
+    pub quiet: Option<tierfs_core::quiet::QuietConfig>,
     /// Device models for the two tiers (SSD, HDD) and the RAM cache size.
     pub emulate: Option<(Profile, Profile, u64)>,
     /// Request-handling threads.
@@ -299,6 +301,7 @@ fn serve_inner(cfg: &MountConfig, report: &mut dyn FnMut(Result<(), String>)) ->
         ssd_capacity: cfg.ssd_capacity,
         migrate_rate: cfg.migrate_rate,
         busy_moves: cfg.busy_moves,
+        quiet: cfg.quiet,
         watermarks: cfg.watermarks,
         placement: cfg.placement,
         audit_space: recovery.changed(),

@@ -205,6 +205,7 @@ impl Groups {
                 chunk: s.chunk.unwrap_or(dparams.chunk),
                 write_back: s.write_back.unwrap_or(dparams.write_back),
                 delta: s.delta.unwrap_or(dparams.delta),
+                quiet: s.quiet.unwrap_or(dparams.quiet),
                 // The mount's: not a directory setting.
                 ..dparams
             },

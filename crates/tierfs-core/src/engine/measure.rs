@@ -167,7 +167,8 @@ impl<S: Store> Engine<S> {
         let pos = self.measure.lock().pos;
         for t in Tier::ALL {
             let (read, write) = due[t.idx()];
-            if !(read || write) {
+            // Never wake a sleeping HDD just to time it.
+            if !(read || write) || (t == Tier::Hdd && self.hdd_closed()) {
                 continue;
             }
             self.doing("prober", format!("a probe of the {t}"));
@@ -195,6 +196,7 @@ impl<S: Store> Engine<S> {
     }
 
     fn probe(&self, t: Tier, read: bool, write: bool, pos: u64, meter: &Meter) -> crate::Result<()> {
+        let _doing = crate::quiet::doing("probe", 0);
         let s = self.vol.tiers.store(t);
         let f = self.probe_file(t)?;
         // Scattered: a probe pays the access time, as a random request does.

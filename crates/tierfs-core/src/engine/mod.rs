@@ -18,6 +18,7 @@ mod chunks;
 pub mod groups;
 mod heat;
 mod measure;
+mod quiet;
 pub mod rate;
 pub mod record;
 mod writeback;
@@ -190,6 +191,8 @@ pub struct EngineConfig {
     /// Background moves a second while the mount is busy (at least
     /// [`BUSY_REQUESTS`] requests a second); 0: as many as when idle.
     pub busy_moves: f64,
+    /// The quiet HDD mode (`--quiet-hdd`); None: off.
+    pub quiet: Option<crate::quiet::QuietConfig>,
 }
 
 /// The request rate (per second, from the kernel) from which the mount is
@@ -234,6 +237,7 @@ impl Default for EngineConfig {
             busy_moves: DEFAULT_BUSY_MOVES,
             budget: None,
             endurance: None,
+            quiet: None,
         }
     }
 }
@@ -414,6 +418,10 @@ pub struct Engine<S: Store> {
     history: Mutex<crate::stats::history::History>,
     /// The intake from the heat source (a leaf, taken under `rx`).
     heat: Mutex<heat::Intake>,
+    /// The HDD's idleness and the files held off it (a leaf).
+    quiet: Mutex<quiet::QuietState>,
+    /// Work that reaches the HDD may run (always, without the quiet mode).
+    hdd_open: AtomicBool,
 }
 
 /// Notes kept for `tierfs stats --file` (the latest decision per file).
@@ -548,6 +556,10 @@ impl<S: Store> Engine<S> {
         let real = vol.tiers.store(Tier::Ssd).statfs().map(|s| s.total).unwrap_or(u64::MAX);
         let ssd_limit = cfg.ssd_capacity.map(|c| c.min(real)).unwrap_or(real);
         let account = ssd_account(&vol, &on_ssd, ssd_limit);
+        let mut cfg = cfg;
+        if let Some(q) = cfg.quiet.as_mut().filter(|q| q.hold == 0) {
+            q.hold = (ssd_limit as u128 * crate::quiet::DEFAULT_HOLD_PERCENT as u128 / 100) as u64;
+        }
         // Loading a million statistics leaves as much freed memory behind.
         release_free_memory();
         tracing::info!(
@@ -567,6 +579,8 @@ impl<S: Store> Engine<S> {
             regulator: Mutex::new(regulator),
             history: Mutex::new(crate::stats::history::History::default()),
             heat: Mutex::new(heat::Intake::default()),
+            quiet: Mutex::new(quiet::QuietState::default()),
+            hdd_open: AtomicBool::new(true),
             clock,
             cfg,
             sink,
@@ -747,6 +761,7 @@ impl<S: Store> Engine<S> {
                 continue;
             }
             if ev.kind == EventKind::Remove {
+                self.quiet_removed(ev.ino);
                 self.groups.lock().forget_file(ev.ino);
                 self.deferred.lock().remove(&ev.ino);
                 self.failed_moves.lock().remove(&ev.ino);
@@ -917,6 +932,7 @@ impl<S: Store> Engine<S> {
     /// Starts the engine and migrator threads, reading events from `rx`.
     pub fn start(self: &Arc<Self>, rx: Receiver<Event>) {
         *self.rx.lock() = Some(rx);
+        self.quiet_start();
         let me = self.clone();
         let a = std::thread::Builder::new()
             .name("tierfs-engine".into())
@@ -1075,6 +1091,7 @@ impl<S: Store> Engine<S> {
             self.gate.lock().sample(self.clock.now(), self.vol.requests());
             self.flush_trace();
             self.maintain(self.clock.now(), &mut last_flush, false);
+            self.quiet_tick(self.clock.now());
             if stopping {
                 break;
             }
@@ -1119,11 +1136,13 @@ impl<S: Store> Engine<S> {
                             q = self.moves.lock();
                             continue;
                         }
-                        let next = if wait.is_zero() {
-                            q.items.pop_front()
-                        } else {
-                            q.items.iter().position(|s| !gated(s)).and_then(|i| q.items.remove(i))
-                        };
+                        // Moves that reach the HDD wait while it is held
+                        // asleep (quiet mode); they stay queued.
+                        let next = q
+                            .items
+                            .iter()
+                            .position(|s| (wait.is_zero() || !gated(s)) && !self.quiet_holds(s))
+                            .and_then(|i| q.items.remove(i));
                         if let Some(s) = next {
                             if gated(&s) {
                                 chunk_turn = busy;
@@ -1131,10 +1150,15 @@ impl<S: Store> Engine<S> {
                             break Some(s);
                         }
                         drop(q);
-                        self.doing("migrator", "holding back: the mount is busy");
+                        let (why, wait) = if wait.is_zero() {
+                            ("holding back: the HDD sleeps", self.cfg.tick)
+                        } else {
+                            ("holding back: the mount is busy", wait.min(self.cfg.tick))
+                        };
+                        self.doing("migrator", why);
                         q = self.moves.lock();
                         if !self.stop.load(Ordering::Acquire) {
-                            self.moves_cv.wait_for(&mut q, wait.min(self.cfg.tick));
+                            self.moves_cv.wait_for(&mut q, wait);
                         }
                         continue;
                     }
@@ -1174,7 +1198,8 @@ impl<S: Store> Engine<S> {
     /// The migrator's chunk move, if one is queued: true if it took one
     /// (which counts against the busy gate).
     fn chunk_move(&self) -> bool {
-        if !self.next_chunk_move() {
+        // Every chunk move reads or writes the HDD.
+        if self.hdd_closed() || !self.next_chunk_move() {
             return false;
         }
         self.gate.lock().started(self.clock.now());
@@ -1292,7 +1317,9 @@ impl<S: Store> Engine<S> {
                         c = self.cleaning.lock();
                         continue;
                     }
-                    let quiet = c.quiet_until.is_some_and(|t| std::time::Instant::now() < t);
+                    // Cleaning ahead of writers waits while the HDD is held
+                    // asleep (a writer who needs room still gets it).
+                    let quiet = c.quiet_until.is_some_and(|t| std::time::Instant::now() < t) || self.hdd_closed();
                     let over = if quiet { 0 } else { self.watermark_need() };
                     // What is short is judged now, under the cleaning lock: a
                     // waiter takes its demand back under this lock before it
@@ -1720,6 +1747,7 @@ impl<S: Store> Engine<S> {
             measured: self.measure_report(),
             regulator: Some(self.regulator_report()),
             history,
+            hdd: self.hdd_report(now),
         }
     }
 
@@ -1866,6 +1894,7 @@ impl<S: Store> Engine<S> {
                 Key::Chunk => crate::config::format_size(e.params.chunk),
                 Key::WriteBack => format!("{}%", crate::policy::write_back_percent(e.policy, &e.params)),
                 Key::Delta => crate::settings::format_delta(e.params.delta),
+                Key::Quiet => if e.params.quiet { "on" } else { "off" }.to_string(),
                 Key::Placement => {
                     let rec = self.vol.record(ino)?;
                     if is_dir {
@@ -2153,12 +2182,29 @@ impl<S: Store> Tiers for Live<'_, S> {
 struct EngineHooks<S: Store>(Weak<Engine<S>>);
 
 impl<S: Store> Hooks for EngineHooks<S> {
+    fn created(&self, ino: Ino, parent: Ino, tier: Tier) {
+        if let Some(e) = self.0.upgrade() {
+            e.quiet_created(ino, parent, tier);
+        }
+    }
+
+    fn quiet_dir(&self, dir: Ino) -> bool {
+        self.0.upgrade().is_some_and(|e| e.quiet_dir(dir))
+    }
+
+    fn hdd_asleep(&self) -> bool {
+        self.0.upgrade().is_some_and(|e| e.hdd_closed())
+    }
+
     fn initial_tier(&self, parent: Ino) -> Option<Tier> {
         let e = self.0.upgrade()?;
         let tier = match e.cfg.placement {
             Some(t) => t,
             None => e.setting(e.group_of(parent)).0.policy().initial_tier(),
         };
+        // While the HDD sleeps a new file goes to the SSD, held there
+        // until the gate opens (`Engine::quiet_created`).
+        let tier = if tier == Tier::Hdd && e.hdd_closed() && e.quiet_dir(parent) { Tier::Ssd } else { tier };
         match tier {
             // A new file is a write that can go elsewhere, with
             // `--placement ssd` too: the placement says where new files

@@ -247,6 +247,12 @@ impl<S: Store> Engine<S> {
             if self.stop.load(Ordering::Acquire) {
                 return;
             }
+            // Writing back reaches the HDD: the dirty chunks wait on the
+            // SSD while it is held asleep (a full area sends writes to the
+            // HDD, which wakes it and opens the gate).
+            if self.hdd_closed() {
+                continue;
+            }
             self.scrub_round(false);
         }
     }

@@ -361,6 +361,7 @@ impl<S: Store> Volume<S> {
     /// always after a dropped copy or a split file's chunks brought back
     /// (`unsplit_held`).
     pub fn migrate(&self, ino: Ino, mv: Move, ctl: &dyn Control) -> Result<Outcome> {
+        let _doing = crate::quiet::doing("migrate", ino);
         self.migrate_held(ino, mv, ctl)
     }
 
@@ -1153,6 +1154,7 @@ impl<S: Store> Volume<S> {
     /// against the namespace.
     pub fn recover(&self) -> Result<Recovery> {
         let mut rep = Recovery { unclean: self.ns.meta("clean")?.as_deref() == Some(&[0]), ..Recovery::default() };
+        self.set_after_crash(rep.unclean);
         for j in self.ns.journal()? {
             let undo = match (j.state, j.op) {
                 (JournalState::Prepared, JournalOp::Move { to, .. }) => Some((to, j.target, false)),

@@ -152,6 +152,9 @@ pub struct Params {
     /// moves, δ in hundredths (100: the other tier costs less than half).
     #[serde(default = "default_delta")]
     pub delta: u16,
+    /// The quiet HDD mode applies (`--quiet-hdd`, `user.tierfs.quiet`).
+    #[serde(default)]
+    pub quiet: bool,
     /// Which accesses of a file read from the HDD may admit it to the SSD
     /// (the dynamic and caching policies).
     #[serde(default)]
@@ -253,6 +256,7 @@ impl Default for Params {
             chunk: default_chunk(),
             write_back: 0,
             delta: default_delta(),
+            quiet: false,
             admission: Admission::default(),
             aging: AgingRule::default(),
         }
@@ -321,12 +325,15 @@ pub enum Reason {
     },
     /// A write to it found no room on the SSD: taken off for the writer.
     Evacuate,
+    /// Created on the SSD in place of the HDD while the HDD slept (the
+    /// quiet HDD mode), and now written where its policy puts new files.
+    Held,
 }
 
 impl Reason {
     /// Every reason's short name, in [`Reason::index`] order (the `reason`
     /// label of the metrics).
-    pub const LABELS: [&'static str; 9] = [
+    pub const LABELS: [&'static str; 10] = [
         "hot-on-read",
         "interval",
         "evict",
@@ -336,6 +343,7 @@ impl Reason {
         "background-clean",
         "measured",
         "evacuate",
+        "held",
     ];
 
     /// Its place in [`Reason::LABELS`].
@@ -350,6 +358,7 @@ impl Reason {
             Reason::BackgroundClean { .. } => 6,
             Reason::Measured { .. } => 7,
             Reason::Evacuate => 8,
+            Reason::Held => 9,
         }
     }
 
@@ -382,6 +391,7 @@ impl fmt::Display for Reason {
                 write!(f, "measured: {here_us} µs per request here, {there_us} µs on the other tier")
             }
             Reason::Evacuate => write!(f, "a write to it found no SSD room"),
+            Reason::Held => write!(f, "held on the SSD while the HDD slept"),
         }
     }
 }

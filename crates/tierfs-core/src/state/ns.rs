@@ -601,6 +601,14 @@ impl Namespace {
         self.kv.scan(TreeId::Ns, b"s")?.into_iter().map(|(k, v)| Ok((ino_at(&k, 1)?, v))).collect()
     }
 
+    /// True if directory `dir` was reconciled with a listing of its HDD
+    /// copy in some mount (`Batch::put_hdd_listed`): from then on every
+    /// change of its names made through tierfs is in the database, and the
+    /// quiet HDD mode takes its HDD names from there.
+    pub fn hdd_listed(&self, dir: Ino) -> Result<bool> {
+        Ok(self.kv.get(TreeId::Ns, &key(b'r', dir))?.is_some())
+    }
+
     /// A metadata value.
     pub fn meta(&self, name: &str) -> Result<Option<Vec<u8>>> {
         let mut k = vec![b'm'];
@@ -771,8 +779,16 @@ impl Batch {
         })
     }
 
+    /// Marks directory `dir` as reconciled with its HDD copy listed (see
+    /// [`Namespace::hdd_listed`]).
+    pub fn put_hdd_listed(&mut self, dir: Ino) -> &mut Self {
+        self.ops.push(Op::Put(key(b'r', dir), vec![1]));
+        self
+    }
+
     /// Removes an inode record and its settings.
     pub fn del_record(&mut self, ino: Ino) -> &mut Self {
+        self.ops.push(Op::Del(key(b'r', ino)));
         self.ops.push(Op::Del(key(b'i', ino)));
         self.ops.push(Op::Del(key(b'c', ino)));
         self.ops.push(Op::Del(key(b'k', ino)));

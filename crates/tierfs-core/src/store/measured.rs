@@ -10,6 +10,8 @@
 //! Requests the kernel serves itself (FUSE passthrough) are not seen.
 
 use super::{DirEntry, FsStats, SetTime, Stat, Store, Target};
+use crate::clock::{Clock, Timestamp};
+use crate::quiet::Doing;
 use serde::{Deserialize, Serialize};
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -133,6 +135,49 @@ pub struct Meter {
     written: AtomicU64,
     read_hist: Histogram,
     write_hist: Histogram,
+    /// Requests of every kind that reached the tier.
+    requests: AtomicU64,
+    /// Requests that changed names on the tier, or the attributes or data
+    /// of a named object, and opens for writing.
+    changes: AtomicU64,
+    /// Set when someone wants to know when the tier was last asked and
+    /// what asked it after a pause (the quiet HDD mode).
+    idle: std::sync::OnceLock<IdleWatch>,
+    /// When a request last reached the tier (`Timestamp` nanoseconds; 0:
+    /// not watched), or the watch began.
+    last: AtomicU64,
+    /// Requests that came after the idle time, not taken yet (at most
+    /// [`WAKES_KEPT`]).
+    woke: parking_lot::Mutex<Vec<Woke>>,
+}
+
+/// How many unread wake notes a meter keeps.
+pub const WAKES_KEPT: usize = 64;
+
+/// The clock and pause length of [`Meter::watch_idle`].
+struct IdleWatch {
+    clock: Arc<dyn Clock>,
+    after: Duration,
+}
+
+impl std::fmt::Debug for IdleWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "IdleWatch({:?})", self.after)
+    }
+}
+
+/// A request that reached a watched tier after it was left alone for the
+/// idle time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Woke {
+    /// When.
+    pub at: Timestamp,
+    /// How long nothing had reached the tier before.
+    pub after: Duration,
+    /// What the asking thread was doing.
+    pub doing: Doing,
+    /// The store call.
+    pub call: &'static str,
 }
 
 impl Meter {
@@ -184,6 +229,66 @@ impl Meter {
         }
     }
 
+    /// Starts noting when requests reach the tier, and which came after
+    /// `after` without any (see [`Meter::take_woke`]). Once per meter.
+    /// The watch starts as if a request came now.
+    pub fn watch_idle(&self, clock: Arc<dyn Clock>, after: Duration) {
+        let now = clock.now();
+        if self.idle.set(IdleWatch { clock, after }).is_ok() {
+            self.last.store(now.0.max(1), Ordering::Relaxed);
+        }
+    }
+
+    /// Requests that changed something on the tier so far (see
+    /// [`Store::changes`]).
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
+    }
+
+    /// A request that changed something returned.
+    fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Requests of every kind that reached the tier so far.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// When a request last reached the tier, or [`Meter::watch_idle`] began
+    /// if none did since (`None`: not watched).
+    pub fn last_request(&self) -> Option<Timestamp> {
+        match self.last.load(Ordering::Relaxed) {
+            0 => None,
+            t => Some(Timestamp(t)),
+        }
+    }
+
+    /// The requests that came after a pause, since the last call.
+    pub fn take_woke(&self) -> Vec<Woke> {
+        std::mem::take(&mut *self.woke.lock())
+    }
+
+    /// A request (store call `call`) reached the tier.
+    pub fn touched(&self, call: &'static str) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let Some(w) = self.idle.get() else { return };
+        let now = w.clock.now();
+        // The swap gives the pause to one request only, of all that come
+        // at once after it.
+        let prev = self.last.swap(now.0.max(1), Ordering::Relaxed);
+        if prev == 0 {
+            return;
+        }
+        let after = now.since(Timestamp(prev));
+        if after >= w.after {
+            let mut v = self.woke.lock();
+            if v.len() < WAKES_KEPT {
+                v.push(Woke { at: now, after, doing: crate::quiet::current(), call });
+            }
+        }
+    }
+
     /// Takes one write sample.
     pub fn write_took(&self, d: Duration, bytes: u64) {
         self.write.add(d.as_secs_f64());
@@ -232,74 +337,143 @@ impl<S: Store> Store for Measured<S> {
     fn holes_coherent(&self) -> bool {
         self.inner.holes_coherent()
     }
+    fn changes(&self) -> Option<u64> {
+        Some(self.meter.changes())
+    }
     fn root(&self) -> io::Result<Self::Dir> {
+        self.meter.touched("root");
         self.inner.root()
     }
     fn open_dir(&self, parent: &Self::Dir, name: &OsStr) -> io::Result<Self::Dir> {
+        self.meter.touched("open_dir");
         self.inner.open_dir(parent, name)
     }
     fn stat(&self, t: Target<'_, Self::Dir>) -> io::Result<Stat> {
+        self.meter.touched("stat");
         self.inner.stat(t)
     }
     fn list(&self, dir: &Self::Dir) -> io::Result<Vec<DirEntry>> {
+        self.meter.touched("list");
         self.inner.list(dir)
     }
     fn sync_dir(&self, dir: &Self::Dir) -> io::Result<()> {
+        self.meter.touched("sync_dir");
         self.inner.sync_dir(dir)
     }
     fn mkdir(&self, parent: &Self::Dir, name: &OsStr, mode: u32) -> io::Result<()> {
-        self.inner.mkdir(parent, name, mode)
+        self.meter.touched("mkdir");
+        let r = self.inner.mkdir(parent, name, mode);
+        // Counted once made, so that a sync that read the count before
+        // saw the change.
+        self.meter.changed();
+        r
     }
     fn mknod(&self, parent: &Self::Dir, name: &OsStr, mode: u32, rdev: u64) -> io::Result<()> {
-        self.inner.mknod(parent, name, mode, rdev)
+        self.meter.touched("mknod");
+        let r = self.inner.mknod(parent, name, mode, rdev);
+        // Counted once made, so that a sync that read the count before
+        // saw the change.
+        self.meter.changed();
+        r
     }
     fn symlink(&self, target: &OsStr, parent: &Self::Dir, name: &OsStr) -> io::Result<()> {
-        self.inner.symlink(target, parent, name)
+        self.meter.touched("symlink");
+        let r = self.inner.symlink(target, parent, name);
+        // Counted once made, so that a sync that read the count before
+        // saw the change.
+        self.meter.changed();
+        r
     }
     fn readlink(&self, parent: &Self::Dir, name: &OsStr) -> io::Result<OsString> {
+        self.meter.touched("readlink");
         self.inner.readlink(parent, name)
     }
     fn link(&self, op: &Self::Dir, on: &OsStr, np: &Self::Dir, nn: &OsStr) -> io::Result<()> {
-        self.inner.link(op, on, np, nn)
+        self.meter.touched("link");
+        let r = self.inner.link(op, on, np, nn);
+        // Counted once made, so that a sync that read the count before
+        // saw the change.
+        self.meter.changed();
+        r
     }
     fn unlink(&self, parent: &Self::Dir, name: &OsStr) -> io::Result<()> {
-        self.inner.unlink(parent, name)
+        self.meter.touched("unlink");
+        let r = self.inner.unlink(parent, name);
+        // Counted once made, so that a sync that read the count before
+        // saw the change.
+        self.meter.changed();
+        r
     }
     fn rmdir(&self, parent: &Self::Dir, name: &OsStr) -> io::Result<()> {
-        self.inner.rmdir(parent, name)
+        self.meter.touched("rmdir");
+        let r = self.inner.rmdir(parent, name);
+        // Counted once made, so that a sync that read the count before
+        // saw the change.
+        self.meter.changed();
+        r
     }
     fn rename(&self, op: &Self::Dir, on: &OsStr, np: &Self::Dir, nn: &OsStr, flags: u32) -> io::Result<()> {
-        self.inner.rename(op, on, np, nn, flags)
+        self.meter.touched("rename");
+        let r = self.inner.rename(op, on, np, nn, flags);
+        // Counted once made, so that a sync that read the count before
+        // saw the change.
+        self.meter.changed();
+        r
     }
     fn chmod(&self, t: Target<'_, Self::Dir>, mode: u32) -> io::Result<()> {
-        self.inner.chmod(t, mode)
+        self.meter.touched("chmod");
+        let r = self.inner.chmod(t, mode);
+        self.meter.changed();
+        r
     }
     fn chown(&self, t: Target<'_, Self::Dir>, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
-        self.inner.chown(t, uid, gid)
+        self.meter.touched("chown");
+        let r = self.inner.chown(t, uid, gid);
+        self.meter.changed();
+        r
     }
     fn utimens(&self, t: Target<'_, Self::Dir>, atime: SetTime, mtime: SetTime) -> io::Result<()> {
-        self.inner.utimens(t, atime, mtime)
+        self.meter.touched("utimens");
+        let r = self.inner.utimens(t, atime, mtime);
+        self.meter.changed();
+        r
     }
     fn getxattr(&self, t: Target<'_, Self::Dir>, name: &OsStr) -> io::Result<Vec<u8>> {
+        self.meter.touched("getxattr");
         self.inner.getxattr(t, name)
     }
     fn setxattr(&self, t: Target<'_, Self::Dir>, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
-        self.inner.setxattr(t, name, value, flags)
+        self.meter.touched("setxattr");
+        let r = self.inner.setxattr(t, name, value, flags);
+        self.meter.changed();
+        r
     }
     fn listxattr(&self, t: Target<'_, Self::Dir>) -> io::Result<Vec<u8>> {
+        self.meter.touched("listxattr");
         self.inner.listxattr(t)
     }
     fn removexattr(&self, t: Target<'_, Self::Dir>, name: &OsStr) -> io::Result<()> {
-        self.inner.removexattr(t, name)
+        self.meter.touched("removexattr");
+        let r = self.inner.removexattr(t, name);
+        self.meter.changed();
+        r
     }
     fn statfs(&self) -> io::Result<FsStats> {
         self.inner.statfs()
     }
     fn open(&self, parent: &Self::Dir, name: &OsStr, flags: i32, mode: u32) -> io::Result<Self::File> {
-        self.inner.open(parent, name, flags, mode)
+        self.meter.touched("open");
+        let r = self.inner.open(parent, name, flags, mode);
+        // Opened for writing: the kernel may write it without asking the
+        // store (passthrough).
+        if flags & (libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY | libc::O_RDWR) != 0 {
+            self.meter.changed();
+        }
+        r
     }
 
     fn read_at(&self, f: &Self::File, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        self.meter.touched("read_at");
         let t = Instant::now();
         let n = self.inner.read_at(f, buf, off)?;
         self.meter.read_took(t.elapsed(), n as u64);
@@ -307,61 +481,96 @@ impl<S: Store> Store for Measured<S> {
     }
 
     fn write_at(&self, f: &Self::File, data: &[u8], off: u64) -> io::Result<usize> {
+        self.meter.touched("write_at");
         let t = Instant::now();
-        let n = self.inner.write_at(f, data, off)?;
+        let r = self.inner.write_at(f, data, off);
+        self.meter.changed();
+        let n = r?;
         self.meter.write_took(t.elapsed(), n as u64);
         Ok(n)
     }
 
     fn fstat(&self, f: &Self::File) -> io::Result<Stat> {
+        self.meter.touched("fstat");
         self.inner.fstat(f)
     }
     fn fsync(&self, f: &Self::File, datasync: bool) -> io::Result<()> {
+        self.meter.touched("fsync");
         self.inner.fsync(f, datasync)
     }
     fn set_len(&self, f: &Self::File, size: u64) -> io::Result<()> {
-        self.inner.set_len(f, size)
+        self.meter.touched("set_len");
+        let r = self.inner.set_len(f, size);
+        self.meter.changed();
+        r
     }
     fn fallocate(&self, f: &Self::File, mode: i32, off: u64, len: u64) -> io::Result<()> {
-        self.inner.fallocate(f, mode, off, len)
+        self.meter.touched("fallocate");
+        let r = self.inner.fallocate(f, mode, off, len);
+        self.meter.changed();
+        r
     }
     fn seek(&self, f: &Self::File, off: i64, whence: i32) -> io::Result<i64> {
+        self.meter.touched("seek");
         self.inner.seek(f, off, whence)
     }
 
     fn copy_range(&self, src: &Self::File, so: u64, dst: &Self::File, d_o: u64, len: u64) -> io::Result<usize> {
+        self.meter.touched("copy_range");
         // A copy inside the tier is a read and a write of the device; it is
         // counted in the bytes written, and not averaged (one request of
         // two kinds).
-        let n = self.inner.copy_range(src, so, dst, d_o, len)?;
+        let r = self.inner.copy_range(src, so, dst, d_o, len);
+        self.meter.changed();
+        let n = r?;
         self.meter.written.fetch_add(n as u64, Ordering::Relaxed);
         self.meter.read_bytes.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
     }
 
     fn file_chmod(&self, f: &Self::File, mode: u32) -> io::Result<()> {
-        self.inner.file_chmod(f, mode)
+        self.meter.touched("file_chmod");
+        let r = self.inner.file_chmod(f, mode);
+        self.meter.changed();
+        r
     }
     fn file_getxattr(&self, f: &Self::File, name: &OsStr) -> io::Result<Vec<u8>> {
+        self.meter.touched("file_getxattr");
         self.inner.file_getxattr(f, name)
     }
     fn file_setxattr(&self, f: &Self::File, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
-        self.inner.file_setxattr(f, name, value, flags)
+        self.meter.touched("file_setxattr");
+        let r = self.inner.file_setxattr(f, name, value, flags);
+        self.meter.changed();
+        r
     }
     fn file_listxattr(&self, f: &Self::File) -> io::Result<Vec<u8>> {
+        self.meter.touched("file_listxattr");
         self.inner.file_listxattr(f)
     }
     fn file_chown(&self, f: &Self::File, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
-        self.inner.file_chown(f, uid, gid)
+        self.meter.touched("file_chown");
+        let r = self.inner.file_chown(f, uid, gid);
+        self.meter.changed();
+        r
     }
     fn file_utimens(&self, f: &Self::File, atime: SetTime, mtime: SetTime) -> io::Result<()> {
-        self.inner.file_utimens(f, atime, mtime)
+        self.meter.touched("file_utimens");
+        let r = self.inner.file_utimens(f, atime, mtime);
+        self.meter.changed();
+        r
     }
     fn touch(&self, f: &Self::File) -> io::Result<()> {
-        self.inner.touch(f)
+        self.meter.touched("touch");
+        let r = self.inner.touch(f);
+        self.meter.changed();
+        r
     }
     fn keep_mtime(&self, f: &Self::File, mtime: super::TimeSpec) -> io::Result<()> {
-        self.inner.keep_mtime(f, mtime)
+        self.meter.touched("keep_mtime");
+        let r = self.inner.keep_mtime(f, mtime);
+        self.meter.changed();
+        r
     }
     fn raw_fd<'a>(&self, f: &'a Self::File) -> Option<BorrowedFd<'a>> {
         self.inner.raw_fd(f)

@@ -216,6 +216,15 @@ pub trait Store: Send + Sync + 'static {
     fn holes_coherent(&self) -> bool {
         true
     }
+    /// How many calls that change something were made through this store
+    /// so far (names, the attributes or data of a named object, and opens
+    /// for writing, after which the kernel may write without the store),
+    /// each counted once it returned, where it counts them
+    /// (`measured::Measured`); `None`: not counted. While it stands still,
+    /// what was read from the tier is still true.
+    fn changes(&self) -> Option<u64> {
+        None
+    }
     /// Opens the root directory of the tier.
     fn root(&self) -> io::Result<Self::Dir>;
     /// Opens the directory `name` in `parent` (never following a symlink).

@@ -218,7 +218,8 @@ impl<S: Store> Volume<S> {
         self.check_tiers()?;
         let t0 = std::time::Instant::now();
         let mut names: Vec<(OsString, FileKind)> = Vec::new();
-        self.list_backing(dir, |_, name, listed| {
+        let hdd_known = self.hdd_names_known(dir)?;
+        self.list_backing(dir, hdd_known, |_, name, listed| {
             let kind = match listed {
                 Listed::Kind(k) => Some(k),
                 Listed::Stat(st) => st.kind(),

@@ -40,6 +40,11 @@ impl<S: Store> Volume<S> {
             Placement::Cached if !self.copy_is_stale(ino) => {
                 self.stat_on(p, &n, Tier::Ssd).or_else(|_| self.stat_on(p, &n, Tier::Hdd))?
             }
+            // Kept under the quiet mode: `ls -l` of a directory on the HDD
+            // does not wake it.
+            Placement::On(Tier::Hdd) => {
+                self.kept_hdd(ino, p, |k| k.stat, |k, st| k.stat = Some(*st), || self.stat_on(p, &n, Tier::Hdd))?
+            }
             pl => self.stat_on(p, &n, pl.primary())?,
         };
         Ok(self.make_attr(ino, &rec, &st, names.len() as u64))
@@ -263,10 +268,20 @@ impl<S: Store> Volume<S> {
         Ok(self.tiers.store(t).readlink(&d, &n)?)
     }
 
-    /// Capacity of both tiers together.
+    /// Capacity of both tiers together. While the HDD is held asleep its
+    /// part is its last answer (the counters of a local file system are in
+    /// memory, but a tier on a network or FUSE file system asks its server).
     pub fn statfs(&self) -> Result<VolStats> {
         let a = self.tiers.store(Tier::Ssd).statfs()?;
-        let b = self.tiers.store(Tier::Hdd).statfs()?;
+        let kept = if self.hooks().hdd_asleep() { *self.hdd_statfs.lock() } else { None };
+        let b = match kept {
+            Some(b) => b,
+            None => {
+                let b = self.tiers.store(Tier::Hdd).statfs()?;
+                *self.hdd_statfs.lock() = Some(b);
+                b
+            }
+        };
         const BS: u64 = 4096;
         Ok(VolStats {
             bsize: BS as u32,

@@ -155,6 +155,10 @@ pub(crate) struct KeptSnapshots {
     entries: usize,
 }
 
+/// Directories [`Volume::fsyncdir`] remembers the HDD sync of (forgotten
+/// all at once past it: each then syncs once more).
+const HDD_DIRS_SYNCED_MAX: usize = 65_536;
+
 impl KeptSnapshots {
     /// Directory `dir`'s snapshot if it was read when the directory's
     /// names were at `changes`.
@@ -545,13 +549,32 @@ impl<S: Store> Volume<S> {
         Ok(())
     }
 
-    /// Makes a directory's entries durable on every tier.
+    /// Makes a directory's entries durable on every tier. Under the quiet
+    /// HDD mode the HDD's copy (or its absence) is synced once, and again
+    /// only after a call through the HDD's store changed some name or
+    /// attributes there: a mail server that syncs its directory after each
+    /// delivery to the SSD does not wake the HDD each time.
     pub fn fsyncdir(&self, ino: Ino) -> Result<()> {
         for t in crate::tier::Tier::ALL {
+            let s = self.tiers.store(t);
+            let quiet = t == crate::tier::Tier::Hdd && self.hooks().quiet_dir(ino);
+            let changes = s.changes().filter(|_| quiet);
+            if changes.is_some() && self.hdd_dirs_synced.lock().get(&ino) == changes.as_ref() {
+                continue;
+            }
             match self.tiers.dir(ino, t, false) {
-                Ok(d) => self.tiers.store(t).sync_dir(&d)?,
+                Ok(d) => s.sync_dir(&d)?,
                 Err(e) if e.is(libc::ENOENT) => {}
                 Err(e) => return Err(e),
+            }
+            if let Some(c) = changes {
+                // The count read before the sync: a change made since makes
+                // the next sync happen.
+                let mut m = self.hdd_dirs_synced.lock();
+                if m.len() >= HDD_DIRS_SYNCED_MAX {
+                    m.clear();
+                }
+                m.insert(ino, c);
             }
         }
         self.ns.kv().flush()

@@ -161,6 +161,7 @@ impl<S: Store> Volume<S> {
         self.touch_dir(parent, t);
         drop(_g);
         if kind == FileKind::File {
+            self.hooks().created(ino, parent, t);
             self.emit(ino, EventKind::Create { placement: Placement::On(t), parent, size: 0 });
         }
         Ok((ino, t, x, il))
@@ -238,7 +239,9 @@ impl<S: Store> Volume<S> {
             let mut b = self.ns.batch();
             b.link(parent, name, ino, FileKind::Dir)
                 .put_record(ino, &InodeRecord::new(FileKind::Dir, Placement::On(meta)))
-                .put_record(parent, &prec);
+                .put_record(parent, &prec)
+                // Made empty here: the database has all its names from the start.
+                .put_hdd_listed(ino);
             self.ns.commit(b, false).map(|()| ino)
         });
         // Not recorded: the made directory goes again (see `create_node`).

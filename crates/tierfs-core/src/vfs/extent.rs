@@ -189,6 +189,7 @@ impl<S: Store> Volume<S> {
     /// a migration of the file runs. Waits for the file's locks at most as
     /// long as `ctl` allows. Tests stop it at the named points with `crash`.
     pub fn chunk_op(&self, ino: Ino, op: ChunkOp, ctl: &dyn Control, crash: CrashHook<'_>) -> Result<Outcome> {
+        let _doing = crate::quiet::doing("chunk-move", ino);
         let Some(_only) = self.exclusive(ino) else { return Ok(Outcome::Skipped(Skip::Busy)) };
         if let ChunkOp::Add(_, chunk) = op {
             // Paced before any lock is taken.
@@ -469,6 +470,7 @@ impl<S: Store> Volume<S> {
     /// `Ok(None)`: the file is gone or busy, try later; `Ok(Some(clean))`
     /// otherwise.
     pub fn scrub_chunk(&self, id: ChunkId, crash: CrashHook<'_>) -> Result<Option<bool>> {
+        let _doing = crate::quiet::doing("write-back", id.ino);
         let ino = id.ino;
         // No chunk move, migration or other scrub of the file until its
         // time is put back (each would read a time this one moved).

@@ -218,6 +218,19 @@ pub trait Hooks: Send + Sync {
     /// A write that was promised `reserved` bytes of area `area` is over;
     /// it made `chunks` of `ino` (index, bytes on the SSD) there.
     fn wb_admitted(&self, _area: u32, _ino: Ino, _chunks: &[(u64, u64)], _reserved: u64) {}
+    /// A new non-directory `ino` was made in `parent` on `tier`.
+    fn created(&self, _ino: Ino, _parent: Ino, _tier: Tier) {}
+    /// Whether the quiet HDD mode applies to directory `dir`: its
+    /// reconciliation takes the names on the HDD from the state database
+    /// once it was reconciled with the HDD in some mount.
+    fn quiet_dir(&self, _dir: Ino) -> bool {
+        false
+    }
+    /// True while the HDD is held asleep (quiet mode): what can be
+    /// answered without it is.
+    fn hdd_asleep(&self) -> bool {
+        false
+    }
 }
 
 /// A file's use of a write-back area (see [`Hooks::write_back`]).
@@ -235,6 +248,25 @@ pub struct WriteBackUse {
 #[derive(Debug, Default)]
 pub struct NoHooks;
 impl Hooks for NoHooks {}
+
+/// Files whose answers [`Volume::kept_hdd`] keeps (forgotten all at once
+/// past it).
+const HDD_KEPT_MAX: usize = 262_144;
+
+/// What was read of a file on the HDD, and the HDD store's count of
+/// changes before it was read (see [`Volume::kept_hdd`]).
+#[derive(Debug, Default)]
+pub(crate) struct Kept {
+    changes: u64,
+    pub(crate) stat: Option<Stat>,
+    pub(crate) list: Option<Vec<u8>>,
+    /// Extended attributes by name: the value, or `None` for none
+    /// (ENODATA); at most [`KEPT_XATTRS`].
+    pub(crate) xattrs: Vec<(std::ffi::OsString, Option<Vec<u8>>)>,
+}
+
+/// Extended attributes of one file [`Kept`] keeps.
+pub(crate) const KEPT_XATTRS: usize = 8;
 
 /// Settings of a volume.
 #[derive(Clone, Debug)]
@@ -358,6 +390,18 @@ pub struct Volume<S: Store> {
     pub(crate) locks: DirLocks,
     pub(crate) ilocks: InodeLocks,
     verified: Mutex<HashSet<Ino>>,
+    /// The HDD's last statfs answer, given while the HDD is held asleep.
+    hdd_statfs: Mutex<Option<crate::store::FsStats>>,
+    /// Directories whose HDD copy was synced (quiet mode), with the HDD
+    /// store's count of changes read before (see `Volume::fsyncdir`).
+    hdd_dirs_synced: Mutex<HashMap<Ino, u64>>,
+    /// What was read of files on the HDD (quiet mode; see
+    /// `Volume::kept_hdd`).
+    hdd_kept: Mutex<HashMap<Ino, Kept>>,
+    /// The mount follows an unclean shutdown: the database may have lost
+    /// creates it had not flushed, so no directory's HDD names come from it
+    /// (set by `recover`).
+    after_crash: std::sync::atomic::AtomicBool,
     /// Reconciles directories in the background (see `vfs::adopt`).
     adopter: Arc<adopt::Adopter>,
     open: Mutex<HashMap<Ino, Arc<OpenInode<S>>>>,
@@ -459,6 +503,10 @@ impl<S: Store> Volume<S> {
             locks: DirLocks::new(),
             ilocks: InodeLocks::new(),
             verified: Mutex::new(HashSet::new()),
+            hdd_statfs: Mutex::new(None),
+            hdd_dirs_synced: Mutex::new(HashMap::new()),
+            hdd_kept: Mutex::new(HashMap::new()),
+            after_crash: std::sync::atomic::AtomicBool::new(false),
             adopter: Arc::default(),
             open: Mutex::new(HashMap::new()),
             handles: RwLock::new(HashMap::new()),
@@ -663,6 +711,41 @@ impl<S: Store> Volume<S> {
     }
 
     /// Stats a non-directory's copy on tier `t`.
+    /// An answer about file `ino` (in directory `dir`) on the HDD: under
+    /// the quiet mode the one read last, while the HDD store's count of
+    /// changes (`Store::changes`: every change through tierfs, and every
+    /// open for writing, after which the kernel may write the file itself)
+    /// has not moved since it was read; else `ask`'s, kept. The count is
+    /// read before asking, so a change made meanwhile makes the next call
+    /// ask again.
+    pub(crate) fn kept_hdd<T: Clone>(
+        &self,
+        ino: Ino,
+        dir: Ino,
+        read: impl FnOnce(&Kept) -> Option<T>,
+        write: impl FnOnce(&mut Kept, &T),
+        ask: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        let Some(c) = self.tiers.store(Tier::Hdd).changes().filter(|_| self.hooks().quiet_dir(dir)) else {
+            return ask();
+        };
+        let kept = self.hdd_kept.lock().get(&ino).filter(|k| k.changes == c).and_then(read);
+        if let Some(v) = kept {
+            return Ok(v);
+        }
+        let v = ask()?;
+        let mut m = self.hdd_kept.lock();
+        if m.len() >= HDD_KEPT_MAX {
+            m.clear();
+        }
+        let k = m.entry(ino).or_default();
+        if k.changes != c {
+            *k = Kept { changes: c, ..Kept::default() };
+        }
+        write(k, &v);
+        Ok(v)
+    }
+
     pub(crate) fn stat_on(&self, parent: Ino, name: &OsStr, t: Tier) -> Result<Stat> {
         let d = self.tiers.dir(parent, t, false)?;
         Ok(self.tiers.store(t).stat(Target::Entry(&d, name))?)

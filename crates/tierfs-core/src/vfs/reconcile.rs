@@ -100,34 +100,110 @@ impl<S: Store> Volume<S> {
         }
     }
 
+    /// True if the quiet HDD mode takes the names of `dir` on the HDD
+    /// from the state database: it applies to the directory, the directory
+    /// was reconciled with its HDD copy listed in some mount, directories
+    /// live on the SSD (under an `hdd-only` root they live on the HDD
+    /// alone, and a listing without them would lose them), and the mount
+    /// does not follow an unclean shutdown (the database may have lost a
+    /// create it had not flushed, whose file is on the HDD).
+    pub(crate) fn hdd_names_known(&self, dir: Ino) -> Result<bool> {
+        Ok(self.cfg.meta_tier == Tier::Ssd
+            && !self.after_crash.load(std::sync::atomic::Ordering::Relaxed)
+            && self.hooks().quiet_dir(dir)
+            && self.ns.hdd_listed(dir)?)
+    }
+
+    /// Recovery found an unclean shutdown (see [`Volume::hdd_names_known`]).
+    pub(crate) fn set_after_crash(&self, unclean: bool) {
+        self.after_crash.store(unclean, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The names of `dir` on the HDD as the database has them (files whose
+    /// placement uses the HDD), if the SSD's listing agrees with it: no
+    /// name there that the database places on the HDD alone. Otherwise
+    /// `None`, and the HDD copy is listed.
+    fn hdd_names_from_db(&self, dir: Ino, on_ssd: &[(OsString, Listed)]) -> Result<Option<Vec<(OsString, FileKind)>>> {
+        let known = self.ns.children(dir)?;
+        let by_name: std::collections::HashMap<&OsStr, &crate::state::ns::Dentry> =
+            known.iter().map(|d| (d.name.as_os_str(), d)).collect();
+        for (name, _) in on_ssd {
+            let Some(d) = by_name.get(name.as_os_str()) else { continue };
+            if d.kind == FileKind::Dir {
+                continue;
+            }
+            if !self.ns.record(d.ino)?.is_some_and(|r| r.placement.uses_ssd()) {
+                return Ok(None);
+            }
+        }
+        let mut names = Vec::new();
+        for d in known {
+            if d.kind == FileKind::Dir {
+                continue;
+            }
+            if self.ns.record(d.ino)?.is_some_and(|r| r.placement.tiers().contains(&Tier::Hdd)) {
+                names.push((d.name, d.kind));
+            }
+        }
+        Ok(Some(names))
+    }
+
     /// Lists `dir` on both tiers, without tierfs's own name, calling `f`
     /// with each entry: its kind as the listing reports it, or its stat
     /// where the listing does not say (an entry gone meanwhile is left
-    /// out). Returns the backing directories listed.
+    /// out). With `hdd_known` (see [`Volume::hdd_names_known`]) the HDD's
+    /// names come from the database unless the SSD's listing disagrees
+    /// with it. Returns the backing directories listed.
     pub(crate) fn list_backing(
         &self,
         dir: Ino,
+        hdd_known: bool,
         mut f: impl FnMut(Tier, OsString, Listed),
     ) -> Result<[Option<Arc<S::Dir>>; 2]> {
         let mut dirs = [None, None];
+        let mut on_ssd = Vec::new();
         for t in Tier::ALL {
+            if t == Tier::Hdd && hdd_known {
+                if let Some(names) = self.hdd_names_from_db(dir, &on_ssd)? {
+                    for (name, listed) in on_ssd.drain(..) {
+                        f(Tier::Ssd, name, listed);
+                    }
+                    for (name, kind) in names {
+                        f(Tier::Hdd, name, Listed::Kind(kind));
+                    }
+                    return Ok(dirs);
+                }
+            }
+            for (name, listed) in on_ssd.drain(..) {
+                f(Tier::Ssd, name, listed);
+            }
             let Some(d) = self.backing_dir(dir, t)? else { continue };
             let s = self.tiers.store(t);
             for e in s.list(&d)? {
                 if is_reserved(dir, &e.name) {
                     continue;
                 }
-                if let Some(kind) = e.kind {
-                    f(t, e.name, Listed::Kind(kind));
-                    continue;
-                }
-                match s.stat(Target::Entry(&d, &e.name)) {
-                    Ok(st) => f(t, e.name, Listed::Stat(st)),
-                    Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {}
-                    Err(err) => return Err(err.into()),
+                let listed = match e.kind {
+                    Some(kind) => Listed::Kind(kind),
+                    None => match s.stat(Target::Entry(&d, &e.name)) {
+                        Ok(st) => Listed::Stat(st),
+                        Err(err) if err.raw_os_error() == Some(libc::ENOENT) => continue,
+                        Err(err) => return Err(err.into()),
+                    },
+                };
+                // The SSD's names are held back until it is known whether
+                // the HDD's come from the database (which they must agree
+                // with).
+                if t == Tier::Ssd && hdd_known {
+                    on_ssd.push((e.name, listed));
+                } else {
+                    f(t, e.name, listed);
                 }
             }
             dirs[t.idx()] = Some(d);
+        }
+        for (name, listed) in on_ssd {
+            f(Tier::Ssd, name, listed);
         }
         Ok(dirs)
     }
@@ -137,10 +213,10 @@ impl<S: Store> Volume<S> {
     /// stats only where it must choose between copies or adopt, when it
     /// gets to the name (see [`Volume::full_stats`]); so the first part of
     /// a big directory is committed without waiting for the stats of all.
-    fn list_tiers(&self, dir: Ino, known: BTreeMap<OsString, (Ino, FileKind)>) -> Result<Listing<S>> {
+    fn list_tiers(&self, dir: Ino, known: BTreeMap<OsString, (Ino, FileKind)>, hdd_known: bool) -> Result<Listing<S>> {
         let mut names: BTreeMap<OsString, [Option<Stat>; 2]> = BTreeMap::new();
         let mut partial = HashSet::new();
-        let dirs = self.list_backing(dir, |t, name, listed| match listed {
+        let dirs = self.list_backing(dir, hdd_known, |t, name, listed| match listed {
             Listed::Kind(kind) => {
                 let st = Stat { mode: kind.mode_bits(), ..Stat::default() };
                 names.entry(name.clone()).or_default()[t.idx()] = Some(st);
@@ -192,6 +268,7 @@ impl<S: Store> Volume<S> {
 
     /// [`Volume::reconcile`] in the thread that has the job.
     pub(crate) fn reconcile_now(&self, dir: Ino, force: bool) -> Result<()> {
+        let _doing = crate::quiet::doing("reconcile", dir);
         if !force && self.is_verified(dir) {
             return Ok(());
         }
@@ -208,7 +285,11 @@ impl<S: Store> Volume<S> {
         }
         let known: BTreeMap<OsString, (Ino, FileKind)> =
             self.ns.children(dir)?.into_iter().map(|d| (d.name, (d.ino, d.kind))).collect();
-        let mut l = self.list_tiers(dir, known)?;
+        let listed_before = self.ns.hdd_listed(dir)?;
+        // A forced reconciliation is asked for because a backing copy did
+        // not match the database: the HDD itself is listed.
+        let hdd_known = !force && listed_before && self.hdd_names_known(dir)?;
+        let mut l = self.list_tiers(dir, known, hdd_known)?;
         let mut all: BTreeSet<OsString> = l.names.keys().cloned().collect();
         all.extend(l.known.keys().cloned());
         let mut b = self.ns.batch();
@@ -249,6 +330,9 @@ impl<S: Store> Volume<S> {
         if drec.subdirs != subdirs {
             drec.subdirs = subdirs;
             b.put_record(dir, &drec);
+        }
+        if !listed_before {
+            b.put_hdd_listed(dir);
         }
         self.commit_adopted(b, events, std::mem::take(&mut l.kept))?;
         self.reconciled(dir);

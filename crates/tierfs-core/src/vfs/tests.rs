@@ -1035,19 +1035,7 @@ fn an_open_before_a_passthrough_writers_close_counts_the_written_size() {
 #[test]
 fn a_name_the_state_cannot_record_is_not_left_on_the_tiers() {
     let (ssd, hdd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
-    let mount = || {
-        let v = Volume::new(
-            ssd.clone(),
-            hdd.clone(),
-            Namespace::new(Arc::new(kv.clone())),
-            VolumeConfig::default(),
-            Arc::new(NoEvents),
-            Arc::new(ManualClock::new(Timestamp::from_secs(1))),
-        )
-        .unwrap();
-        v.recover().unwrap();
-        v
-    };
+    let mount = || mounted_on(ssd.clone(), hdd.clone(), &kv);
     let names = |s: &MemStore| -> BTreeSet<String> {
         let list = s.list(&s.root().unwrap()).unwrap();
         list.into_iter().map(|e| e.name.to_string_lossy().into_owned()).filter(|n| n != ".tierfs").collect()
@@ -1091,4 +1079,290 @@ fn a_name_the_state_cannot_record_is_not_left_on_the_tiers() {
     v.symlink(&CTX, ROOT_INO, OsStr::new("sym"), OsStr::new("f")).unwrap();
     v.link(f, ROOT_INO, OsStr::new("l")).unwrap();
     v.rename(ROOT_INO, OsStr::new("f"), ROOT_INO, OsStr::new("g"), 0).unwrap();
+}
+
+/// A volume over these stores and state, after recovery, as at mount.
+fn mounted_on<S: Store>(ssd: S, hdd: S, kv: &MemKv) -> Volume<S> {
+    let v = Volume::new(
+        ssd,
+        hdd,
+        Namespace::new(Arc::new(kv.clone())),
+        VolumeConfig::default(),
+        Arc::new(NoEvents),
+        Arc::new(ManualClock::new(Timestamp::from_secs(1))),
+    )
+    .unwrap();
+    v.recover().unwrap();
+    v
+}
+
+/// Hooks of a quiet mount: every directory is quiet.
+struct Quiet;
+impl Hooks for Quiet {
+    fn quiet_dir(&self, _dir: Ino) -> bool {
+        true
+    }
+    // New files go to the SSD while the HDD sleeps (the engine decides it
+    // on a mount).
+    fn initial_tier(&self, _parent: Ino) -> Option<Tier> {
+        Some(Tier::Ssd)
+    }
+}
+
+type Metered = crate::store::measured::Measured<MemStore>;
+
+/// A volume over these stores and state, its HDD's requests counted.
+fn metered(ssd: &MemStore, hdd: &MemStore, kv: &MemKv, quiet: bool) -> (Volume<Metered>, Arc<Meter>) {
+    use crate::store::measured::{Measured, Meter};
+    crate::lockcheck::watch();
+    let meter = Meter::new();
+    let v = mounted_on(Measured::new(ssd.clone(), Meter::new()), Measured::new(hdd.clone(), meter.clone()), kv);
+    if quiet {
+        v.set_hooks(Arc::new(Quiet));
+    }
+    // Every request after this one is noted, with the call that made it.
+    meter.watch_idle(Arc::new(ManualClock::new(Timestamp::from_secs(1))), Duration::ZERO);
+    meter.take_woke();
+    (v, meter)
+}
+
+/// The HDD requests noted since the last look (store call, what for).
+fn hdd_calls(m: &Meter) -> Vec<(&'static str, &'static str, Ino)> {
+    m.take_woke().into_iter().map(|w| (w.call, w.doing.op, w.doing.ino)).collect()
+}
+
+use crate::store::measured::Meter;
+
+fn names_of(v: &Volume<impl Store>, dir: Ino) -> BTreeSet<String> {
+    let dh = v.opendir(dir).unwrap();
+    let mut out = BTreeSet::new();
+    let mut off = 0;
+    loop {
+        let batch = v.readdir(dh, off).unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        for e in batch {
+            off = e.next;
+            out.insert(e.name.to_string_lossy().into_owned());
+        }
+    }
+    v.releasedir(dh).unwrap();
+    out.retain(|n| n != "." && n != "..");
+    out
+}
+
+/// Files on both tiers in `/d` (made with the default placement, the
+/// HDD, and one moved to the SSD), reconciled once with the HDD listed.
+fn two_tier_dir(ssd: &MemStore, hdd: &MemStore, kv: &MemKv) -> Ino {
+    let (v, _) = metered(ssd, hdd, kv, false);
+    let d = v.mkdir(&CTX, ROOT_INO, OsStr::new("d"), 0o755, 0).unwrap().ino;
+    file(&v, d, "on-hdd", b"h");
+    let s = file(&v, d, "on-ssd", b"s");
+    v.migrate(s, Move::Promote, &NoCrash).unwrap();
+    assert_eq!(names_of(&v, d), ["on-hdd", "on-ssd"].map(String::from).into());
+    v.mark_clean().unwrap();
+    d
+}
+
+#[test]
+fn a_quiet_remount_lists_a_known_directory_without_asking_the_hdd() {
+    let (ssd, hdd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
+    let d = two_tier_dir(&ssd, &hdd, &kv);
+    let (v, meter) = metered(&ssd, &hdd, &kv, true);
+    let before = meter.requests();
+    meter.take_woke();
+    assert_eq!(names_of(&v, ROOT_INO), ["d"].map(String::from).into());
+    assert_eq!(names_of(&v, d), ["on-hdd", "on-ssd"].map(String::from).into());
+    assert!(v.lookup(d, OsStr::new("missing")).is_err());
+    let n = v.lookup(d, OsStr::new("on-ssd")).unwrap();
+    assert_eq!(n.size, 1);
+    file(&v, d, "new", b"n");
+    v.statfs().unwrap();
+    assert_eq!(meter.requests(), before, "nothing of this asked the HDD: {:?}", hdd_calls(&meter));
+    // A file on the HDD is read from the HDD.
+    let h = v.lookup(d, OsStr::new("on-hdd")).unwrap();
+    assert_eq!(h.size, 1);
+    assert!(meter.requests() > before);
+}
+
+#[test]
+fn a_directory_opted_out_of_the_quiet_mode_or_never_listed_on_the_hdd_is_listed_there() {
+    let (ssd, hdd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
+    two_tier_dir(&ssd, &hdd, &kv);
+    // Never reconciled before: a quiet mount lists it on the HDD too (it
+    // may hold names the database does not know), and marks it.
+    let (ssd2, hdd2, kv2) = (MemStore::new(), MemStore::new(), MemKv::new());
+    let root = hdd2.root().unwrap();
+    hdd2.open(&root, OsStr::new("put-there"), libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    let (v, meter) = metered(&ssd2, &hdd2, &kv2, true);
+    let before = meter.requests();
+    assert_eq!(names_of(&v, ROOT_INO), ["put-there"].map(String::from).into());
+    assert!(meter.requests() > before);
+    v.mark_clean().unwrap();
+    drop(v);
+    let (v, meter) = metered(&ssd2, &hdd2, &kv2, true);
+    let before = meter.requests();
+    assert_eq!(names_of(&v, ROOT_INO), ["put-there"].map(String::from).into());
+    assert_eq!(meter.requests(), before, "listed once: from the database since: {:?}", hdd_calls(&meter));
+    drop(v);
+    // Without the quiet mode every mount lists the HDD.
+    let (v, meter) = metered(&ssd, &hdd, &kv, false);
+    let before = meter.requests();
+    names_of(&v, ROOT_INO);
+    assert!(meter.requests() > before);
+}
+
+#[test]
+fn a_quiet_reconciliation_lists_the_hdd_when_the_ssd_disagrees_with_the_database() {
+    let (ssd, hdd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
+    let d = two_tier_dir(&ssd, &hdd, &kv);
+    // A copy of the HDD file on the SSD that the database does not place
+    // there (left behind tierfs's back): the HDD's own listing decides.
+    let sd = ssd.open_dir(&ssd.root().unwrap(), OsStr::new("d")).unwrap();
+    let f = ssd.open(&sd, OsStr::new("on-hdd"), libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    ssd.write_at(&f, b"stray", 0).unwrap();
+    let (v, meter) = metered(&ssd, &hdd, &kv, true);
+    let before = meter.requests();
+    let names = names_of(&v, d);
+    assert!(meter.requests() > before, "the HDD was listed");
+    assert!(names.contains("on-hdd") && names.contains("on-ssd"), "{names:?}");
+    assert!(names.iter().any(|n| n.starts_with("on-hdd.tierfs-conflict")), "the stray was set aside: {names:?}");
+}
+
+#[test]
+fn a_quiet_fsyncdir_syncs_the_hdd_copy_again_only_after_a_change_there() {
+    let (ssd, hdd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
+    let d = two_tier_dir(&ssd, &hdd, &kv);
+    let (v, meter) = metered(&ssd, &hdd, &kv, true);
+    v.fsyncdir(d).unwrap();
+    let calls = hdd_calls(&meter);
+    assert!(calls.iter().any(|c| c.0 == "sync_dir"), "synced once: {calls:?}");
+    file(&v, d, "to-ssd", b"s");
+    v.fsyncdir(d).unwrap();
+    assert_eq!(hdd_calls(&meter), vec![], "nothing changed on the HDD since");
+    // A name made on the HDD: synced again.
+    let h = v.lookup(d, OsStr::new("on-hdd")).unwrap().ino;
+    v.link(h, d, OsStr::new("second")).unwrap();
+    hdd_calls(&meter);
+    v.fsyncdir(d).unwrap();
+    assert!(hdd_calls(&meter).iter().any(|c| c.0 == "sync_dir"));
+    // Without the quiet mode every fsyncdir syncs the HDD's copy.
+    drop(v);
+    let (v, meter) = metered(&ssd, &hdd, &kv, false);
+    for _ in 0..2 {
+        v.fsyncdir(d).unwrap();
+        assert!(hdd_calls(&meter).iter().any(|c| c.0 == "sync_dir"));
+    }
+}
+
+#[test]
+fn a_file_removed_from_the_hdd_behind_a_quiet_mount_is_forgotten_when_a_lookup_misses_its_copy() {
+    let (ssd, hdd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
+    let d = two_tier_dir(&ssd, &hdd, &kv);
+    let hd = hdd.open_dir(&hdd.root().unwrap(), OsStr::new("d")).unwrap();
+    hdd.unlink(&hd, OsStr::new("on-hdd")).unwrap();
+    let (v, _) = metered(&ssd, &hdd, &kv, true);
+    assert!(v.lookup(d, OsStr::new("on-hdd")).is_err());
+    // The forced reconciliation of the miss listed the HDD itself.
+    assert_eq!(names_of(&v, d), ["on-ssd"].map(String::from).into());
+}
+
+#[test]
+fn a_quiet_mount_answers_a_stat_or_an_xattr_of_a_file_on_the_hdd_again_without_it_until_something_changes_there() {
+    let (ssd, hdd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
+    let d = two_tier_dir(&ssd, &hdd, &kv);
+    let (v, meter) = metered(&ssd, &hdd, &kv, true);
+    let h = v.lookup(d, OsStr::new("on-hdd")).unwrap().ino;
+    let name = OsStr::new("user.x");
+    assert!(v.getxattr_stored(h, name).unwrap_err().is(libc::ENODATA));
+    v.listxattr_stored(h).unwrap();
+    hdd_calls(&meter);
+    let before = meter.requests();
+    for _ in 0..3 {
+        assert_eq!(v.getattr(h).unwrap().size, 1);
+        assert!(v.getxattr_stored(h, name).unwrap_err().is(libc::ENODATA));
+        assert!(v.listxattr_stored(h).unwrap().is_empty());
+    }
+    assert_eq!(meter.requests(), before, "answered as read before: {:?}", hdd_calls(&meter));
+    // Every change through tierfs is seen at once.
+    v.setxattr_stored(h, name, b"v", 0).unwrap();
+    assert_eq!(v.getxattr_stored(h, name).unwrap(), b"v");
+    assert_eq!(v.listxattr_stored(h).unwrap(), b"user.x\0");
+    let sa = SetAttr { mode: Some(0o600), ..SetAttr::default() };
+    v.setattr(h, None, &sa).unwrap();
+    assert_eq!(v.getattr(h).unwrap().perm, 0o600);
+    let o = v.open(h, libc::O_RDWR).unwrap();
+    v.write(o.fh, 0, b"longer").unwrap();
+    v.release(o.fh).unwrap();
+    assert_eq!(v.getattr(h).unwrap().size, 6, "written: the size read again");
+    // An open for writing alone makes the next stat ask (the kernel writes
+    // passthrough files without the store).
+    let before = v.getattr(h).unwrap();
+    let o = v.open(h, libc::O_WRONLY).unwrap();
+    v.release(o.fh).unwrap();
+    hdd_calls(&meter);
+    assert_eq!(v.getattr(h).unwrap().size, before.size);
+    assert!(hdd_calls(&meter).iter().any(|c| c.0 == "stat"), "asked again after an open for writing");
+    // Without the quiet mode every stat asks the HDD.
+    drop(v);
+    let (v, meter) = metered(&ssd, &hdd, &kv, false);
+    for _ in 0..2 {
+        v.getattr(h).unwrap();
+        assert!(hdd_calls(&meter).iter().any(|c| c.0 == "stat"));
+    }
+}
+
+#[test]
+fn a_quiet_mount_after_an_unclean_shutdown_lists_the_hdd_and_finds_a_file_whose_create_the_database_lost() {
+    let (ssd, hdd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
+    let d = two_tier_dir(&ssd, &hdd, &kv);
+    {
+        // A mount that crashes: the create of "new" (its file written on
+        // the HDD and fsynced) was not yet flushed to the database.
+        let (v, _) = metered(&ssd, &hdd, &kv, false);
+        let (a, o) = v.create(&CTX, d, OsStr::new("new"), 0o644, 0, libc::O_RDWR).unwrap();
+        v.write(o.fh, 0, b"n").unwrap();
+        v.fsync(o.fh, false).unwrap();
+        v.release(o.fh).unwrap();
+        assert_ne!(a.ino, 0);
+    }
+    kv.crash();
+    let (v, _) = metered(&ssd, &hdd, &kv, true);
+    assert!(names_of(&v, d).contains("new"), "{:?}", names_of(&v, d));
+    assert!(v.lookup(d, OsStr::new("new")).is_ok());
+}
+
+#[test]
+fn a_quiet_mount_over_an_hdd_only_root_keeps_its_subdirectories() {
+    // Under an hdd-only root directories live on the HDD alone, and the
+    // SSD's listing has none of them.
+    let (ssd, hdd, kv) = (MemStore::new(), MemStore::new(), MemKv::new());
+    let cfg = VolumeConfig { meta_tier: Tier::Hdd, ..VolumeConfig::default() };
+    let mount = |quiet: bool| {
+        let v = Volume::new(
+            ssd.clone(),
+            hdd.clone(),
+            Namespace::new(Arc::new(kv.clone())),
+            cfg.clone(),
+            Arc::new(NoEvents),
+            Arc::new(ManualClock::new(Timestamp::from_secs(1))),
+        )
+        .unwrap();
+        v.recover().unwrap();
+        if quiet {
+            v.set_hooks(Arc::new(Quiet));
+        }
+        v
+    };
+    let v = mount(false);
+    let a = v.mkdir(&CTX, ROOT_INO, OsStr::new("a"), 0o755, 0).unwrap().ino;
+    let sub = v.mkdir(&CTX, a, OsStr::new("sub"), 0o755, 0).unwrap().ino;
+    file(&v, a, "f", b"f");
+    assert_eq!(names_of(&v, a), ["f", "sub"].map(String::from).into());
+    v.mark_clean().unwrap();
+    drop(v);
+    let v = mount(true);
+    assert_eq!(names_of(&v, a), ["f", "sub"].map(String::from).into());
+    assert_eq!(v.lookup(a, OsStr::new("sub")).unwrap().ino, sub);
 }

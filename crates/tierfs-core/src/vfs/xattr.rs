@@ -59,7 +59,36 @@ impl<S: Store> Volume<S> {
             return err(libc::EOPNOTSUPP);
         }
         let _il = self.ilocks.get(ino).read();
+        if let Some(p) = self.hdd_file_dir(ino)? {
+            let got = self.kept_hdd(
+                ino,
+                p,
+                |k| k.xattrs.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()),
+                |k, v| {
+                    if k.xattrs.len() < super::KEPT_XATTRS {
+                        k.xattrs.push((name.to_os_string(), v.clone()));
+                    }
+                },
+                || match self.on_primary(ino, |s, t| s.getxattr(t, name)) {
+                    Ok(v) => Ok(Some(v)),
+                    Err(e) if e.is(libc::ENODATA) => Ok(None),
+                    Err(e) => Err(e),
+                },
+            )?;
+            return got.ok_or_else(|| crate::error::Error::errno(libc::ENODATA));
+        }
         self.on_primary(ino, |s, t| s.getxattr(t, name))
+    }
+
+    /// The directory of `ino` if it is a non-directory on the HDD alone
+    /// (its answers may be kept: `Volume::kept_hdd`). The caller holds the
+    /// inode lock.
+    fn hdd_file_dir(&self, ino: Ino) -> Result<Option<Ino>> {
+        let rec = self.kernel_record(ino)?;
+        if rec.kind == FileKind::Dir || rec.placement != crate::tier::Placement::On(Tier::Hdd) {
+            return Ok(None);
+        }
+        Ok(Some(self.kernel_link(ino)?.0))
     }
 
     /// Sets a stored extended attribute. Changes and the switch-over of a
@@ -75,6 +104,15 @@ impl<S: Store> Volume<S> {
     /// Lists stored extended attribute names (NUL-terminated each).
     pub fn listxattr_stored(&self, ino: Ino) -> Result<Vec<u8>> {
         let _il = self.ilocks.get(ino).read();
+        if let Some(p) = self.hdd_file_dir(ino)? {
+            return self.kept_hdd(
+                ino,
+                p,
+                |k| k.list.clone(),
+                |k, v| k.list = Some(v.clone()),
+                || self.on_primary(ino, |s, t| s.listxattr(t)),
+            );
+        }
         self.on_primary(ino, |s, t| s.listxattr(t))
     }
 
