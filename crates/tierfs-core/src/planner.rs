@@ -146,12 +146,18 @@ impl Planner {
     pub fn event(&mut self, ev: &Event, now: Timestamp, tiers: &dyn Tiers) -> Plan {
         let names_a_file =
             !matches!(ev.kind, EventKind::Create { .. } | EventKind::Remove | EventKind::DirMoved { .. });
-        if names_a_file && self.stats.get(ev.ino).is_none() {
-            if let Some((residence, group)) = tiers.unknown(ev.ino) {
-                self.stats.insert(ev.ino, FileStats { residence, group, ..FileStats::default() });
+        // The counter before this event (0 for a file it starts tracking).
+        let before = match self.stats.get(ev.ino) {
+            Some(f) => f.counter,
+            None => {
+                if names_a_file {
+                    if let Some((residence, group)) = tiers.unknown(ev.ino) {
+                        self.stats.insert(ev.ino, FileStats { residence, group, ..FileStats::default() });
+                    }
+                }
+                0
             }
-        }
-        let before = self.stats.get(ev.ino).map_or(0, |f| f.counter);
+        };
         self.stats.apply(ev, &mut |d| tiers.group_of(d));
         let Some(f) = self.stats.get(ev.ino) else { return Plan::default() };
         let (kind, params) = tiers.setting(f.group);

@@ -108,10 +108,15 @@ impl<S: Store> Volume<S> {
     /// does not follow an unclean shutdown (the database may have lost a
     /// create it had not flushed, whose file is on the HDD).
     pub(crate) fn hdd_names_known(&self, dir: Ino) -> Result<bool> {
-        Ok(self.cfg.meta_tier == Tier::Ssd
+        Ok(self.quiet_listing(dir) && self.ns.hdd_listed(dir)?)
+    }
+
+    /// [`Volume::hdd_names_known`] but for whether `dir` was listed on the
+    /// HDD before, for a caller that has read that already.
+    fn quiet_listing(&self, dir: Ino) -> bool {
+        self.cfg.meta_tier == Tier::Ssd
             && !self.after_crash.load(std::sync::atomic::Ordering::Relaxed)
             && self.hooks().quiet_dir(dir)
-            && self.ns.hdd_listed(dir)?)
     }
 
     /// Recovery found an unclean shutdown (see [`Volume::hdd_names_known`]).
@@ -288,7 +293,7 @@ impl<S: Store> Volume<S> {
         let listed_before = self.ns.hdd_listed(dir)?;
         // A forced reconciliation is asked for because a backing copy did
         // not match the database: the HDD itself is listed.
-        let hdd_known = !force && listed_before && self.hdd_names_known(dir)?;
+        let hdd_known = !force && listed_before && self.quiet_listing(dir);
         let mut l = self.list_tiers(dir, known, hdd_known)?;
         let mut all: BTreeSet<OsString> = l.names.keys().cloned().collect();
         all.extend(l.known.keys().cloned());
